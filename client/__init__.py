@@ -1,0 +1,1 @@
+"""The typed client SDK (FleetforgeClient) and the `fleetforge` CLI on top of it."""

@@ -1,0 +1,74 @@
+"""Vocabulary every job shares: job kinds and states, artifact references, failures, queues."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+
+class JobKind(StrEnum):
+    INSPECT = "inspect"
+    CONVERT = "convert"
+    KERNEL = "kernel"
+    FLEET_TEST = "fleet-test"
+    MODEL_TEST = "model-test"
+
+
+class JobStatus(StrEnum):
+    RUNNING = "RUNNING"
+    NEEDS_INPUT = "NEEDS_INPUT"
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED})
+"""States a job never leaves. NEEDS_INPUT is not terminal: the workflow waits for an answer."""
+
+
+class ArtifactRef(BaseModel, frozen=True):
+    """A content-addressed object in the artifact store. Workflow history carries only these."""
+
+    uri: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+    media_type: str = "application/octet-stream"
+    name: str = ""
+    """Human name (usually the workspace-relative path); not part of the identity."""
+
+
+class Failure(BaseModel, frozen=True):
+    """Why a job failed: a stable `code` (see contracts.errors.Err), a message, and the step."""
+
+    code: str
+    message: str
+    where: str
+
+
+class TaskQueues(BaseModel, frozen=True):
+    """Where each kind of work runs. Requests carry them so workflows never read settings."""
+
+    workflows: str = "fleetforge-workflows"
+    llm: str = "fleetforge-llm"
+    toolchain: str = "fleetforge-toolchain"
+    kernels: str = "fleetforge-kernels"
+    containers: str = "fleetforge-containers"
+
+    @classmethod
+    def single(cls, name: str) -> "TaskQueues":
+        """Every kind of work on one queue (tests, one-process deployments)."""
+        return cls(workflows=name, llm=name, toolchain=name, kernels=name, containers=name)
+
+    def all(self) -> list[str]:
+        return sorted({self.workflows, self.llm, self.toolchain, self.kernels, self.containers})
+
+
+class TokenTotals(BaseModel):
+    """LLM cost of a job: summed token usage and latency of its calls."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    latency_s: float = 0.0

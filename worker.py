@@ -1,0 +1,144 @@
+"""Start fleetforge worker(s): `python worker.py --queues all|workflows,llm,...` (= `fleetforge worker`).
+
+One process may poll every queue (the default); scaling out means more workers on the queues
+that need them. This is the only module that registers workflows and activities.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.connection import connect
+from activities.experiments import RunActivities
+from activities.interceptors import FleetforgeInterceptor
+from activities.logs import configure_logging, get_logger
+from activities.modelhub import ModelHub, ModelHubActivities
+from activities.storage import ArtifactStore, open_store
+from contracts.common import TaskQueues
+from contracts.settings import Settings
+from workflows.inspect import InspectModelWorkflow
+
+QUEUE_KINDS = ("workflows", "llm", "toolchain", "kernels", "containers")
+
+WORKFLOWS: list[type] = [InspectModelWorkflow]
+
+
+@dataclass
+class Registry:
+    """Activities per queue kind, built once with their dependencies (STYLE G8)."""
+
+    by_kind: dict[str, list[Callable]] = field(default_factory=lambda: {k: [] for k in QUEUE_KINDS})
+
+
+def build_registry(settings: Settings, store: ArtifactStore) -> Registry:
+    reg = Registry()
+    runs = RunActivities(store, settings)
+    hub = ModelHubActivities(ModelHub(store, settings))
+    reg.by_kind["toolchain"] += [runs.create_run, runs.update_run_status, runs.attach_artifacts,
+                                 runs.prepare_workspace, hub.resolve_model]
+    return reg
+
+
+def parse_queue_kinds(spec: str) -> list[str]:
+    if spec == "all":
+        return list(QUEUE_KINDS)
+    kinds = [k.strip() for k in spec.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in QUEUE_KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"unknown queue kind(s) {unknown or spec!r}; choose from all, {', '.join(QUEUE_KINDS)}")
+    return kinds
+
+
+def build_workers(
+    client: Client, registry: Registry, queues: TaskQueues, kinds: Sequence[str], executor: ThreadPoolExecutor,
+    workflows: Sequence[type] = WORKFLOWS,
+) -> list[Worker]:
+    """One Worker per distinct task queue; kinds sharing a queue (tests: one queue) are merged."""
+    per_queue: dict[str, tuple[list[type], list[Callable]]] = {}
+    for kind in kinds:
+        q = getattr(queues, kind)
+        wfs, acts = per_queue.setdefault(q, ([], []))
+        if kind == "workflows":
+            wfs += list(workflows)
+        acts += registry.by_kind[kind]
+    return [
+        Worker(
+            client, task_queue=q, workflows=wfs, activities=acts, activity_executor=executor,
+            interceptors=[FleetforgeInterceptor()], graceful_shutdown_timeout=timedelta(seconds=10),
+            max_concurrent_activities=32,
+        )
+        for q, (wfs, acts) in per_queue.items()
+        if wfs or acts
+    ]
+
+
+@contextlib.asynccontextmanager
+async def running_workers(workers: Sequence[Worker]) -> AsyncIterator[None]:
+    """Run workers for the duration of the block; always shut them down explicitly (a worker left
+    running at interpreter exit can abort in finalisation)."""
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        yield
+    finally:
+        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def serve(settings: Settings, kinds: Sequence[str], stop: asyncio.Event, client: Client | None = None) -> None:
+    store = open_store(settings)
+    client = client or await connect(settings, store)
+    log = get_logger("fleetforge.worker")
+    with ThreadPoolExecutor(max_workers=32, thread_name_prefix="activity") as executor:
+        workers = build_workers(client, build_registry(settings, store), settings.queues, kinds, executor)
+        async with running_workers(workers):
+            log.info("worker started", queues=sorted({w.task_queue for w in workers}), store=store.url,
+                     temporal=settings.temporal_address)
+            await stop.wait()
+            log.info("worker stopping")
+
+
+def install_stop_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def _main(kinds: list[str]) -> None:
+    stop = asyncio.Event()
+    install_stop_handlers(stop)
+    await serve(Settings(), kinds, stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run fleetforge workers.")
+    parser.add_argument("--queues", default="all", help=f"all, or a comma list of {', '.join(QUEUE_KINDS)}")
+    args = parser.parse_args(argv)
+    try:
+        kinds = parse_queue_kinds(args.queues)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    configure_logging()
+    from contracts.errors import FleetforgeError, remedy
+
+    try:
+        asyncio.run(_main(kinds))
+    except FleetforgeError as e:
+        print(f"error: {e.message}" + (f" ({remedy(e.code)})" if remedy(e.code) else ""), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Deterministic orchestration. Decisions live in pure functions; every side effect is an activity."""

@@ -1,0 +1,52 @@
+"""Timeouts, heartbeats and retry policy for each kind of activity, named once (STYLE G7)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+from contracts.errors import Err
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    start_to_close: timedelta
+    heartbeat: timedelta | None
+    retry: RetryPolicy
+
+
+_NON_RETRYABLE_INPUT = [
+    Err.BAD_INPUT, Err.MODEL_NOT_FOUND, Err.MODEL_INVALID, Err.CATALOG_INVALID, Err.PATH_ESCAPE,
+    Err.STORE_URL_INVALID, Err.INTEGRITY_ERROR,
+]
+
+STORAGE = CallOptions(
+    start_to_close=timedelta(minutes=30), heartbeat=timedelta(seconds=60),
+    retry=RetryPolicy(maximum_attempts=5, non_retryable_error_types=[str(e) for e in _NON_RETRYABLE_INPUT]),
+)
+"""Runs, workspaces, model resolution: cheap, idempotent, retried a few times."""
+
+LLM = CallOptions(
+    start_to_close=timedelta(minutes=10), heartbeat=timedelta(seconds=30),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1), maximum_attempts=6,
+        non_retryable_error_types=[Err.LLM_BAD_REQUEST, Err.LLM_AUTH, Err.LLM_OUTPUT_INVALID, Err.LLM_UNAVAILABLE],
+    ),
+)
+
+TOOLCHAIN = CallOptions(
+    start_to_close=timedelta(hours=2), heartbeat=timedelta(seconds=60),
+    retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=[Err.EXECUTOR_ERROR, Err.COMPILER_ERROR, Err.PATH_ESCAPE, Err.TOOLCHAIN_UNAVAILABLE]),
+)
+
+KERNEL = CallOptions(
+    start_to_close=timedelta(minutes=15), heartbeat=timedelta(seconds=60),
+    retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=[Err.VERIFIER_ERROR, Err.KERNEL_TASK_INVALID]),
+)
+
+CONTAINER = CallOptions(
+    start_to_close=timedelta(hours=1), heartbeat=timedelta(seconds=30),
+    retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=[Err.POLICY_REJECTED, Err.RUNNER_UNAVAILABLE]),
+)
