@@ -1,0 +1,58 @@
+"""The README's demo: start the embedded stack, inspect a bundled tiny model, print the result.
+
+Drives the public CLI only (what a user types), so it doubles as a smoke test of it:
+`fleetforge dev` in the background → wait until it answers → `fleetforge inspect MODEL --wait`
+→ stop the stack (runs stay in .fleetforge/ and are listed by the next `fleetforge dev`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from examples.tiny_model import build_tiny_cnn  # noqa: E402
+
+FLEETFORGE = str(Path(sys.executable).parent / "fleetforge")
+
+
+def wait_ready(dev: subprocess.Popen, deadline_s: float = 90) -> None:
+    """Poll `fleetforge list` until the stack answers (no fixed sleeps)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if dev.poll() is not None:
+            raise SystemExit(f"fleetforge dev exited early with code {dev.returncode}")
+        if subprocess.run([FLEETFORGE, "list"], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.5)
+    raise SystemExit("the embedded stack did not come up within 90 s (see .fleetforge/dev.log)")
+
+
+def main() -> int:
+    state = ROOT / ".fleetforge"
+    state.mkdir(exist_ok=True)
+    model = build_tiny_cnn(state / "models" / "tiny_cnn.onnx")
+    env = {**os.environ, "FLEETFORGE_STATE_DIR": str(state)}
+    with open(state / "dev.log", "ab") as log:
+        dev = subprocess.Popen([FLEETFORGE, "dev"], env=env, stdout=log, stderr=log)
+    try:
+        wait_ready(dev)
+        print(f"embedded stack up; logs in {state / 'dev.log'}", flush=True)
+        done = subprocess.run([FLEETFORGE, "inspect", str(model), "--wait"], env=env)
+        return done.returncode
+    finally:
+        dev.send_signal(signal.SIGTERM)
+        try:
+            dev.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            dev.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
