@@ -1,0 +1,24 @@
+"""Recorded histories must replay against today's workflow code (determinism guard)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workflows.inspect import InspectModelWorkflow
+
+HISTORIES = Path(__file__).parent / "histories"
+WORKFLOWS = {"inspect": InspectModelWorkflow}
+
+
+@pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
+async def test_recorded_history_replays(path: Path):
+    kind = path.stem.split("_")[0]
+    history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
+    replayer = Replayer(workflows=[WORKFLOWS[kind]], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
