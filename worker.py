@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 from activities.connection import connect
 from activities.experiments import RunActivities
 from activities.interceptors import FleetforgeInterceptor
+from activities.llm.activity import LLMActivities
 from activities.logs import configure_logging, get_logger
 from activities.modelhub import ModelHub, ModelHubActivities
 from activities.storage import ArtifactStore, open_store
@@ -47,6 +48,7 @@ def build_registry(settings: Settings, store: ArtifactStore) -> Registry:
     hub = ModelHubActivities(ModelHub(store, settings))
     reg.by_kind["toolchain"] += [runs.create_run, runs.update_run_status, runs.attach_artifacts,
                                  runs.prepare_workspace, hub.resolve_model]
+    reg.by_kind["llm"] += [LLMActivities(settings, store).complete_chat]
     return reg
 
 

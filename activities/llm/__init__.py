@@ -1,0 +1,1 @@
+"""The LLM layer: provider converters, the chat activity, structured-answer parsing."""

@@ -1,0 +1,134 @@
+"""LLM text → validated pydantic model, or a typed rejection (STYLE G10).
+
+`complete_structured` asks (with response_format json_schema when the request carries a schema),
+validates, and on failure re-asks once with the validation error and a stricter instruction
+(prompts/repair_json.j2); a second failure raises FleetforgeError(LLM_OUTPUT_INVALID).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from contracts.errors import Err, FleetforgeError
+from contracts.messages import ChatRequest, ChatResult, Message, TextBlock
+
+M = TypeVar("M", bound=BaseModel)
+
+PROMPTS = Path(__file__).resolve().parent / "prompts"
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+
+
+def render(template: str, **context: Any) -> str:
+    """Render a prompt template from activities/llm/prompts (StrictUndefined: a missing key is a bug)."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(PROMPTS), undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+        autoescape=False,
+    )
+    return env.get_template(template).render(**context)
+
+
+def _first_balanced(text: str) -> str | None:
+    """The first balanced {...} in text (string literals and escapes respected)."""
+    start = text.find("{")
+    while start != -1:
+        depth, in_str, esc = 0, False, False
+        for i in range(start, len(text)):
+            ch = text[i]
+            if in_str:
+                if esc:
+                    esc = False
+                elif ch == "\\":
+                    esc = True
+                elif ch == '"':
+                    in_str = False
+            elif ch == '"':
+                in_str = True
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[start:i + 1]
+        start = text.find("{", start + 1)
+    return None
+
+
+def extract_json(text: str) -> dict[str, Any]:
+    """A JSON object from a model's answer: the bare text, a fenced ```json block, or the first
+    balanced {...}. Raises FleetforgeError(LLM_OUTPUT_INVALID) when there is none."""
+    candidates: list[str] = [text.strip()]
+    candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
+    balanced = _first_balanced(text)
+    if balanced:
+        candidates.append(balanced)
+    last = "no JSON object in the answer"
+    for c in candidates:
+        if not c:
+            continue
+        try:
+            value = json.loads(c)
+        except json.JSONDecodeError as e:
+            last = f"invalid JSON: {e}"
+            continue
+        if isinstance(value, dict):
+            return value
+        last = f"expected a JSON object, got {type(value).__name__}"
+    raise FleetforgeError(Err.LLM_OUTPUT_INVALID, last)
+
+
+@dataclass(frozen=True)
+class Parsed(Generic[M]):
+    value: M
+
+
+@dataclass(frozen=True)
+class Rejected:
+    reason: str
+
+
+def parse_structured(text: str, model_cls: type[M]) -> Parsed[M] | Rejected:
+    """The answer as `model_cls`, or a Rejected with a reason fit to show the model."""
+    try:
+        data = extract_json(text)
+    except FleetforgeError as e:
+        return Rejected(e.message)
+    try:
+        return Parsed(model_cls.model_validate(data))
+    except ValidationError as e:
+        errs = "; ".join(f"{'.'.join(map(str, x['loc'])) or '<root>'}: {x['msg']}" for x in e.errors()[:10])
+        return Rejected(f"the JSON does not match the schema: {errs}")
+
+
+async def complete_structured(
+    chat: Callable[[ChatRequest], Awaitable[ChatResult]], req: ChatRequest, model_cls: type[M],
+) -> tuple[M, list[ChatResult]]:
+    """Ask, validate, re-ask once with the error; returns the model and every call's result."""
+    if req.response_schema is None:
+        req = req.model_copy(update={"response_schema": model_cls.model_json_schema()})
+    results: list[ChatResult] = []
+    first = await chat(req)
+    results.append(first)
+    outcome = parse_structured(first.message.text, model_cls)
+    if isinstance(outcome, Parsed):
+        return outcome.value, results
+    repair = render("repair_json.j2", error=outcome.reason, schema=json.dumps(req.response_schema, sort_keys=True))
+    retry_req = req.model_copy(update={"messages": [
+        *req.messages,
+        Message(role="assistant", content=[TextBlock(text=first.message.text or "(empty)")]),
+        Message.user(repair),
+    ]})
+    second = await chat(retry_req)
+    results.append(second)
+    outcome = parse_structured(second.message.text, model_cls)
+    if isinstance(outcome, Parsed):
+        return outcome.value, results
+    raise FleetforgeError(Err.LLM_OUTPUT_INVALID, f"{req.agent}: unusable answer after one repair: {outcome.reason}")

@@ -1,0 +1,143 @@
+"""TEST DOUBLE: `ScriptedOpenAIServer`, a real HTTP server on 127.0.0.1 that replays a scripted list
+of responses for POST /v1/chat/completions (JSON bodies, SSE streams, error statuses with headers,
+streams cut mid-way) and records every request it received. Not a model: it answers in order."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Scripted:
+    kind: str  # "json" | "sse" | "error" | "cut"
+    status: int = 200
+    body: Any = None
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+def json_reply(text: str = "", *, tool_calls: list[dict[str, Any]] | None = None, finish_reason: str = "stop",
+               usage: dict[str, Any] | None = None, delay_s: float = 0.0) -> Scripted:
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    body = {
+        "id": "chatcmpl-test", "object": "chat.completion", "created": 1, "model": "scripted",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+    return Scripted("json", body=body, delay_s=delay_s)
+
+
+def chunk(delta: dict[str, Any] | None = None, finish_reason: str | None = None, *, usage: dict[str, Any] | None = None,
+          no_choices: bool = False) -> dict[str, Any]:
+    """One chat.completion.chunk as a dict."""
+    c: dict[str, Any] = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1, "model": "scripted",
+                         "choices": [] if no_choices else [{"index": 0, "delta": delta or {}, "finish_reason": finish_reason}]}
+    if usage is not None:
+        c["usage"] = usage
+    return c
+
+
+def text_stream(parts: list[str], *, usage: dict[str, Any] | None = None, delay_s: float = 0.0) -> Scripted:
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": p}) for p in parts]
+    chunks.append(chunk({}, "stop"))
+    chunks.append(chunk(no_choices=True, usage=usage or {"prompt_tokens": 10, "completion_tokens": len(parts), "total_tokens": 10 + len(parts)}))
+    return Scripted("sse", chunks=chunks, delay_s=delay_s)
+
+
+def error(status: int, message: str = "error", headers: dict[str, str] | None = None) -> Scripted:
+    body = {"error": {"message": message, "type": "invalid_request_error", "code": None}}
+    return Scripted("error", status=status, body=body, headers=headers or {})
+
+
+def cut_stream(parts: list[str]) -> Scripted:
+    """A stream that closes the connection after `parts`, without finish_reason and without [DONE]."""
+    return Scripted("cut", chunks=[chunk({"role": "assistant", "content": ""})] + [chunk({"content": p}) for p in parts])
+
+
+class ScriptedOpenAIServer:
+    def __init__(self, script: list[Scripted] | None = None):
+        self.script: list[Scripted] = list(script or [])
+        self.requests: list[dict[str, Any]] = []
+        self.received_at: list[float] = []
+        """time.monotonic() of each request, parallel to `requests`."""
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                try:
+                    self._reply()
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client gave up (timeout, cancellation): expected
+
+            def _reply(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                if not self.path.endswith("/chat/completions"):
+                    self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+                    return
+                with outer._lock:
+                    outer.requests.append(json.loads(raw or b"{}"))
+                    outer.received_at.append(time.monotonic())
+                    item = outer.script.pop(0) if outer.script else error(500, "script exhausted")
+                if item.delay_s:
+                    time.sleep(item.delay_s)  # simulated model latency (server side, not a test wait)
+                if item.kind in ("json", "error"):
+                    self._send_json(item.status, item.body, item.headers)
+                    return
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                for c in item.chunks:
+                    self.wfile.write(f"data: {json.dumps(c)}\n\n".encode())
+                    self.wfile.flush()
+                if item.kind == "sse":
+                    self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+            def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def add(self, *items: Scripted) -> None:
+        with self._lock:
+            self.script.extend(items)
+
+    def __enter__(self) -> "ScriptedOpenAIServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,250 @@
+"""complete_chat against the real dev server and a scripted OpenAI-compatible HTTP server."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+from temporalio import activity, workflow
+from temporalio.client import WorkflowFailureError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.llm.activity import LLMActivities, record_offline_answer
+    from activities.llm.structured import complete_structured
+    from activities.storage import FileStore
+    from contracts.errors import Err, FleetforgeError
+    from contracts.messages import ChatRequest, ChatResult, Message, TokenUsage, ToolCallBlock, ToolDefinition
+    from contracts.settings import Settings
+    from tests.doubles.openai_server import (
+        Scripted, ScriptedOpenAIServer, chunk, cut_stream, error, json_reply, text_stream,
+    )
+    from tests.helpers import new_worker
+
+_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=0.1), backoff_coefficient=1.0, maximum_attempts=4,
+    non_retryable_error_types=[Err.LLM_BAD_REQUEST, Err.LLM_AUTH, Err.LLM_OUTPUT_INVALID, Err.LLM_UNAVAILABLE],
+)
+
+
+class Verdict(BaseModel):
+    name: str
+    score: int
+
+
+@workflow.defn(sandboxed=False)
+class ChatTestWorkflow:
+    @workflow.run
+    async def run(self, req: ChatRequest) -> ChatResult:
+        return await workflow.execute_activity_method(
+            LLMActivities.complete_chat, req, start_to_close_timeout=timedelta(seconds=20),
+            heartbeat_timeout=timedelta(seconds=10), retry_policy=_RETRY,
+        )
+
+
+@workflow.defn(sandboxed=False)
+class VerdictTestWorkflow:
+    @workflow.run
+    async def run(self, req: ChatRequest) -> Verdict:
+        return await workflow.execute_activity(
+            "ask_verdict", req, result_type=Verdict, start_to_close_timeout=timedelta(seconds=20), retry_policy=_RETRY,
+        )
+
+
+@workflow.defn(sandboxed=False)
+class ImpatientChatTestWorkflow:
+    """One attempt, a 1 s heartbeat timeout: only a heartbeating activity survives a slow first token."""
+
+    @workflow.run
+    async def run(self, req: ChatRequest) -> ChatResult:
+        return await workflow.execute_activity_method(
+            LLMActivities.complete_chat, req, start_to_close_timeout=timedelta(seconds=20),
+            heartbeat_timeout=timedelta(seconds=1), retry_policy=RetryPolicy(maximum_attempts=1),
+        )
+
+
+def _acts(tmp_path: Path, server: ScriptedOpenAIServer, **kw) -> tuple[LLMActivities, FileStore]:
+    store = FileStore(tmp_path / "artifacts")
+    settings = Settings(state_dir=tmp_path / "state", llm="openai", llm_base_url=server.base_url, llm_model="test-model")
+    return LLMActivities(settings, store, **kw), store
+
+
+async def _run_chat(client, llm: LLMActivities, req: ChatRequest) -> ChatResult:
+    async with new_worker(client, workflows=[ChatTestWorkflow], activities=[llm.complete_chat]) as w:
+        return await client.execute_workflow(
+            ChatTestWorkflow.run, req, id=f"llm-test/{uuid.uuid4().hex[:8]}", task_queue=w.task_queue,
+        )
+
+
+def _req(**kw) -> ChatRequest:
+    return ChatRequest(messages=[Message.system("be brief"), Message.user("hi")], agent="tester", **kw)
+
+
+async def test_plain_text_stream_and_transcript(temporal_env, tmp_path: Path):
+    with ScriptedOpenAIServer([text_stream(["Hel", "lo"])]) as server:
+        llm, store = _acts(tmp_path, server)
+        result = await _run_chat(temporal_env.client, llm, _req(temperature=0.2))
+    assert result.message.text == "Hello" and result.message.finish_reason == "stop"
+    assert result.usage == TokenUsage(prompt=10, completion=2, total=12)
+    assert result.attempt == 1 and result.provider == "openai"
+    sent = server.requests[0]
+    assert sent["model"] == "test-model" and sent["stream"] is True
+    assert sent["stream_options"] == {"include_usage": True} and sent["temperature"] == 0.2
+    assert sent["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    transcript = json.loads(store.get_bytes(result.transcript))
+    assert result.transcript.media_type == "application/json"
+    assert transcript["agent"] == "tester" and transcript["request"]["messages"] == sent["messages"]
+    assert transcript["response"]["content"] == [{"type": "text", "text": "Hello"}]
+
+
+async def test_streamed_tool_calls(temporal_env, tmp_path: Path):
+    tc = lambda i, **kw: {"index": i, **({"id": kw["id"], "type": "function"} if "id" in kw else {}),  # noqa: E731
+                          "function": {k: v for k, v in (("name", kw.get("name")), ("arguments", kw.get("args"))) if v is not None}}
+    chunks = [
+        chunk({"role": "assistant", "tool_calls": [tc(0, id="call_1", name="ls", args="")]}),
+        chunk({"tool_calls": [tc(1, id="call_2", name="cat", args='{"p')]}),
+        chunk({"tool_calls": [tc(0, args='{"d": "."}')]}),
+        chunk({"tool_calls": [tc(1, args='": "x"}')]}),
+        chunk({}, "tool_calls"),
+        chunk(no_choices=True, usage={"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}),
+    ]
+    tools = [ToolDefinition(name="ls", description="list"), ToolDefinition(name="cat", description="read")]
+    with ScriptedOpenAIServer([Scripted("sse", chunks=chunks)]) as server:
+        llm, _ = _acts(tmp_path, server)
+        result = await _run_chat(temporal_env.client, llm, _req(tools=tools))
+    assert result.message.tool_calls == [
+        ToolCallBlock(id="call_1", name="ls", arguments='{"d": "."}'),
+        ToolCallBlock(id="call_2", name="cat", arguments='{"p": "x"}'),
+    ]
+    assert result.message.finish_reason == "tool_calls"
+    assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["ls", "cat"]
+
+
+async def test_429_honours_retry_after_then_succeeds(temporal_env, tmp_path: Path):
+    with ScriptedOpenAIServer([error(429, "slow down", {"retry-after": "1"}), text_stream(["ok"])]) as server:
+        llm, _ = _acts(tmp_path, server)
+        result = await _run_chat(temporal_env.client, llm, _req())
+    assert result.message.text == "ok" and result.attempt == 2
+    assert len(server.requests) == 2
+    gap = server.received_at[1] - server.received_at[0]
+    assert gap >= 0.9, f"retry-after: 1 must override the 0.1 s policy interval (retried after {gap:.2f}s)"
+
+
+async def test_5xx_twice_then_succeeds(temporal_env, tmp_path: Path):
+    with ScriptedOpenAIServer([error(500, "boom"), error(503, "busy"), text_stream(["fine"])]) as server:
+        llm, _ = _acts(tmp_path, server)
+        result = await _run_chat(temporal_env.client, llm, _req())
+    assert result.message.text == "fine" and result.attempt == 3 and len(server.requests) == 3
+
+
+async def test_400_is_not_retried(temporal_env, tmp_path: Path):
+    with ScriptedOpenAIServer([error(400, "context length exceeded"), text_stream(["never"])]) as server:
+        llm, _ = _acts(tmp_path, server)
+        with pytest.raises(WorkflowFailureError) as ei:
+            await _run_chat(temporal_env.client, llm, _req())
+    cause = ei.value.cause
+    assert isinstance(cause, ActivityError)
+    app = cause.cause
+    assert isinstance(app, ApplicationError)
+    assert app.type == Err.LLM_BAD_REQUEST and app.non_retryable
+    assert "context length exceeded" in app.message
+    assert len(server.requests) == 1
+
+
+async def test_401_is_auth_error(temporal_env, tmp_path: Path):
+    with ScriptedOpenAIServer([error(401, "bad key")]) as server:
+        llm, _ = _acts(tmp_path, server)
+        with pytest.raises(WorkflowFailureError) as ei:
+            await _run_chat(temporal_env.client, llm, _req())
+    app = ei.value.cause.cause
+    assert isinstance(app, ApplicationError) and app.type == Err.LLM_AUTH and app.non_retryable
+
+
+async def test_stream_cut_midway_is_retried(temporal_env, tmp_path: Path):
+    with ScriptedOpenAIServer([cut_stream(["par", "tial"]), text_stream(["complete"])]) as server:
+        llm, _ = _acts(tmp_path, server)
+        result = await _run_chat(temporal_env.client, llm, _req())
+    assert result.message.text == "complete" and result.attempt == 2 and len(server.requests) == 2
+
+
+async def _run_verdict(client, llm: LLMActivities, req: ChatRequest) -> Verdict:
+    @activity.defn(name="ask_verdict")
+    async def ask_verdict(r: ChatRequest) -> Verdict:
+        value, _ = await complete_structured(llm.chat, r, Verdict)
+        return value
+
+    async with new_worker(client, workflows=[VerdictTestWorkflow], activities=[ask_verdict]) as w:
+        return await client.execute_workflow(
+            VerdictTestWorkflow.run, req, id=f"llm-test/{uuid.uuid4().hex[:8]}", task_queue=w.task_queue,
+        )
+
+
+async def test_malformed_structured_output_is_repaired_once(temporal_env, tmp_path: Path):
+    script = [json_reply('{"name": "a", "score": '), json_reply('```json\n{"name": "a", "score": 7}\n```')]
+    with ScriptedOpenAIServer(script) as server:
+        llm, _ = _acts(tmp_path, server)
+        verdict = await _run_verdict(temporal_env.client, llm, _req(stream=False))
+    assert verdict == Verdict(name="a", score=7)
+    assert len(server.requests) == 2
+    first, second = server.requests
+    assert first["response_format"]["type"] == "json_schema"
+    assert first["response_format"]["json_schema"]["schema"]["required"] == ["name", "score"]
+    assert second["messages"][:2] == first["messages"]
+    assert second["messages"][2] == {"role": "assistant", "content": '{"name": "a", "score": '}
+    repair = second["messages"][3]["content"]
+    assert second["messages"][3]["role"] == "user" and "invalid JSON" in repair and "ONLY one JSON object" in repair
+
+
+async def test_structured_output_invalid_twice_fails_typed(temporal_env, tmp_path: Path):
+    script = [json_reply("no idea"), json_reply('{"name": "a", "score": "high"}'), json_reply('{"name": "a", "score": 1}')]
+    with ScriptedOpenAIServer(script) as server:
+        llm, _ = _acts(tmp_path, server)
+        with pytest.raises(WorkflowFailureError) as ei:
+            await _run_verdict(temporal_env.client, llm, _req(stream=False))
+    app = ei.value.cause.cause
+    assert isinstance(app, ApplicationError) and app.type == Err.LLM_OUTPUT_INVALID and app.non_retryable
+    assert "score" in app.message
+    assert len(server.requests) == 2, "one ask plus one repair, then a typed failure (no activity retry)"
+
+
+async def _run_impatient(client, llm: LLMActivities) -> ChatResult:
+    async with new_worker(client, workflows=[ImpatientChatTestWorkflow], activities=[llm.complete_chat]) as w:
+        return await client.execute_workflow(
+            ImpatientChatTestWorkflow.run, _req(), id=f"llm-test/{uuid.uuid4().hex[:8]}", task_queue=w.task_queue,
+        )
+
+
+async def test_heartbeats_while_waiting_for_first_token(temporal_env, tmp_path: Path):
+    with ScriptedOpenAIServer([text_stream(["late"], delay_s=2.0)]) as server:
+        llm, _ = _acts(tmp_path, server, first_token_heartbeat_s=0.2)
+        result = await _run_impatient(temporal_env.client, llm)
+    assert result.message.text == "late" and result.attempt == 1
+
+
+async def test_without_first_token_heartbeats_the_call_times_out(temporal_env, tmp_path: Path):
+    """Control for the test above: the same slow server, heartbeats too rare -> heartbeat timeout."""
+    with ScriptedOpenAIServer([text_stream(["late"], delay_s=2.0)]) as server:
+        llm, _ = _acts(tmp_path, server, first_token_heartbeat_s=30)
+        with pytest.raises(WorkflowFailureError) as ei:
+            await _run_impatient(temporal_env.client, llm)
+    assert isinstance(ei.value.cause, ActivityError)
+    assert isinstance(ei.value.cause.cause, TimeoutError)
+
+
+async def test_offline_provider_refuses_and_offline_answers_are_recorded(tmp_path: Path):
+    store = FileStore(tmp_path / "artifacts")
+    llm = LLMActivities(Settings(state_dir=tmp_path / "state"), store)
+    with pytest.raises(FleetforgeError) as ei:
+        await llm.chat(_req())
+    assert ei.value.code == Err.LLM_UNAVAILABLE and not ei.value.retryable
+
+    result = record_offline_answer(store, "planner", _req(), '{"plan": []}')
+    assert result.provider == "offline" and result.usage == TokenUsage() and result.message.text == '{"plan": []}'
+    transcript = json.loads(store.get_bytes(result.transcript))
+    assert set(transcript) == {"agent", "provider", "attempt", "latency_s", "request", "response"}
+    assert transcript["agent"] == "planner" and transcript["response"]["content"][0]["text"] == '{"plan": []}'
