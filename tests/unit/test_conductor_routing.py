@@ -1,0 +1,252 @@
+"""get_next_agent / apply_llm_decision: the conductor's routing table, without a server."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import TypeAdapter
+
+from activities.kernels.config_loader import load_workflow_config
+from contracts.kernel import (
+    AgentRecord,
+    AskLLM,
+    ConductorConfig,
+    ConductorState,
+    Decision,
+    Finish,
+    FinishReason,
+    Go,
+    LLMDecision,
+)
+from workflows.conductor_policy import apply_llm_decision, fallback_agent, get_next_agent
+
+DEFAULT = load_workflow_config("default")
+CODER_ONLY = load_workflow_config("coder_only")
+WITH_OPTIMIZER = load_workflow_config("with_optimizer")
+
+
+def _state(*records: tuple) -> ConductorState:
+    """Each record: (agent,) or (agent, parsed_ok) or (agent, parsed_ok, verifier_passed)."""
+    state = ConductorState()
+    for i, rec in enumerate(records, start=1):
+        agent = rec[0]
+        parsed_ok = rec[1] if len(rec) > 1 else True
+        passed = rec[2] if len(rec) > 2 else None
+        state = state.record(AgentRecord(agent=agent, step=i, parsed_ok=parsed_ok, verifier_passed=passed))
+    return state
+
+
+def _with_max_step(cfg: ConductorConfig, max_step: int) -> ConductorConfig:
+    data = cfg.model_dump()
+    data["limitation_info"]["required"]["max_step"] = max_step
+    return ConductorConfig.model_validate(data)
+
+
+def _self_looping(max_repeats: int) -> ConductorConfig:
+    return ConductorConfig.model_validate(
+        {
+            "agent_info": {
+                "designer": {"possible_next_agent": ["designer", "coder"], "max_repeats": max_repeats},
+                "coder": {"possible_next_agent": ["verifier"]},
+                "verifier": {"possible_next_agent": ["finish", "coder"]},
+            },
+            "start_agent": "designer",
+            "limitation_info": {"required": {"max_step": 30}},
+        }
+    )
+
+
+CASES = [
+    # (id, config, history, expected decision)
+    ("empty history starts at start_agent", DEFAULT, [], Go(agent="designer", step=1)),
+    ("coder_only starts at coder", CODER_ONLY, [], Go(agent="coder", step=1)),
+    ("single option, not mandatory -> go", DEFAULT, [("designer",)], Go(agent="coder", step=2)),
+    ("coder -> verifier", DEFAULT, [("designer",), ("coder",)], Go(agent="verifier", step=3)),
+    (
+        "parse failure retries the same agent",
+        DEFAULT,
+        [("designer",), ("coder", False)],
+        Go(agent="coder", step=3),
+    ),
+    (
+        "parse failure retry is bounded by the repeat limit",
+        DEFAULT,
+        [("designer",), ("coder", False), ("coder", False), ("coder", False)],
+        Finish(reason=FinishReason.PARSE_FAILED, step=4),
+    ),
+    (
+        "repeat limit override applies to parse retries",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder", False), ("coder", False)],
+        Finish(reason=FinishReason.PARSE_FAILED, step=3),
+    ),
+    (
+        "verifier pass -> finish",
+        DEFAULT,
+        [("designer",), ("coder",), ("verifier", True, True)],
+        Finish(reason=FinishReason.VERIFIED, step=3),
+    ),
+    (
+        "verifier pass with optimizer and budget -> optimizer",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder",), ("verifier", True, True)],
+        Go(agent="optimizer", step=4),
+    ),
+    (
+        "verifier pass with optimizer but no budget for optimize+verify -> finish",
+        _with_max_step(WITH_OPTIMIZER, 4),
+        [("designer",), ("coder",), ("verifier", True, True)],
+        Finish(reason=FinishReason.VERIFIED, step=3),
+    ),
+    (
+        "verifier pass with budget for exactly optimize+verify -> optimizer",
+        _with_max_step(WITH_OPTIMIZER, 5),
+        [("designer",), ("coder",), ("verifier", True, True)],
+        Go(agent="optimizer", step=4),
+    ),
+    (
+        "optimizer -> verifier",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder",), ("verifier", True, True), ("optimizer",)],
+        Go(agent="verifier", step=5),
+    ),
+    (
+        "verifier fail removes finish; mandatory analysis still asks the LLM",
+        DEFAULT,
+        [("designer",), ("coder",), ("verifier", True, False)],
+        AskLLM(agent="verifier", options=["coder"], step=4),
+    ),
+    (
+        "verifier fail, not mandatory, one option left -> go coder",
+        CODER_ONLY,
+        [("coder",), ("verifier", True, False)],
+        Go(agent="coder", step=3),
+    ),
+    (
+        "verifier fail with optimizer: both agents offered, never finish",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder",), ("verifier", True, False)],
+        AskLLM(agent="verifier", options=["coder", "optimizer"], step=4),
+    ),
+    (
+        "step budget exhausted -> MAX_STEPS",
+        _with_max_step(DEFAULT, 3),
+        [("designer",), ("coder",), ("verifier", True, False)],
+        Finish(reason=FinishReason.MAX_STEPS, step=3),
+    ),
+    (
+        "step budget beats a parse retry",
+        _with_max_step(DEFAULT, 2),
+        [("designer",), ("coder", False)],
+        Finish(reason=FinishReason.MAX_STEPS, step=2),
+    ),
+    (
+        "two options -> ask the LLM",
+        _self_looping(3),
+        [("designer",)],
+        AskLLM(agent="designer", options=["designer", "coder"], step=2),
+    ),
+    (
+        "self-loop over its repeat limit is dropped -> the one option left",
+        _self_looping(2),
+        [("designer",), ("designer",)],
+        Go(agent="coder", step=3),
+    ),
+]
+
+
+@pytest.mark.parametrize(("config", "history", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_get_next_agent(config, history, expected):
+    assert get_next_agent(_state(*history), config) == expected
+
+
+def test_verifier_pass_beats_an_exhausted_budget():
+    state = _state(("designer",), ("coder",), ("verifier", True, True))
+    assert get_next_agent(state, _with_max_step(DEFAULT, 3)) == Finish(reason=FinishReason.VERIFIED, step=3)
+
+
+def test_parse_retry_carries_the_previous_suggestion():
+    state = ConductorState().record(AgentRecord(agent="coder", step=1, parsed_ok=False, suggestion="use BLOCK=128"))
+    assert get_next_agent(state, CODER_ONLY) == Go(agent="coder", step=2, suggestion="use BLOCK=128")
+
+
+def test_consecutive_repeats_counts_the_trailing_run_only():
+    assert ConductorState().consecutive_repeats == 0
+    assert _state(("coder",), ("verifier",), ("coder",), ("coder",)).consecutive_repeats == 2
+
+
+def test_decisions_round_trip_as_a_discriminated_union():
+    adapter = TypeAdapter(Decision)
+    for decision in (Go(agent="coder", step=2, suggestion="x"), Finish(reason=FinishReason.MAX_STEPS, step=9),
+                     AskLLM(agent="verifier", options=["coder"], step=3)):
+        assert adapter.validate_json(adapter.dump_json(decision)) == decision
+
+
+FAILED_VERIFY = _state(("designer",), ("coder",), ("verifier", True, False))
+AFTER_DESIGNER = _state(("designer",))
+
+LLM_CASES = [
+    # (id, llm answer, options, state, expected)
+    ("plain agent name", "coder", ["designer", "coder"], AFTER_DESIGNER, Go(agent="coder", step=2)),
+    (
+        "json with suggestion",
+        '{"next_agent": "coder", "suggestion": "mask the tail"}',
+        ["coder", "optimizer"],
+        FAILED_VERIFY,
+        Go(agent="coder", step=4, suggestion="mask the tail"),
+    ),
+    (
+        "fenced json",
+        'Thinking...\n```json\n{"next_agent": "optimizer", "suggestion": "vectorize"}\n```',
+        ["coder", "optimizer"],
+        FAILED_VERIFY,
+        Go(agent="optimizer", step=4, suggestion="vectorize"),
+    ),
+    ("model object", LLMDecision(next_agent="designer", suggestion="s"), ["designer", "coder"], AFTER_DESIGNER,
+     Go(agent="designer", step=2, suggestion="s")),
+    ("dict", {"next_agent": "coder"}, ["designer", "coder"], AFTER_DESIGNER, Go(agent="coder", step=2)),
+    ("valid finish is honoured", "finish", ["finish", "coder"], AFTER_DESIGNER,
+     Finish(reason=FinishReason.LLM_DECIDED, step=1)),
+    (
+        "agent not among options -> coder after failed verify, suggestion kept",
+        '{"next_agent": "finish", "suggestion": "looks fine"}',
+        ["coder", "optimizer"],
+        FAILED_VERIFY,
+        Go(agent="coder", step=4, suggestion="looks fine", fallback=True),
+    ),
+    ("garbage -> coder after failed verify", "I think we are done here!", ["optimizer", "coder"], FAILED_VERIFY,
+     Go(agent="coder", step=4, fallback=True)),
+    ("broken json -> fallback", '{"next_agent": "cod', ["optimizer", "coder"], FAILED_VERIFY,
+     Go(agent="coder", step=4, fallback=True)),
+    ("None -> first real option, never finish", None, ["finish", "designer", "coder"], AFTER_DESIGNER,
+     Go(agent="designer", step=2, fallback=True)),
+    ("dict missing next_agent -> fallback", {"agent": "coder"}, ["designer", "coder"], AFTER_DESIGNER,
+     Go(agent="designer", step=2, fallback=True)),
+]
+
+
+@pytest.mark.parametrize(("answer", "options", "state", "expected"), [c[1:] for c in LLM_CASES],
+                         ids=[c[0] for c in LLM_CASES])
+def test_apply_llm_decision(answer, options, state, expected):
+    assert apply_llm_decision(answer, options, state) == expected
+
+
+def test_fallback_is_finish_only_when_it_is_the_sole_option():
+    assert fallback_agent(["finish"], AFTER_DESIGNER) == "finish"
+    assert apply_llm_decision("nonsense", ["finish"], AFTER_DESIGNER) == Finish(reason=FinishReason.ROUTED, step=1)
+
+
+def test_full_default_run_with_one_failed_verification():
+    """Drive the policy like the workflow would: designer, coder, fail, coder, pass -> VERIFIED."""
+    state, trace = ConductorState(), []
+    verdicts = iter([False, True])
+    while True:
+        decision = get_next_agent(state, DEFAULT)
+        if isinstance(decision, AskLLM):
+            decision = apply_llm_decision("not a decision", decision.options, state)
+        if isinstance(decision, Finish):
+            break
+        trace.append(decision.agent)
+        passed = next(verdicts) if decision.agent == "verifier" else None
+        state = state.record(AgentRecord(agent=decision.agent, step=decision.step, verifier_passed=passed))
+    assert trace == ["designer", "coder", "verifier", "coder", "verifier"]
+    assert decision == Finish(reason=FinishReason.VERIFIED, step=5)

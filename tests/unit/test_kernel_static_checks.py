@@ -1,0 +1,147 @@
+"""static_check: pure-ast screening of candidate Triton sources (nothing is executed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from activities.kernels.static_checks import static_check
+
+GOOD = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.empty_like(x)
+        n = x.numel()
+        grid = (triton.cdiv(n, 1024),)
+        relu_kernel[grid](x, y, n, BLOCK=1024)
+        return y
+'''
+
+GOOD_VIA_HELPER = '''
+import torch
+import triton
+import triton.language as tl
+from triton import jit
+
+
+@triton.autotune(configs=[], key=["n"])
+@jit
+def add_kernel(a, b, out, n, BLOCK: tl.constexpr):
+    pass
+
+
+def launch(a, b):
+    out = torch.empty_like(a)
+    add_kernel[lambda meta: (triton.cdiv(a.numel(), meta["BLOCK"]),)](a, b, out, a.numel())
+    return out
+
+
+class ModelNew(torch.nn.Module):
+    def _run(self, a, b):
+        return launch(a, b)
+
+    def forward(self, a, b):
+        return self._run(a, b)
+'''
+
+TORCH_ONLY = '''
+import torch
+import triton
+
+
+@triton.jit
+def unused_kernel(x_ptr):
+    pass
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+'''
+
+
+def test_accepts_a_correct_triton_source():
+    report = static_check(GOOD)
+    assert report.ok and report.reasons == []
+
+
+def test_accepts_a_launch_through_a_helper_and_bare_jit_import():
+    assert static_check(GOOD_VIA_HELPER).ok
+
+
+def test_rejects_torch_only_model_new_even_with_an_unused_kernel():
+    report = static_check(TORCH_ONLY)
+    assert not report.ok
+    assert any("launches no @triton.jit kernel" in r for r in report.reasons)
+
+
+def test_rejects_a_source_without_any_triton_kernel():
+    src = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+    report = static_check(src)
+    assert not report.ok and any("no '@triton.jit' kernel" in r for r in report.reasons)
+
+
+def test_rejects_missing_model_new_and_missing_forward():
+    assert static_check(GOOD.replace("class ModelNew", "class Model")).reasons == ["no top-level 'class ModelNew'"]
+    no_forward = GOOD.replace("def forward(", "def run(")
+    assert static_check(no_forward).reasons == ["ModelNew has no 'forward' method"]
+
+
+def test_rejects_syntax_errors_with_the_line():
+    report = static_check("def broken(:\n    pass\n")
+    assert not report.ok and report.reasons[0].startswith("syntax error at line 1")
+
+
+@pytest.mark.parametrize(
+    ("snippet", "needle"),
+    [
+        ("import os", "forbidden import 'os'"),
+        ("import subprocess", "forbidden import 'subprocess'"),
+        ("import os.path as osp", "forbidden import 'os.path'"),
+        ("from subprocess import run", "forbidden import from 'subprocess'"),
+        ("import socket", "forbidden import 'socket'"),
+        ("import ctypes", "forbidden import 'ctypes'"),
+        ("import sys", "forbidden import 'sys'"),
+        ("import shutil", "forbidden import 'shutil'"),
+        ("from importlib import import_module", "forbidden import from 'importlib'"),
+        ("import builtins", "forbidden import 'builtins'"),
+        ("m = __import__('os')", "forbidden call '__import__()'"),
+        ("eval('1')", "forbidden call 'eval()'"),
+        ("exec('x = 1')", "forbidden call 'exec()'"),
+        ("data = open('/etc/passwd').read()", "forbidden call 'open()'"),
+        ("torch.allclose = lambda *a, **k: True", "forbidden assignment to 'torch.allclose'"),
+        ("torch.testing.assert_close = print", "forbidden assignment to 'torch.testing.assert_close'"),
+        ("torch.allclose, x = (lambda *a: True), 1", "forbidden assignment to 'torch.allclose'"),
+        ("setattr(torch, 'allclose', lambda *a, **k: True)", "forbidden setattr() on 'torch'"),
+        ("__builtins__['len'] = lambda x: 0", "'__builtins__'"),
+    ],
+)
+def test_rejects_forbidden_imports_calls_and_monkeypatching(snippet, needle):
+    report = static_check(f"{snippet}\n{GOOD}")
+    assert not report.ok
+    assert any(needle in r for r in report.reasons), report.reasons
+
+
+def test_forbidden_call_inside_forward_is_found_too():
+    src = GOOD.replace("        y = torch.empty_like(x)\n", "        y = torch.empty_like(x)\n        eval('0')\n")
+    report = static_check(src)
+    assert not report.ok and any("eval()" in r for r in report.reasons)
+
+
+def test_ordinary_attribute_and_subscript_assignments_are_allowed():
+    src = GOOD.replace("        return y\n", "        self.cache = y\n        y[0] = 1.0\n        return y\n")
+    assert static_check(src).ok
