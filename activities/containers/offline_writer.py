@@ -1,0 +1,163 @@
+"""The offline fleet command writer: a deterministic `docker run` templater per runtime (vllm, tgi,
+generic http) with rule-based repairs driven by the error taxonomy.
+
+`write_command(row, hw, history)` folds the repairs for every earlier failure of the row over the
+initial knobs and renders the command; the result always passes `parse_docker_run` under
+`writer_policy(hw)`. `repair` returns None when no rule applies (the row needs a person).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from activities.containers.policy import parse_docker_run, to_command
+from contracts.errors import Err, FleetforgeError
+from contracts.fleet import (
+    Classification, CommandPolicy, DockerRunSpec, ErrorCategory, HardwareProfile, Mount, ModelRow,
+)
+
+DEFAULT_IMAGES = {
+    "vllm": "vllm/vllm-openai:latest",
+    "tgi": "ghcr.io/huggingface/text-generation-inference:latest",
+}
+DEFAULT_PORT = 8000
+HF_CACHE = "/root/.cache/huggingface"
+TGI_DATA = "/data"
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+_MIN_MODEL_LEN = 1024
+_MIN_GPU_UTIL = 0.6
+
+
+class Knobs(BaseModel, frozen=True):
+    """Everything a repair can change; the command is a pure function of (row, hw, knobs)."""
+
+    image: str
+    port: int
+    gpus: int
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    trust_remote_code: bool = False
+    enforce_eager: bool = False
+
+
+def writer_policy(hw: HardwareProfile) -> CommandPolicy:
+    """The policy the writer's commands are written for (the HF cache is the only mount)."""
+    return CommandPolicy(mount_roots=(hw.model_cache_dir,))
+
+
+def initial_knobs(row: ModelRow, hw: HardwareProfile) -> Knobs:
+    if not _MODEL_NAME.match(row.model_name) or ".." in row.model_name:
+        raise FleetforgeError(Err.BAD_INPUT, f"model name {row.model_name!r} is not a repository id")
+    image = row.image or DEFAULT_IMAGES.get(row.runtime)
+    if not image:
+        raise FleetforgeError(Err.BAD_INPUT, f"row {row.model_name!r}: runtime {row.runtime!r} needs an image")
+    gpus = row.gpus if row.gpus is not None else min(1, hw.gpu_count)
+    return Knobs(image=image, port=row.port or DEFAULT_PORT, gpus=min(gpus, hw.gpu_count),
+                 max_model_len=row.max_model_len)
+
+
+def _gpus_flag(gpus: int, hw: HardwareProfile) -> str | None:
+    if gpus <= 0 or hw.gpu_count <= 0:
+        return None
+    if gpus >= hw.gpu_count:
+        return "all"
+    return '"device=' + ",".join(str(i) for i in range(gpus)) + '"'
+
+
+def build_spec(row: ModelRow, hw: HardwareProfile, knobs: Knobs) -> DockerRunSpec:
+    mounts: list[Mount]
+    env: dict[str, str] = {}
+    if row.runtime == "vllm":
+        mounts = [Mount(host=hw.model_cache_dir, container=HF_CACHE)]
+        env["HF_HOME"] = HF_CACHE
+        args = ["--model", row.model_name, "--host", "127.0.0.1", "--port", str(knobs.port),
+                "--gpu-memory-utilization", f"{knobs.gpu_memory_utilization:.2f}"]
+        if knobs.gpus > 1:
+            args += ["--tensor-parallel-size", str(knobs.gpus)]
+        if knobs.max_model_len:
+            args += ["--max-model-len", str(knobs.max_model_len)]
+        if knobs.trust_remote_code:
+            args.append("--trust-remote-code")
+        if knobs.enforce_eager:
+            args.append("--enforce-eager")
+    elif row.runtime == "tgi":
+        mounts = [Mount(host=hw.model_cache_dir, container=TGI_DATA)]
+        args = ["--model-id", row.model_name, "--hostname", "127.0.0.1", "--port", str(knobs.port),
+                "--cuda-memory-fraction", f"{knobs.gpu_memory_utilization:.2f}"]
+        if knobs.gpus > 1:
+            args += ["--num-shard", str(knobs.gpus)]
+        if knobs.max_model_len:
+            args += ["--max-total-tokens", str(knobs.max_model_len),
+                     "--max-input-tokens", str(max(1, knobs.max_model_len - 1))]
+        if knobs.trust_remote_code:
+            args.append("--trust-remote-code")
+    else:  # generic http server image: configured through the environment
+        mounts = [Mount(host=hw.model_cache_dir, container=HF_CACHE, read_only=True)]
+        env.update({"MODEL_NAME": row.model_name, "PORT": str(knobs.port), "HOST": "127.0.0.1",
+                    "HF_HOME": HF_CACHE})
+        if knobs.max_model_len:
+            env["MAX_MODEL_LEN"] = str(knobs.max_model_len)
+        if knobs.trust_remote_code:
+            env["TRUST_REMOTE_CODE"] = "1"
+        args = []
+    return DockerRunSpec(
+        image=knobs.image, network="host", gpus=_gpus_flag(knobs.gpus, hw),
+        ipc="host" if row.runtime != "http" else None, shm_size="16g" if row.runtime != "http" else None,
+        env=env, env_passthrough=["HF_TOKEN"], volumes=mounts, args=args,
+    )
+
+
+def _round_down(n: int, step: int = 256) -> int:
+    return max(_MIN_MODEL_LEN, (n // step) * step)
+
+
+def repair(row: ModelRow, hw: HardwareProfile, knobs: Knobs, failure: Classification) -> Knobs | None:
+    """The next knobs after `failure`, or None when no rule-based repair applies."""
+    cat = failure.category
+    if cat is ErrorCategory.CUDA_OOM:
+        kv = failure.facts.get("kv_tokens")
+        if kv and kv.isdigit():
+            target = _round_down(int(kv))
+            if knobs.max_model_len is None or target < knobs.max_model_len:
+                return knobs.model_copy(update={"max_model_len": target})
+        if knobs.gpus * 2 <= hw.gpu_count and knobs.gpus > 0:
+            return knobs.model_copy(update={"gpus": knobs.gpus * 2})
+        current = knobs.max_model_len or int(failure.facts.get("max_seq_len", "0") or 0) or 16384
+        new_len = _round_down(current // 2)
+        new_util = round(max(_MIN_GPU_UTIL, knobs.gpu_memory_utilization - 0.05), 2)
+        if new_len == knobs.max_model_len and new_util == knobs.gpu_memory_utilization:
+            return None
+        return knobs.model_copy(update={"max_model_len": new_len, "gpu_memory_utilization": new_util})
+    if cat is ErrorCategory.TRUST_REMOTE_CODE:
+        return None if knobs.trust_remote_code else knobs.model_copy(update={"trust_remote_code": True})
+    if cat is ErrorCategory.PORT_IN_USE:
+        busy = failure.facts.get("port", "")
+        base = max(knobs.port, int(busy)) if busy.isdigit() else knobs.port
+        return knobs.model_copy(update={"port": base + 1 if base < 65535 else 1024})
+    if cat is ErrorCategory.IMAGE_NOT_FOUND:
+        default = DEFAULT_IMAGES.get(row.runtime)
+        return knobs.model_copy(update={"image": default}) if default and default != knobs.image else None
+    if cat in (ErrorCategory.CRASHED, ErrorCategory.NOT_HEALTHY):
+        if row.runtime == "vllm" and not knobs.enforce_eager:
+            return knobs.model_copy(update={"enforce_eager": True})
+        return None
+    if cat is ErrorCategory.TRANSIENT:
+        return knobs
+    return None
+
+
+def write_command(row: ModelRow, hw: HardwareProfile, history: Sequence[Classification] = ()) -> str | None:
+    """The command for the next attempt of `row` after the failures in `history` (oldest first);
+    None when a failure has no rule-based repair. The command always passes the writer policy."""
+    knobs = initial_knobs(row, hw)
+    for failure in history:
+        nxt = repair(row, hw, knobs, failure)
+        if nxt is None:
+            return None
+        knobs = nxt
+    command = to_command(build_spec(row, hw, knobs))
+    parse_docker_run(command, writer_policy(hw))  # never hand out a command our own policy refuses
+    return command

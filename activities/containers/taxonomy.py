@@ -1,0 +1,122 @@
+"""Error taxonomy for model tests: (exit code, log tail, phase) -> category, remedy, one-line reason.
+
+Table-driven: the first rule whose regex matches the log tail wins (rules are ordered from the
+most specific cause to the most generic), then exit codes, then the phase. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from contracts.fleet import Classification, ErrorCategory, Remedy, TestPhase
+
+C, R = ErrorCategory, Remedy
+
+
+@dataclass(frozen=True)
+class Rule:
+    category: ErrorCategory
+    remedy: Remedy
+    pattern: re.Pattern[str]
+    reason: str
+
+
+def _rule(category: ErrorCategory, remedy: Remedy, reason: str, *patterns: str) -> Rule:
+    return Rule(category, remedy, re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE), reason)
+
+
+RULES: tuple[Rule, ...] = (
+    _rule(C.IMAGE_NOT_FOUND, R.NEW_COMMAND, "image not found",
+          r"Unable to find image", r"pull access denied", r"manifest (?:for \S+ )?unknown",
+          r"repository does not exist", r"No such image"),
+    _rule(C.TRANSIENT, R.TEMPORAL_RETRY, "infrastructure hiccup",
+          r"Cannot connect to the Docker daemon", r"toomanyrequests", r"TLS handshake timeout",
+          r"Connection reset by peer"),
+    _rule(C.AUTH, R.HUMAN, "model access denied (gated or private repository)",
+          r"Cannot access gated repo", r"GatedRepoError", r"\b40[13] Client Error",
+          r"Access to model \S+ is restricted", r"You are trying to access a gated repo",
+          r"Invalid (?:user )?token", r"RepositoryNotFoundError"),
+    _rule(C.TRUST_REMOTE_CODE, R.NEW_COMMAND, "model needs --trust-remote-code",
+          r"requires you to execute the (?:configuration|modeling) file",
+          r"contains custom code which must be executed",
+          r"(?:set the option|pass the argument) `?trust_remote_code=True"),
+    _rule(C.UNSUPPORTED_ARCH, R.HUMAN, "model architecture not supported by this runtime",
+          r"Model architectures? \[[^\]]*\] (?:are|is) not supported",
+          r"architectures? \[[^\]]*\] (?:are|is) not supported",
+          r"Unsupported model type", r"does not recognize this architecture",
+          r"model type `?\w+`? but Transformers does not recognize", r"Unsupported architecture"),
+    _rule(C.CUDA_OOM, R.NEW_COMMAND, "GPU memory too small for this configuration",
+          r"CUDA out of memory", r"OutOfMemoryError", r"CUDA error: out of memory",
+          r"larger than the maximum number of tokens that can be stored in KV cache",
+          r"No available memory for the cache blocks", r"Not enough memory to handle",
+          r"insufficient memory for the KV cache", r"KV cache is needed, which is larger than the available KV cache"),
+    _rule(C.PORT_IN_USE, R.NEW_COMMAND, "port already in use",
+          r"address already in use", r"port is already allocated", r"Address in use"),
+)
+
+_MAX_SEQ = re.compile(r"max seq len \((\d+)\)")
+_KV_TOKENS = re.compile(r"stored in KV cache \((\d+)\)")
+_PORT = re.compile(r"(?:bind|listen)[^\n]*?[:( ](\d{2,5})\)?[^\n]*?address already in use|"
+                   r"address already in use[^\n]*?:(\d{2,5})|0\.0\.0\.0:(\d{2,5})|127\.0\.0\.1:(\d{2,5})",
+                   re.IGNORECASE)
+
+_EXIT_REASONS = {
+    125: "docker could not start the container (exit 125)",
+    137: "container was killed (exit 137: SIGKILL, often the host OOM killer)",
+    139: "container crashed (exit 139: segmentation fault)",
+}
+
+
+def _first_line(text: str, pattern: re.Pattern[str]) -> str:
+    for line in text.splitlines():
+        if pattern.search(line):
+            return line.strip()[:160]
+    return ""
+
+
+def _facts(category: ErrorCategory, log: str) -> dict[str, str]:
+    facts: dict[str, str] = {}
+    if category is C.CUDA_OOM:
+        if m := _MAX_SEQ.search(log):
+            facts["max_seq_len"] = m.group(1)
+        if m := _KV_TOKENS.search(log):
+            facts["kv_tokens"] = m.group(1)
+    elif category is C.PORT_IN_USE:
+        for line in log.splitlines():
+            if re.search(r"already in use|already allocated", line, re.IGNORECASE):
+                if m := _PORT.search(line):
+                    facts["port"] = next(g for g in m.groups() if g)
+                    break
+    return facts
+
+
+def classify(exit_code: int | None, log_tail: str, phase: TestPhase | str) -> Classification:
+    """Why a model test failed, what to do about it, and a one-line reason for a person."""
+    phase = TestPhase(phase)
+    log = log_tail or ""
+    if phase is TestPhase.POLICY:
+        line = log.strip().splitlines()[0][:160] if log.strip() else "command rejected by policy"
+        return Classification(category=C.POLICY_REJECTED, remedy=R.NEW_COMMAND, reason=line)
+    for rule in RULES:
+        if rule.pattern.search(log):
+            line = _first_line(log, rule.pattern)
+            reason = f"{rule.reason}: {line}" if line else rule.reason
+            return Classification(category=rule.category, remedy=rule.remedy, reason=reason,
+                                  facts=_facts(rule.category, log))
+    if exit_code in _EXIT_REASONS:
+        return Classification(category=C.CRASHED, remedy=R.NEW_COMMAND, reason=_EXIT_REASONS[exit_code],
+                              facts={"exit_code": str(exit_code)})
+    last = next((ln.strip()[:160] for ln in reversed(log.splitlines()) if ln.strip()), "")
+    if exit_code not in (None, 0):
+        reason = f"container exited with code {exit_code}" + (f": {last}" if last else "")
+        return Classification(category=C.CRASHED, remedy=R.NEW_COMMAND, reason=reason,
+                              facts={"exit_code": str(exit_code)})
+    if phase is TestPhase.HEALTH:
+        return Classification(category=C.NOT_HEALTHY, remedy=R.NEW_COMMAND,
+                              reason="server did not become healthy in time" + (f"; last log: {last}" if last else ""))
+    if phase is TestPhase.PROBE:
+        return Classification(category=C.PROBE_FAILED, remedy=R.NEW_COMMAND,
+                              reason="inference probe failed" + (f": {last}" if last else ""))
+    return Classification(category=C.UNKNOWN, remedy=R.NEW_COMMAND,
+                          reason="unknown failure" + (f": {last}" if last else ""))

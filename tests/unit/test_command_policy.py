@@ -1,0 +1,213 @@
+"""Generated `docker run` commands: parsed into specs, checked against the policy, rendered as argv."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from activities.containers.policy import (
+    check_command, container_name, extract_command, parse_docker_run, render_argv, run_labels, to_command,
+)
+from contracts.errors import Err, FleetforgeError
+from contracts.fleet import CommandPolicy, Mount, PortMap
+
+POLICY = CommandPolicy(mount_roots=("/models", "/data"))
+
+VLLM = (
+    "docker run --rm -d --name llama --gpus all --ipc=host --shm-size 16g --network host "
+    "-e HF_TOKEN -e HF_HOME=/root/.cache/huggingface -v /models/hf:/root/.cache/huggingface "
+    "vllm/vllm-openai:v0.6.3 --model meta-llama/Llama-3.1-8B-Instruct --port 8000 --max-model-len 8192"
+)
+
+
+def rejected(command: str, policy: CommandPolicy = POLICY) -> str:
+    with pytest.raises(FleetforgeError) as info:
+        parse_docker_run(command, policy)
+    assert info.value.code == Err.POLICY_REJECTED
+    return info.value.message
+
+
+def test_typical_vllm_command_is_parsed_into_a_spec() -> None:
+    spec = parse_docker_run(VLLM, POLICY)
+    assert spec.image == "vllm/vllm-openai:v0.6.3"
+    assert spec.name == "llama"
+    assert spec.gpus == "all" and spec.ipc == "host" and spec.shm_size == "16g" and spec.network == "host"
+    assert spec.env == {"HF_HOME": "/root/.cache/huggingface"}
+    assert spec.env_passthrough == ["HF_TOKEN"]
+    assert spec.volumes == [Mount(host="/models/hf", container="/root/.cache/huggingface")]
+    assert spec.args == ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8000", "--max-model-len", "8192"]
+
+
+def test_backslash_continuations_are_one_command() -> None:
+    spec = parse_docker_run("docker run --network none \\\n  -v /data/x:/x:ro \\\n  busybox:1 echo hi", POLICY)
+    assert spec.network == "none"
+    assert spec.volumes == [Mount(host="/data/x", container="/x", read_only=True)]
+    assert spec.args == ["echo", "hi"]
+
+
+def test_missing_network_gets_the_policy_default_and_is_rendered_explicitly() -> None:
+    spec = parse_docker_run("docker run img:1", POLICY)
+    assert spec.network == "host"
+    assert "--network" in render_argv(spec, "ff-x", {"fleetforge.run": "r1"})
+
+
+@pytest.mark.parametrize("command, why", [
+    ("docker run img:1; rm -rf /", "`;`"),
+    ("docker run img:1 && curl evil", "&&"),
+    ("docker run img:1 || true", "||"),
+    ("docker run img:1 | tee x", "pipe"),
+    ("docker run img:1 echo $(cat /etc/shadow)", "$("),
+    ("docker run img:1 echo `id`", "backtick"),
+    ("docker run img:1 > /etc/passwd", ">"),
+    ("docker run img:1 < /etc/passwd", "<"),
+    ("docker run img:1 &", "&"),
+    ("docker run img:1\nrm -rf /", "newline"),
+    ("docker run -e TOKEN=$HF_TOKEN img:1", "$"),
+])
+def test_shell_operators_are_rejected_before_parsing(command: str, why: str) -> None:
+    message = rejected(command)
+    assert "shell operators" in message and why in message
+
+
+@pytest.mark.parametrize("command, why", [
+    ("docker run --privileged img:1", "--privileged"),
+    ("docker run --privileged=true img:1", "--privileged"),
+    ("docker run --cap-add SYS_ADMIN img:1", "--cap-add"),
+    ("docker run --pid=host img:1", "--pid"),
+    ("docker run --userns=host img:1", "--userns"),
+    ("docker run --security-opt seccomp=unconfined img:1", "--security-opt"),
+    ("docker run --device /dev/sda img:1", "--device"),
+    ("docker run --env-file /etc/secrets img:1", "--env-file"),
+    ("docker run --mount type=bind,src=/,dst=/h img:1", "--mount"),
+    ("docker run --label fleetforge.run=other img:1", "labels"),
+    ("docker run --some-new-flag img:1", "allowlist"),
+])
+def test_dangerous_or_unknown_flags_are_rejected(command: str, why: str) -> None:
+    assert why in rejected(command)
+
+
+@pytest.mark.parametrize("volume", [
+    "/:/host", "/etc:/etc", "/models/../etc:/x", "/modelsX:/x", "relative:/x", "~/.cache:/x", "named_vol:/x",
+    "/models/a:/", "/models/a:/x:z",
+])
+def test_mounts_outside_the_roots_are_rejected(volume: str) -> None:
+    rejected(f"docker run -v {volume} img:1")
+
+
+@pytest.mark.parametrize("network", ["bridge", "container:abc", "mynet"])
+def test_only_host_or_none_networks(network: str) -> None:
+    assert "network" in rejected(f"docker run --network {network} img:1")
+
+
+def test_other_rejections() -> None:
+    assert "docker run" in rejected("sudo docker run img:1")
+    assert "docker run" in rejected("docker exec c sh")
+    assert "image" in rejected("docker run --rm")
+    assert "parse" in rejected("docker run 'img:1")
+    assert "127.0.0.1" in rejected("docker run -p 10.0.0.5:8000:8000 img:1")
+    assert "--ipc" in rejected("docker run --ipc=container:x img:1")
+    assert "-e" in rejected("docker run -e AWS_SECRET_ACCESS_KEY img:1")
+    assert "GPU" in rejected("docker run --gpus all img:1", CommandPolicy(allow_gpus=False))
+    assert "allowed source" in rejected("docker run evil/img:1", CommandPolicy(image_prefixes=("vllm/",)))
+
+
+def test_gpu_device_and_ports_are_accepted_in_their_safe_forms() -> None:
+    spec = parse_docker_run(
+        "docker run --device nvidia.com/gpu=all -p 127.0.0.1:8001:8000 -p 9000 --ulimit memlock=-1 img:1", POLICY)
+    assert spec.gpus == "all"
+    assert spec.ports == [PortMap(host=8001, container=8000, host_ip="127.0.0.1"), PortMap(host=9000, container=9000)]
+    assert spec.ulimits == ["memlock=-1"]
+    assert parse_docker_run("docker run --gpus '\"device=0,1\"' img:1", POLICY).gpus == '"device=0,1"'
+    # shell-quoted form: shlex removes the quotes, the spec restores what docker needs
+    assert parse_docker_run('docker run --gpus "device=0,1" img:1', POLICY).gpus == '"device=0,1"'
+    assert parse_docker_run("docker run --gpus device=2 img:1", POLICY).gpus == "device=2"
+    assert "--gpus" in rejected("docker run --gpus everything img:1")
+
+
+def test_check_command_reports_instead_of_raising() -> None:
+    bad = check_command("docker run --privileged img:1", POLICY)
+    assert not bad.accepted and bad.spec is None and "--privileged" in bad.reason
+    good = check_command(VLLM, POLICY)
+    assert good.accepted and good.spec is not None and good.spec.image.startswith("vllm/")
+
+
+def test_render_argv_uses_our_name_and_labels_and_never_a_shell_string() -> None:
+    spec = parse_docker_run(VLLM, POLICY)
+    name = container_name("run-1", "meta-llama/Llama-3.1-8B-Instruct", 2)
+    argv = render_argv(spec, name, run_labels("run-1", "row-3", 2))
+    assert argv[:5] == ["docker", "run", "--detach", "--name", name]
+    assert "llama" not in argv  # the command's own --name is not used
+    assert "--rm" not in argv  # logs must survive a crash
+    assert "fleetforge.run=run-1" in argv and argv[argv.index("fleetforge.run=run-1") - 1] == "--label"
+    assert argv[-6:] == spec.args
+    assert all(isinstance(a, str) for a in argv)
+    # the arguments are passed as argv, even if they look like shell
+    assert render_argv(spec, name, {"fleetforge.run": "r"}) == render_argv(spec, name, {"fleetforge.run": "r"})
+    with pytest.raises(FleetforgeError):
+        render_argv(spec, "bad name;", {"fleetforge.run": "r"})
+    with pytest.raises(FleetforgeError):
+        render_argv(spec, name, {})
+
+
+def test_container_names_are_deterministic_and_distinct() -> None:
+    a = container_name("run-1", "Org/Model-7B", 1)
+    assert a == container_name("run-1", "Org/Model-7B", 1)
+    assert a != container_name("run-2", "Org/Model-7B", 1)
+    assert a != container_name("run-1", "Org/Model-7B", 2)
+    assert a.startswith("ff-org-model-7b-")
+
+
+def test_to_command_round_trips_through_the_policy() -> None:
+    spec = parse_docker_run(VLLM, POLICY)
+    again = parse_docker_run(to_command(spec), POLICY)
+    assert again.model_dump(exclude={"name"}) == spec.model_dump(exclude={"name"})
+
+
+_TOKENS = ["docker", "run", "--rm", "-v", "/models/a:/a", "/:/h", "--network", "host", "bridge", "-e", "A=1",
+           "--privileged", "--pid=host", "img:1", ";", "&&", "$(id)", "`id`", "'", '"', "\\\n", "\n", "-p", "8000",
+           "--gpus", "all", "--name", "x", "--", "-"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_TOKENS), max_size=12), st.text(max_size=20))
+def test_any_text_is_either_a_valid_spec_or_a_policy_rejection(tokens: list[str], noise: str) -> None:
+    command = " ".join(tokens) + noise
+    try:
+        spec = parse_docker_run(command, POLICY)
+    except FleetforgeError as e:
+        assert e.code == Err.POLICY_REJECTED
+        return
+    argv = render_argv(spec, "ff-x", {"fleetforge.run": "r"})
+    assert "--privileged" not in argv[: argv.index(spec.image)]
+    assert spec.network in ("host", "none")
+    assert all(m.host.startswith(("/models/", "/data/")) or m.host in ("/models", "/data") for m in spec.volumes)
+    assert parse_docker_run(to_command(spec), POLICY).model_dump(exclude={"name"}) == spec.model_dump(exclude={"name"})
+
+
+def test_extract_command_from_a_fenced_answer() -> None:
+    answer = (
+        "Here is the command for an A100 node:\n\n```bash\ndocker pull vllm/vllm-openai:latest\n"
+        "docker run --gpus all --network host \\\n  -v /models/hf:/root/.cache/huggingface \\\n"
+        "  vllm/vllm-openai:latest --model org/m --port 8000\ncurl localhost:8000/health\n```\nGood luck!"
+    )
+    command = extract_command(answer)
+    assert command == ("docker run --gpus all --network host -v /models/hf:/root/.cache/huggingface "
+                       "vllm/vllm-openai:latest --model org/m --port 8000")
+    assert parse_docker_run(command, POLICY).args == ["--model", "org/m", "--port", "8000"]
+
+
+def test_extract_command_from_a_bare_line_and_prompt() -> None:
+    assert extract_command("$ docker run --network none img:1 echo hi\n") == "docker run --network none img:1 echo hi"
+    assert extract_command("docker run img:1") == "docker run img:1"
+
+
+def test_extract_command_keeps_injection_on_the_line_for_the_policy_to_reject() -> None:
+    command = extract_command("```sh\ndocker run img:1 && rm -rf /\n```")
+    assert "&&" in rejected(command)
+
+
+def test_answer_without_a_command_is_invalid_llm_output() -> None:
+    with pytest.raises(FleetforgeError) as info:
+        extract_command("I cannot help with that.\n```python\nprint('docker')\n```")
+    assert info.value.code == Err.LLM_OUTPUT_INVALID
