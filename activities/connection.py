@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, ExternalStorage
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import TLSConfig
 
 from contracts.errors import Err, FleetforgeError
@@ -63,6 +65,13 @@ def data_converter(store: "ArtifactStore | None") -> DataConverter:
     )
 
 
+@functools.cache
+def metrics_runtime(port: int) -> Runtime:
+    """One runtime per process and port: SDK metrics (task latencies, polls, activity results)
+    served for Prometheus on 127.0.0.1:PORT/metrics."""
+    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"127.0.0.1:{port}")))
+
+
 async def connect(settings: "Settings", store: "ArtifactStore | None" = None) -> Client:
     """Connect to the configured Temporal frontend; TEMPORAL_UNAVAILABLE with the address if not reachable."""
     tls: bool | TLSConfig = False
@@ -76,6 +85,7 @@ async def connect(settings: "Settings", store: "ArtifactStore | None" = None) ->
             Client.connect(
                 settings.temporal_address, namespace=settings.namespace, tls=tls,
                 data_converter=data_converter(store),
+                runtime=metrics_runtime(settings.metrics_port) if settings.metrics_port else None,
             ),
             timeout=10,
         )
