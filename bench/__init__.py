@@ -1,0 +1,1 @@
+"""Benchmarks (run by hand, not in CI): `python -m bench.<name> --help`."""
