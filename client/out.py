@@ -1,0 +1,88 @@
+"""The CLI's one output sink (STYLE G16): results on stdout, hints/progress/errors on stderr.
+
+With `--json`, stdout carries exactly one JSON object (a result contract) and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from pydantic import BaseModel
+from rich.console import Console
+
+from contracts.common import JobStatus
+from contracts.errors import Err, remedy
+
+_stdout = Console(highlight=False, soft_wrap=True)
+_stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+_json = False
+
+INPUT_ERRORS = frozenset({
+    Err.BAD_INPUT, Err.MODEL_NOT_FOUND, Err.MODEL_INVALID, Err.CATALOG_INVALID, Err.STORE_URL_INVALID,
+    Err.JOB_NOT_FOUND, Err.PATH_ESCAPE,
+})
+
+
+def use_json(enabled: bool) -> None:
+    global _json
+    _json = enabled
+
+
+def exit_code(status: str) -> int:
+    """0 completed or waiting for input, 1 failed (or cancelled)."""
+    return 0 if status in (JobStatus.COMPLETED, JobStatus.RUNNING, JobStatus.NEEDS_INPUT, JobStatus.AWAITING_APPROVAL) else 1
+
+
+def error_exit_code(code: str) -> int:
+    """2 for bad input the user can fix in the command line, 1 for everything else."""
+    return 2 if code in INPUT_ERRORS else 1
+
+
+def contract(model: BaseModel) -> None:
+    """Print a contract as one JSON line on stdout (the --json output; human views use `line`)."""
+    sys.stdout.write(model.model_dump_json() + "\n")
+    sys.stdout.flush()
+
+
+def json_mode() -> bool:
+    return _json
+
+
+def line(text: str) -> None:
+    """A human line on stdout (never in --json mode)."""
+    if not _json:
+        _stdout.print(text, markup=False)
+
+
+def workflow_id(wid: str) -> None:
+    """Without --wait: the workflow id on stdout ({"workflow_id": ...} with --json)."""
+    if _json:
+        sys.stdout.write(json.dumps({"workflow_id": wid}) + "\n")
+        sys.stdout.flush()
+    else:
+        _stdout.print(wid, markup=False)
+
+
+def hint(text: str) -> None:
+    _stderr.print(text, markup=False, style="dim")
+
+
+def error(message: str, code: str = "") -> None:
+    """One line: `error: WHAT (WHAT TO DO)`."""
+    message = " ".join(str(message).split())
+    fix = remedy(code) if code else ""
+    sys.stderr.write(f"error: {message}" + (f" ({fix})" if fix else "") + "\n")
+    sys.stderr.flush()
+
+
+@contextmanager
+def progress(title: str) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr while waiting (only on a terminal); yields `update(step)`."""
+    if not _stderr.is_terminal:
+        yield lambda step: None
+        return
+    with _stderr.status(f"{title}: starting") as status:
+        yield lambda step: status.update(f"{title}: {step}")

@@ -1,0 +1,241 @@
+"""The typed client SDK: start jobs, follow them, list and cancel them (STYLE G17).
+
+Every job kind is one `start_*` method over `_start`; the CLI is a thin layer on top of this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+from temporalio.client import (
+    Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle, WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
+from temporalio.common import TypedSearchAttributes
+from temporalio.exceptions import CancelledError, TerminatedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.connection import connect
+from activities.storage import ArtifactStore, open_store
+from contracts.common import JobKind, JobStatus
+from contracts.errors import Err, FleetforgeError
+from contracts.inspect import InspectRequest, InspectResult
+from contracts.settings import Settings
+from workflows import _visibility as vis
+from workflows.inspect import InspectModelWorkflow
+
+ResultT = TypeVar("ResultT", bound=BaseModel)
+
+RESULT_TYPES: dict[JobKind, type[BaseModel]] = {JobKind.INSPECT: InspectResult}
+"""Result contract per job kind (a new kind adds one entry here and one `start_*` method)."""
+
+CANCELLED = "CANCELLED"
+"""Status shown for a job that was cancelled or terminated (not a JobStatus: it never ran to an end)."""
+
+
+class JobNotFound(FleetforgeError):
+    def __init__(self, workflow_id: str):
+        super().__init__(Err.JOB_NOT_FOUND, f"no job with workflow id {workflow_id!r}")
+
+
+class JobCancelled(FleetforgeError):
+    def __init__(self, workflow_id: str):
+        super().__init__(Err.JOB_CANCELLED, f"job {workflow_id} was cancelled")
+
+
+class JobSummary(BaseModel):
+    """One row of `fleetforge list`: what visibility knows about a job."""
+
+    workflow_id: str
+    kind: str
+    status: str
+    """A JobStatus value, or CANCELLED."""
+    model: str = ""
+    target: str = ""
+    start_time: datetime | None = None
+    close_time: datetime | None = None
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """Readable, sortable run id: `YYYYmmdd-HHMMSS-xxxx`."""
+    now = now or datetime.now(timezone.utc)
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def kind_of(workflow_id: str) -> JobKind:
+    """Job kind from a workflow id `<kind>/<run_id>`; JOB_NOT_FOUND for anything else."""
+    try:
+        return JobKind(workflow_id.split("/", 1)[0])
+    except ValueError:
+        raise JobNotFound(workflow_id) from None
+
+
+def _status_of(execution_status: WorkflowExecutionStatus | None, attrs: TypedSearchAttributes) -> str:
+    if execution_status in (WorkflowExecutionStatus.CANCELED, WorkflowExecutionStatus.TERMINATED):
+        return CANCELLED
+    if execution_status in (WorkflowExecutionStatus.FAILED, WorkflowExecutionStatus.TIMED_OUT):
+        return JobStatus.FAILED.value
+    return attrs.get(vis.STATUS) or JobStatus.RUNNING.value
+
+
+def _not_found(e: RPCError) -> bool:
+    return e.status == RPCStatusCode.NOT_FOUND
+
+
+class JobHandle(Generic[ResultT]):
+    """A started job. `id` is its workflow id (`<kind>/<run_id>`)."""
+
+    def __init__(self, handle: WorkflowHandle[Any, ResultT], result_type: type[ResultT]):
+        self._handle = handle
+        self.result_type = result_type
+
+    @property
+    def id(self) -> str:
+        return self._handle.id
+
+    async def status(self) -> str:
+        """The job's status: a JobStatus value (kept current in FleetforgeStatus), or CANCELLED."""
+        try:
+            desc = await self._handle.describe()
+        except RPCError as e:
+            if _not_found(e):
+                raise JobNotFound(self.id) from None
+            raise
+        return _status_of(desc.status, desc.typed_search_attributes)
+
+    async def summary(self) -> JobSummary:
+        try:
+            desc = await self._handle.describe()
+        except RPCError as e:
+            if _not_found(e):
+                raise JobNotFound(self.id) from None
+            raise
+        return _summary(desc.id, desc.status, desc.typed_search_attributes, desc.start_time, desc.close_time)
+
+    async def step(self) -> str:
+        """What the job is doing now (the workflow's `step` query); empty when it cannot say."""
+        try:
+            return str(await self._handle.query("step", rpc_timeout=timedelta(seconds=2)))
+        except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError, asyncio.TimeoutError):  # no worker yet
+            return ""
+
+    async def result(self, *, timeout: timedelta | None = None) -> ResultT:
+        """Wait for the job's result contract. A job that ended FAILED still returns its result
+        (see `.failure`), not an exception. Raises JobCancelled (cancelled or terminated),
+        JobNotFound, TimeoutError (after `timeout`), or FleetforgeError(INTERNAL) when the
+        workflow itself crashed."""
+        try:
+            wait = self._handle.result()
+            if timeout is None:
+                return await wait
+            return await asyncio.wait_for(wait, timeout.total_seconds())
+        except WorkflowFailureError as e:
+            if isinstance(e.cause, (CancelledError, TerminatedError)):
+                raise JobCancelled(self.id) from None
+            raise FleetforgeError(Err.INTERNAL, f"job {self.id} crashed: {e.cause}") from None
+        except RPCError as e:
+            if _not_found(e):
+                raise JobNotFound(self.id) from None
+            raise
+
+    async def result_with_progress(
+        self, on_step: Callable[[str], Awaitable[None] | None], *, interval: float = 0.5
+    ) -> ResultT:
+        """`result()`, calling `on_step(step)` whenever the job's step changes."""
+        waiting = asyncio.ensure_future(self.result())
+        last = None
+        try:
+            while not waiting.done():
+                step = await self.step()
+                if step and step != last:
+                    last = step
+                    maybe = on_step(step)
+                    if asyncio.iscoroutine(maybe):
+                        await maybe
+                await asyncio.wait({waiting}, timeout=interval)
+            return waiting.result()
+        finally:
+            waiting.cancel()
+
+    async def cancel(self) -> None:
+        try:
+            await self._handle.cancel()
+        except RPCError as e:
+            if _not_found(e):
+                raise JobNotFound(self.id) from None
+            raise
+
+
+def _summary(
+    workflow_id: str, status: WorkflowExecutionStatus | None, attrs: TypedSearchAttributes,
+    start: datetime | None, close: datetime | None,
+) -> JobSummary:
+    return JobSummary(
+        workflow_id=workflow_id, kind=attrs.get(vis.JOB) or workflow_id.split("/", 1)[0],
+        status=_status_of(status, attrs), model=attrs.get(vis.MODEL) or "", target=attrs.get(vis.TARGET) or "",
+        start_time=start, close_time=close,
+    )
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class FleetforgeClient:
+    """Typed access to fleetforge jobs on one Temporal namespace."""
+
+    def __init__(self, client: Client, settings: Settings):
+        self.temporal = client
+        self.settings = settings
+
+    @classmethod
+    async def connect(cls, settings: Settings, store: ArtifactStore | None = None) -> "FleetforgeClient":
+        """Connect with the same data converter as the workers (STORE_URL_INVALID, TEMPORAL_UNAVAILABLE)."""
+        store = store or open_store(settings)
+        return cls(await connect(settings, store), settings)
+
+    def ui_url(self, workflow_id: str) -> str:
+        return f"{self.settings.ui_url}/namespaces/{self.settings.namespace}/workflows/{workflow_id}"
+
+    async def _start(
+        self, run: Callable[..., Awaitable[ResultT]], request: BaseModel, *, kind: JobKind, run_id: str,
+        result_type: type[ResultT], model: str = "", target: str = "",
+    ) -> JobHandle[ResultT]:
+        handle = await self.temporal.start_workflow(
+            run, request, id=f"{kind.value}/{run_id}", task_queue=self.settings.queues.workflows,
+            search_attributes=vis.start_attributes(kind, model, target), result_type=result_type,
+        )
+        return JobHandle(handle, result_type)
+
+    async def start_inspect(self, request: InspectRequest) -> JobHandle[InspectResult]:
+        req = request.model_copy(update={"run_id": request.run_id or new_run_id(), "queues": self.settings.queues})
+        return await self._start(InspectModelWorkflow.run, req, kind=JobKind.INSPECT, run_id=req.run_id,
+                                 result_type=InspectResult, model=req.model)
+
+    def handle(self, workflow_id: str) -> JobHandle[Any]:
+        result_type = RESULT_TYPES[kind_of(workflow_id)]
+        return JobHandle(self.temporal.get_workflow_handle(workflow_id, result_type=result_type), result_type)
+
+    async def list_jobs(
+        self, kind: JobKind | None = None, status: JobStatus | str | None = None, limit: int = 50
+    ) -> list[JobSummary]:
+        """Newest first. `status` filters on FleetforgeStatus (CANCELLED: cancelled/terminated jobs)."""
+        clauses = [f"FleetforgeJob = {_quote(kind.value)}" if kind else "FleetforgeJob IS NOT NULL"]
+        if status == CANCELLED:
+            clauses.append("ExecutionStatus IN ('Canceled', 'Terminated')")
+        elif status:
+            clauses.append(f"FleetforgeStatus = {_quote(str(status))}")
+            if status == JobStatus.RUNNING:  # a cancelled job keeps its last FleetforgeStatus
+                clauses.append("ExecutionStatus = 'Running'")
+        jobs: list[JobSummary] = []
+        async for ex in self.temporal.list_workflows(" AND ".join(clauses), limit=limit):
+            jobs.append(_summary(ex.id, ex.status, ex.typed_search_attributes, ex.start_time, ex.close_time))
+        return jobs
+
+    async def cancel(self, workflow_id: str) -> None:
+        await self.handle(workflow_id).cancel()
