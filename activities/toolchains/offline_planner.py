@@ -1,0 +1,172 @@
+"""The deterministic offline conversion planner: request facts + model facts + tool registry →
+ConversionPlan. Pure (no I/O): the same inputs always give the same plan, so a replay, a retry
+or a second worker plans identically. The LLM planner's fallback and the default offline.
+
+Paths are workspace-relative: the model is `input/<file>`, everything produced goes to
+`converted/`. Facts the planner cannot guess (target SoC, precision) become questions.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+from pydantic import JsonValue
+
+from activities.toolchains.registry import ToolRegistry
+from activities.toolchains.socs import SOCS, lookup_soc
+from contracts.convert import ConversionPlan, OutputKind, PlanStatus, PlanStep, Precision, Toolchain
+from contracts.convert_job import ConversionRequest
+from contracts.errors import Err, FleetforgeError
+from contracts.models import ModelFormat, ModelRef
+
+QNN_OUTPUTS = frozenset({OutputKind.QNN_CONTEXT_BINARY, OutputKind.DLC})
+"""Outputs compiled for one SoC (the planner must know which)."""
+SYNTHETIC_SAMPLES = 8
+SYNTHETIC_SEED = 0
+
+
+def questions_for(request: ConversionRequest) -> list[str]:
+    """What the planner must ask before it can plan (empty: nothing to ask)."""
+    out: list[str] = []
+    if request.output in QNN_OUTPUTS:
+        socs = ", ".join(s.name for s in SOCS)
+        if not request.target_soc:
+            out.append(f"Which Snapdragon SoC should the {request.output.value} target? One of: {socs}.")
+        else:
+            try:
+                lookup_soc(request.target_soc)
+            except FleetforgeError:
+                out.append(f"Unknown SoC {request.target_soc!r}. Which SoC should it target? One of: {socs}.")
+    if request.precision is None:
+        out.append(f"Which precision: {', '.join(p.value for p in Precision)}? (int8 is smallest and fastest on HTP; fp16 is closest to the original.)")
+    return out
+
+
+def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegistry, *, feedback: str = "") -> ConversionPlan:
+    """The plan for `request` on `model`, or a NEEDS_INPUT plan with questions."""
+    questions = questions_for(request)
+    if questions:
+        return ConversionPlan(status=PlanStatus.NEEDS_INPUT, questions=questions,
+                              intent={"output": request.output.value}, rationale="missing facts")
+    if model.format is not ModelFormat.ONNX:
+        raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE,
+                              f"the offline planner converts ONNX models; {model.name} is {model.format.value}")
+    if request.toolchain is Toolchain.QAIRT:
+        raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, "the offline planner has no qairt tools; use toolchain auto or ort-qnn")
+    if request.toolchain is Toolchain.ONNX and request.output in QNN_OUTPUTS:
+        raise FleetforgeError(Err.BAD_INPUT, f"the onnx toolchain cannot build {request.output.value}; use auto or ort-qnn")
+    assert request.precision is not None  # questions_for asked otherwise
+    b = _Builder(registry, f"input/{model.filename}", _stem(model.filename))
+    if request.output in QNN_OUTPUTS:
+        candidate = _plan_qnn(b, request)
+    elif request.output is OutputKind.ONNX_QDQ:
+        candidate = _plan_onnx_qdq(b, request)
+    else:
+        candidate = _plan_ort(b, request)
+    intent: dict[str, JsonValue] = {
+        "model": model.name, "output": request.output.value, "precision": request.precision.value,
+        "soc": lookup_soc(request.target_soc).name if request.target_soc and request.output in QNN_OUTPUTS else None,
+        "reference": b.source, "evaluate": candidate, "warnings": list(b.warnings),
+    }
+    rationale = " → ".join(s.tool_name for s in b.steps)
+    if feedback:
+        rationale += " (the offline planner is deterministic; previous attempt: " + feedback.splitlines()[0][:200] + ")"
+    return ConversionPlan(status=PlanStatus.OK, intent=intent, steps=b.steps, rationale=rationale)
+
+
+def plan_warnings(plan: ConversionPlan) -> list[str]:
+    raw = plan.intent.get("warnings")
+    return [str(w) for w in raw] if isinstance(raw, list) else []
+
+
+def evaluation_pair(plan: ConversionPlan) -> tuple[str, str] | None:
+    """(reference, candidate) to evaluate, or None when the output cannot be evaluated."""
+    ref, cand = plan.intent.get("reference"), plan.intent.get("evaluate")
+    return (ref, cand) if isinstance(ref, str) and isinstance(cand, str) else None
+
+
+def _stem(filename: str) -> str:
+    stem = PurePosixPath(filename).stem
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "model"
+
+
+class _Builder:
+    def __init__(self, registry: ToolRegistry, source: str, stem: str):
+        self.registry = registry
+        self.source = source
+        self.stem = stem
+        self.steps: list[PlanStep] = []
+        self.warnings: list[str] = []
+
+    def has_arg(self, tool: str, arg: str) -> bool:
+        spec = self.registry.get(tool)
+        return spec is not None and spec.arg(arg) is not None
+
+    def add(self, step_id: str, tool: str, required: dict[str, JsonValue], optional: dict[str, JsonValue] | None = None,
+            expected: list[str] | None = None) -> None:
+        if self.registry.get(tool) is None:
+            raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, f"tool {tool!r} is not in the registry")
+        deps = [self.steps[-1].step_id] if self.steps else []
+        self.steps.append(PlanStep(step_id=step_id, tool_name=tool, required_args=required, optional_args=optional or {},
+                                   expected_outputs=expected or [str(required["output"])], depends_on=deps))
+
+    def calibration(self, tool: str, request: ConversionRequest) -> dict[str, JsonValue]:
+        if request.calibration and self.has_arg(tool, "calibration_data"):
+            return {"calibration_data": request.calibration}
+        if request.calibration:
+            self.warnings.append(f"{tool} takes no calibration data; ignored {request.calibration!r} and used "
+                                 f"{SYNTHETIC_SAMPLES} seeded synthetic samples (seed {SYNTHETIC_SEED})")
+        else:
+            self.warnings.append(f"no calibration data given: quantized with {SYNTHETIC_SAMPLES} seeded synthetic "
+                                 f"samples (seed {SYNTHETIC_SEED}); accuracy on real inputs may differ")
+        return {"calibration_samples": SYNTHETIC_SAMPLES, "seed": SYNTHETIC_SEED}
+
+
+def _plan_qnn(b: _Builder, request: ConversionRequest) -> str:
+    soc = lookup_soc(request.target_soc or "").name.lower()
+    precision = request.precision
+    model = b.source
+    if precision in (Precision.INT8, Precision.W8A16):
+        qdq = f"converted/{b.stem}_{precision.value}_qdq.onnx"
+        b.add("quantize", "ortqnn.quantize_qdq", {"model": model, "output": qdq, "precision": precision.value},
+              b.calibration("ortqnn.quantize_qdq", request))
+        model, ctx_precision = qdq, precision.value
+    else:
+        if precision is Precision.FP32:
+            b.warnings.append("the HTP backend has no fp32 math: compiled at fp16 precision")
+        ctx_precision = Precision.FP16.value
+    out = f"converted/{b.stem}_{ctx_precision}_{soc}_ctx.onnx"
+    optional: dict[str, JsonValue] = {"precision": ctx_precision}
+    if request.output is OutputKind.DLC:
+        optional |= {"dump_dlc": True, "dlc_dir": "converted/dlc"}
+    b.add("context_binary", "ortqnn.context_binary", {"model": model, "soc": soc, "output": out}, optional)
+    return out
+
+
+def _plan_onnx_qdq(b: _Builder, request: ConversionRequest) -> str:
+    precision = request.precision
+    out = f"converted/{b.stem}_{precision.value}_qdq.onnx"
+    if precision is Precision.INT8:
+        b.add("quantize", "onnx.quantize_static", {"model": b.source, "output": out}, b.calibration("onnx.quantize_static", request))
+    elif precision is Precision.W8A16:
+        b.add("quantize", "ortqnn.quantize_qdq", {"model": b.source, "output": out, "precision": precision.value},
+              b.calibration("ortqnn.quantize_qdq", request))
+    else:
+        raise FleetforgeError(Err.BAD_INPUT, f"onnx_qdq output needs int8 or w8a16 precision, not {precision.value}")
+    return out
+
+
+def _plan_ort(b: _Builder, request: ConversionRequest) -> str | None:
+    precision = request.precision
+    model = b.source
+    if precision is Precision.FP16:
+        model = f"converted/{b.stem}_fp16.onnx"
+        b.add("fp16", "onnx.fp16", {"model": b.source, "output": model})
+    elif precision is Precision.INT8:
+        model = f"converted/{b.stem}_int8_qdq.onnx"
+        b.add("quantize", "onnx.quantize_static", {"model": b.source, "output": model}, b.calibration("onnx.quantize_static", request))
+    elif precision is Precision.W8A16:
+        raise FleetforgeError(Err.BAD_INPUT, "ort output supports fp32, fp16 or int8, not w8a16")
+    b.add("to_ort", "onnx.to_ort", {"model": model, "output": f"converted/{b.stem}_{precision.value}.ort"})
+    return model if model != b.source else None  # an .ort file itself is not evaluated

@@ -1,0 +1,217 @@
+"""ConverterWorkflow against the real dev server: a real int8 QNN HTP context binary for SM8550,
+the content-addressed step cache, and the NEEDS_INPUT → provide_input path."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.testing import ActivityEnvironment
+from temporalio.worker import Replayer
+
+from activities.experiments import RunStore
+from activities.storage import ArtifactStore, FileStore
+from activities.toolchains.activities import heartbeating
+from activities.workspace import Workspace
+from contracts.common import JobKind, JobStatus, TaskQueues
+from contracts.convert import OutputKind, Precision
+from contracts.convert_job import ConversionRequest, ConversionResult, ProvideInput
+from contracts.settings import Settings
+from examples.tiny_model import build_tiny_cnn
+from tests.helpers import assert_eventually, fresh_queues, new_worker
+from worker import build_registry
+from workflows._visibility import STATUS, TARGET, start_attributes
+from workflows.converter import ConverterWorkflow
+
+pytest.importorskip("onnxruntime_qnn")
+
+
+async def start(client: Client, queues: TaskQueues, req: ConversionRequest) -> WorkflowHandle:
+    return await client.start_workflow(
+        ConverterWorkflow.run, req, id=f"convert/{uuid.uuid4().hex[:8]}", task_queue=queues.workflows,
+        search_attributes=start_attributes(JobKind.CONVERT, req.model, req.target_soc or ""),
+    )
+
+
+def request(model: Path, queues: TaskQueues, **kw: object) -> ConversionRequest:
+    return ConversionRequest(model=str(model), queues=queues, run_id=uuid.uuid4().hex[:8], **kw)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> tuple[Settings, ArtifactStore, Path]:
+    settings = Settings(state_dir=tmp_path / "state")
+    return settings, FileStore(tmp_path / "artifacts"), build_tiny_cnn(tmp_path / "hub" / "tiny.onnx")
+
+
+async def test_int8_sm8550_context_binary_completes_and_a_second_run_is_all_cached(temporal_env, env):
+    settings, store, model = env
+    queues = fresh_queues()
+    reg = build_registry(settings, store)
+    client = temporal_env.client
+    async with new_worker(client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"], task_queue=queues.workflows):
+        first: ConversionResult = await (await start(client, queues, request(model, queues, target_soc="sm8550",
+                                                                                  precision=Precision.INT8))).result()
+        second: ConversionResult = await (await start(client, queues, request(model, queues, target_soc="SM8550",
+                                                                                   precision=Precision.INT8))).result()
+
+    assert first.status is JobStatus.COMPLETED, first.failure
+    assert first.executed_steps == ["quantize", "context_binary"] and first.cached_steps == []
+    names = {a.name: a for a in first.artifacts}
+    assert set(names) == {"converted/tiny_int8_qdq.onnx", "converted/tiny_int8_sm8550_ctx.onnx",
+                          "converted/tiny_int8_sm8550_ctx_qnn.bin"}
+    assert all(len(a.sha256) == 64 and a.size > 0 for a in first.artifacts)
+    assert names["converted/tiny_int8_sm8550_ctx_qnn.bin"].size > 1000
+    ev = first.evaluation
+    assert ev is not None and ev.candidate_provider == "QNNExecutionProvider"
+    assert ev.cosine > 0.9 and ev.samples == 4, ev
+    assert any("synthetic" in w for w in first.warnings)
+    assert [a.outcome for a in first.attempts] == ["succeeded"]
+    record = RunStore(store).get(first.run_id)
+    assert record.status is JobStatus.COMPLETED and record.kind is JobKind.CONVERT
+    assert {a.name for a in record.artifacts} == set(names)
+    index = Workspace(store, settings.cache_dir, first.workspace).index()
+    assert {"logs/plan.json", "logs/compiled_steps.json", "logs/quantize.exec_result.json",
+            "logs/context_binary.exec_result.json", "logs/evaluation.json", "input/tiny.onnx"} <= set(index)
+    assert "logs/last_error.json" not in index
+
+    assert second.status is JobStatus.COMPLETED, second.failure
+    assert second.executed_steps == [], "an identical conversion must not run any tool"
+    assert second.cached_steps == ["quantize", "context_binary"]
+    assert {a.name: a.sha256 for a in second.artifacts} == {n: a.sha256 for n, a in names.items()}
+    assert second.evaluation is not None and second.evaluation.cosine == pytest.approx(ev.cosine)
+    assert len(store.list_docs("cache/steps/")) == 2
+
+
+async def test_missing_soc_waits_for_input_rejects_bad_answers_and_completes(temporal_env, env):
+    settings, store, model = env
+    queues = fresh_queues()
+    reg = build_registry(settings, store)
+    client = temporal_env.client
+    async with new_worker(client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"], task_queue=queues.workflows):
+        req = request(model, queues, precision=Precision.FP16)
+        handle = await start(client, queues, req)
+
+        async def waiting():
+            progress = await handle.query(ConverterWorkflow.status)
+            return progress if progress.status is JobStatus.NEEDS_INPUT else None
+
+        progress = await assert_eventually(waiting, timeout=30, message="the job never asked for input")
+        assert len(progress.questions) == 1 and "SoC" in progress.questions[0]
+        assert RunStore(store).get(req.run_id).status is JobStatus.NEEDS_INPUT
+
+        for bad, why in ((ProvideInput(soc="sm9999"), "unknown SoC"), (ProvideInput(), "empty"),
+                         (ProvideInput(precision="int4"), "unknown precision")):
+            with pytest.raises(WorkflowUpdateFailedError) as e:
+                await handle.execute_update(ConverterWorkflow.provide_input, bad)
+            assert why in str(e.value.cause)
+        assert (await handle.query(ConverterWorkflow.status)).status is JobStatus.NEEDS_INPUT
+
+        await handle.execute_update(ConverterWorkflow.provide_input, ProvideInput(soc="sm8650"))
+        result: ConversionResult = await handle.result()
+
+    assert result.status is JobStatus.COMPLETED, result.failure
+    assert result.executed_steps == ["context_binary"]
+    assert {a.name for a in result.artifacts} == {"converted/tiny_fp16_sm8650_ctx.onnx", "converted/tiny_fp16_sm8650_ctx_qnn.bin"}
+    assert result.evaluation is not None and result.evaluation.cosine > 0.999
+    assert RunStore(store).get(result.run_id).status is JobStatus.COMPLETED
+    attrs = (await handle.describe()).typed_search_attributes
+    assert attrs.get(STATUS) == "COMPLETED" and attrs.get(TARGET) == "SM8650"
+    # the recorded history (update, durable wait, activities) replays deterministically
+    replayer = Replayer(workflows=[ConverterWorkflow], data_converter=client.data_converter)
+    await replayer.replay_workflow(await handle.fetch_history())
+
+
+async def test_unanswered_question_ends_as_needs_input_after_the_timeout(temporal_env, env):
+    settings, store, model = env
+    queues = fresh_queues()
+    reg = build_registry(settings, store)
+    client = temporal_env.client
+    async with new_worker(client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"], task_queue=queues.workflows):
+        handle = await start(client, queues, request(model, queues, target_soc="sm8550", needs_input_timeout_s=1))
+        result: ConversionResult = await handle.result()
+    assert result.status is JobStatus.NEEDS_INPUT
+    assert len(result.questions) == 1 and "precision" in result.questions[0]
+    assert result.failure is not None and result.failure.code == "NEEDS_INPUT_TIMEOUT"
+    assert result.artifacts == [] and result.executed_steps == []
+    record = RunStore(store).get(result.run_id)
+    assert record.status is JobStatus.NEEDS_INPUT and record.error == result.failure
+
+
+def build_unrunnable_onnx(path: Path) -> Path:
+    """A valid ONNX file (the hub accepts it) whose op no runtime knows: every tool run fails."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Nope", ["input"], ["out"], domain="ai.fleetforge.test")
+    graph = helper.make_graph([node], "unrunnable", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.fleetforge.test", 1)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path))
+    return path
+
+
+async def test_failing_tool_is_replanned_but_the_same_steps_never_run_twice(temporal_env, env, tmp_path: Path):
+    settings, store, _ = env
+    model = build_unrunnable_onnx(tmp_path / "hub" / "nope.onnx")
+    queues = fresh_queues()
+    reg = build_registry(settings, store)
+    async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"],
+                          task_queue=queues.workflows):
+        handle = await start(temporal_env.client, queues, request(model, queues, target_soc="sm8550", precision=Precision.INT8))
+        result: ConversionResult = await handle.result()
+        progress = await handle.query(ConverterWorkflow.status)
+
+    assert result.status is JobStatus.FAILED
+    assert result.failure is not None and result.failure.code == "REPLANS_EXHAUSTED"
+    assert "Nope" in result.failure.message
+    assert [a.outcome for a in result.attempts] == ["execution_failed", "repeated_plan"]
+    assert "[EXECUTOR_ERROR] quantize" in result.attempts[0].feedback
+    assert progress.replans == 1 and progress.status is JobStatus.FAILED
+    record = RunStore(store).get(result.run_id)
+    assert record.status is JobStatus.FAILED and record.error == result.failure
+    index = Workspace(store, settings.cache_dir, result.workspace).index()
+    assert "logs/last_error.json" in index and "converted/nope_int8_qdq.onnx" not in index
+    assert store.list_docs("cache/steps/") == [], "a failed step is never cached"
+
+
+def test_heartbeats_flow_while_a_blocking_tool_runs():
+    beats: list[object] = []
+    enough = threading.Event()
+    env = ActivityEnvironment()
+
+    def on_heartbeat(*details: object) -> None:
+        beats.append(details)
+        if len(beats) >= 3:
+            enough.set()
+
+    env.on_heartbeat = on_heartbeat
+
+    def blocking_tool() -> bool:
+        with heartbeating("step", every_s=0.01):
+            return enough.wait(10)
+
+    assert env.run(blocking_tool) is True
+    assert beats[0] == ("step",)
+
+
+async def test_rejected_plans_are_replanned_with_feedback_until_the_budget_is_spent(temporal_env, env):
+    settings, store, model = env
+    queues = fresh_queues()
+    reg = build_registry(settings, store)
+    req = request(model, queues, precision=Precision.INT8, output=OutputKind.ONNX_QDQ,
+                  calibration="input/missing.npz", max_replans=1)
+    async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"],
+                          task_queue=queues.workflows):
+        result: ConversionResult = await (await start(temporal_env.client, queues, req)).result()
+
+    assert result.status is JobStatus.FAILED
+    assert result.failure is not None and result.failure.code == "REPLANS_EXHAUSTED" and result.failure.where == "compile"
+    assert [a.outcome for a in result.attempts] == ["compile_rejected", "compile_rejected"]
+    assert "input/missing.npz" in result.attempts[0].feedback and "does not exist" in result.attempts[0].feedback
+    assert result.executed_steps == [] and store.list_docs("cache/steps/") == []
