@@ -2,7 +2,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-EXTRAS ?= toolchains,test
+EXTRAS ?= toolchains,kernels,test
 
 .PHONY: setup demo test bench clean
 

@@ -1,0 +1,64 @@
+"""Child-process runner: `python -m activities.kernels._child TASK.py OUT.pt SEED TRIALS [CANDIDATE.py]`.
+
+Builds the task's `Model` (or, with a candidate file, the candidate's `ModelNew`) from
+`get_init_inputs()` after `torch.manual_seed(SEED)`, runs it on `get_inputs()` seeded per trial,
+and only writes the outputs (torch.save) to OUT.pt. It never compares anything: the verifier
+does that in its own process, so a candidate cannot fake its verdict.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import resource
+import sys
+from types import ModuleType
+
+
+def _load(path: str, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _as_list(out: object) -> list:
+    import torch
+
+    items = list(out) if isinstance(out, (tuple, list)) else [out]
+    return [x.detach().clone().contiguous() if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in items]
+
+
+def apply_limits() -> None:
+    """Address space, CPU seconds, no core files, bounded output files: set by the verifier."""
+    mem = int(os.environ.get("FLEETFORGE_CHILD_MEMORY_BYTES", 8 * 1024**3))
+    cpu = int(os.environ.get("FLEETFORGE_CHILD_CPU_S", 600))
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024**3, 1024**3))
+
+
+def main(argv: list[str]) -> int:
+    task_path, out_path, seed, trials = argv[0], argv[1], int(argv[2]), int(argv[3])
+    candidate_path = argv[4] if len(argv) > 4 else None
+    import torch
+
+    task = _load(task_path, "fleetforge_task")
+    cls = getattr(_load(candidate_path, "fleetforge_candidate"), "ModelNew") if candidate_path else task.Model
+    torch.manual_seed(seed)
+    model = cls(*task.get_init_inputs())
+    outputs = []
+    with torch.no_grad():
+        for trial in range(trials):
+            torch.manual_seed(seed + 1 + trial)
+            outputs.append(_as_list(model(*task.get_inputs())))
+    torch.save(outputs, out_path)
+    return 0
+
+
+if __name__ == "__main__":
+    apply_limits()
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,299 @@
+"""Prove a candidate kernel against the reference: static checks, then two child processes
+(reference `Model`, candidate `ModelNew`) that only write outputs, compared here.
+
+The candidate never shares a process with the reference or with the comparison, runs under
+resource limits with a timeout, in a throwaway directory, with the Triton interpreter on CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from activities.kernels.static_checks import static_check
+from contracts.kernel_job import Mismatch, VerifierReport
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MEMORY_LIMIT_BYTES = 8 * 1024**3
+MAX_MISMATCHES = 10
+_POLL_S = 0.5
+
+
+class ChildFailed(Exception):
+    """A child process crashed, timed out, or wrote no outputs; the message says which."""
+
+
+def verify(
+    task_source: str, candidate_source: str, *, timeout_s: float, seed: int = 0, trials: int = 5,
+    heartbeat: Callable[[str], None] | None = None, gpu: bool = False,
+) -> VerifierReport:
+    beat = heartbeat or (lambda _msg: None)
+    t0 = time.monotonic()
+    static = static_check(candidate_source)
+    durations = {"static": round(time.monotonic() - t0, 4)}
+    if not static.ok:
+        return VerifierReport(passed=False, reason="static check: " + "; ".join(static.reasons), static=static,
+                              durations=durations)
+    key = _reference_key(task_source, seed, trials)
+    expected = _REFERENCE_CACHE.get(key)
+    with tempfile.TemporaryDirectory(prefix="ff-verify-") as tmp:
+        root = Path(tmp)
+        children: dict[str, _Child] = {}
+        if expected is None:
+            ref_dir = root / "reference"
+            ref_dir.mkdir()
+            (ref_dir / "task.py").write_text(task_source, encoding="utf-8")
+            children["reference"] = _start(ref_dir, seed, trials, candidate=False, gpu=gpu, timeout_s=timeout_s)
+        cand_dir = root / "candidate"
+        cand_dir.mkdir()
+        (cand_dir / "task.py").write_text(task_source, encoding="utf-8")
+        (cand_dir / "candidate.py").write_text(candidate_source, encoding="utf-8")
+        children["candidate"] = _start(cand_dir, seed, trials, candidate=True, gpu=gpu, timeout_s=timeout_s)
+        try:
+            results = _wait_all(children, timeout_s, beat)
+        finally:  # an exception or a cancelled activity must not leave children running
+            for child in children.values():
+                if child.proc.poll() is None:
+                    _kill(child.proc)
+        durations.update({k: round(v[1], 3) for k, v in results.items()})
+        ref_err = results["reference"][0] if "reference" in results else None
+        cand_err = results["candidate"][0]
+        if ref_err:
+            return VerifierReport(passed=False, reason=f"reference failed: {ref_err}", static=static, durations=durations)
+        t1 = time.monotonic()
+        try:
+            if expected is None:
+                expected = _load_outputs(root / "reference" / "out.pt")
+                _REFERENCE_CACHE.put(key, expected)
+        except ChildFailed as e:
+            return VerifierReport(passed=False, reason=f"reference failed: {e}", static=static, durations=durations)
+        if cand_err:
+            return VerifierReport(passed=False, reason=f"candidate {cand_err}", static=static, durations=durations)
+        try:
+            got = _load_outputs(cand_dir / "out.pt")
+        except ChildFailed as e:
+            return VerifierReport(passed=False, reason=str(e), static=static, durations=durations)
+        reason, mismatches = compare(expected, got)
+        durations["compare"] = round(time.monotonic() - t1, 4)
+    return VerifierReport(passed=not reason, reason=reason, mismatches=mismatches, static=static, durations=durations)
+
+
+# --- reference outputs cache ------------------------------------------------------------------
+
+
+class _LRU:
+    """Reference outputs by (task source, seed, trials): the reference is deterministic and trusted,
+    so one run per worker process is enough. Thread-safe (activities run in a thread pool)."""
+
+    def __init__(self, size: int = 32):
+        self._size = size
+        self._data: OrderedDict[str, list[list[Any]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> list[list[Any]] | None:
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                return self._data[key]
+            return None
+
+    def put(self, key: str, value: list[list[Any]]) -> None:
+        with self._lock:
+            self._data[key] = value
+            while len(self._data) > self._size:
+                self._data.popitem(last=False)
+
+
+_REFERENCE_CACHE = _LRU()
+
+
+def _reference_key(task_source: str, seed: int, trials: int) -> str:
+    return hashlib.sha256(f"{seed}:{trials}:{task_source}".encode()).hexdigest()
+
+
+# --- child processes ------------------------------------------------------------------------
+
+
+def _child_env(gpu: bool, cpu_s: int) -> dict[str, str]:
+    """A minimal environment (no secrets of the worker) plus the limits the child applies to itself
+    before importing anything (no preexec_fn: it is unsafe in a threaded worker)."""
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env.update(PYTHONPATH=str(REPO_ROOT), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
+               FLEETFORGE_CHILD_MEMORY_BYTES=str(MEMORY_LIMIT_BYTES), FLEETFORGE_CHILD_CPU_S=str(cpu_s))
+    if not gpu:
+        env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    return env
+
+
+class _Child:
+    def __init__(self, proc: subprocess.Popen, log: Path):
+        self.proc = proc
+        self.log = log
+        self.started = time.monotonic()
+        self.error: str | None = None
+        self.elapsed = 0.0
+
+
+def _start(workdir: Path, seed: int, trials: int, *, candidate: bool, gpu: bool, timeout_s: float) -> _Child:
+    argv = [sys.executable, "-m", "activities.kernels._child", "task.py", "out.pt", str(seed), str(trials)]
+    if candidate:
+        argv.append("candidate.py")
+    log = workdir / "child.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv, cwd=workdir, env=_child_env(gpu, int(timeout_s) + 10), stdin=subprocess.DEVNULL, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    return _Child(proc, log)
+
+
+def _wait_all(children: dict[str, _Child], timeout_s: float, beat: Callable[[str], None]) -> dict[str, tuple[str | None, float]]:
+    deadline = time.monotonic() + timeout_s
+    pending = dict(children)
+    while pending:
+        for name, child in list(pending.items()):
+            code = child.proc.poll()
+            if code is not None:
+                child.elapsed = time.monotonic() - child.started
+                child.error = _exit_reason(code, child.log) if code != 0 else None
+                del pending[name]
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            for child in pending.values():
+                _kill(child.proc)
+                child.elapsed = time.monotonic() - child.started
+                child.error = f"timed out after {timeout_s:g}s (killed)"
+            break
+        beat(f"waiting for {', '.join(pending)}")
+        try:
+            next(iter(pending.values())).proc.wait(timeout=_POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+    return {name: (c.error, c.elapsed) for name, c in children.items()}
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _exit_reason(code: int, log: Path) -> str:
+    tail = _tail(log)
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"crashed: killed by signal {name}" + (f": {tail}" if tail else "")
+    return f"crashed: exit code {code}" + (f": {tail}" if tail else "")
+
+
+def _tail(log: Path, limit: int = 400) -> str:
+    try:
+        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return (lines[-1] if lines else "")[-limit:]
+
+
+def _load_outputs(path: Path) -> list[list[Any]]:
+    import torch
+
+    if not path.is_file():
+        raise ChildFailed(f"{path.parent.name} wrote no outputs")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - anything unreadable is the child's fault
+        raise ChildFailed(f"{path.parent.name} outputs unreadable: {type(e).__name__}: {e}") from e
+    if not isinstance(data, list) or not all(isinstance(t, list) for t in data):
+        raise ChildFailed(f"{path.parent.name} outputs have an unexpected structure")
+    return data
+
+
+# --- comparison -----------------------------------------------------------------------------
+
+
+def tolerance(dtype: Any) -> float:
+    import torch
+
+    return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
+
+
+def compare(expected: list[list[Any]], got: list[list[Any]]) -> tuple[str, list[Mismatch]]:
+    """Empty reason when every trial's outputs match; otherwise the first problem and up to 10 mismatches."""
+    import torch
+
+    if len(expected) != len(got):
+        return f"ran {len(got)} trials, expected {len(expected)}", []
+    for trial, (exp_outs, got_outs) in enumerate(zip(expected, got)):
+        if len(exp_outs) != len(got_outs):
+            return f"trial {trial}: forward returned {len(got_outs)} outputs, expected {len(exp_outs)}", []
+        for i, (e, g) in enumerate(zip(exp_outs, got_outs)):
+            where = f"trial {trial} output {i}"
+            if not isinstance(g, torch.Tensor):
+                return f"{where}: not a tensor ({type(g).__name__})", []
+            if tuple(e.shape) != tuple(g.shape):
+                return f"{where}: wrong shape {tuple(g.shape)}, expected {tuple(e.shape)}", []
+            if e.dtype != g.dtype:
+                return f"{where}: wrong dtype {g.dtype}, expected {e.dtype}", []
+            reason, mismatches = _compare_values(e, g, trial, i, where)
+            if reason:
+                return reason, mismatches
+    return "", []
+
+
+def _compare_values(e: Any, g: Any, trial: int, output: int, where: str) -> tuple[str, list[Mismatch]]:
+    import torch
+
+    if not (e.is_floating_point() or e.is_complex()):
+        bad = e != g
+    else:
+        tol = tolerance(e.dtype)
+        ef, gf = e.to(torch.float64), g.to(torch.float64)
+        e_nan, g_nan = torch.isnan(ef), torch.isnan(gf)
+        e_inf, g_inf = torch.isinf(ef), torch.isinf(gf)
+        special = e_nan | g_nan | e_inf | g_inf
+        bad_special = (e_nan != g_nan) | (e_inf != g_inf) | (e_inf & g_inf & (torch.sign(ef) != torch.sign(gf)))
+        close = torch.isclose(ef, gf, rtol=tol, atol=tol)
+        bad = bad_special | (~special & ~close)
+        if bool(bad_special.any()):
+            n_nan = int((g_nan & ~e_nan).sum())
+            n_inf = int((g_inf & ~e_inf).sum())
+            what = f"{n_nan} unexpected NaN, {n_inf} unexpected Inf" if (n_nan or n_inf) else "NaN/Inf positions differ"
+            return f"{where}: {what}", _mismatches(e, g, bad_special, trial, output)
+    n_bad = int(bad.sum())
+    if n_bad:
+        total = e.numel()
+        return (f"{where}: {n_bad}/{total} elements differ beyond atol=rtol={tolerance(e.dtype):g}",
+                _mismatches(e, g, bad, trial, output))
+    return "", []
+
+
+def _mismatches(e: Any, g: Any, bad: Any, trial: int, output: int) -> list[Mismatch]:
+    idx = bad.nonzero()[:MAX_MISMATCHES]
+    out = []
+    for row in idx.tolist():
+        ev, gv = e[tuple(row)].item(), g[tuple(row)].item()
+        out.append(Mismatch(trial=trial, output=output, index=row, expected=_num(ev), got=_num(gv)))
+    return out
+
+
+def _num(v: Any) -> float | str:
+    f = float(v.real if isinstance(v, complex) else v)
+    return f if math.isfinite(f) else str(f)  # "nan"/"inf": JSON has no NaN

@@ -1,0 +1,109 @@
+"""ConductorWorkflow against the real dev server: offline designer/coder, real verifier children."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from activities.kernels.activities import read_trace
+from activities.kernels.config_loader import load_workflow_config
+from activities.storage import ArtifactStore
+from contracts.common import JobKind, JobStatus
+from contracts.kernel import FinishReason, KernelTask
+from contracts.kernel_job import KernelOutcome, KernelRequest, KernelResult
+from contracts.settings import Settings
+from tests.helpers import fresh_queues, new_worker
+from worker import build_registry
+from workflows._visibility import start_attributes
+from workflows.conductor import ConductorWorkflow
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
+
+
+def task_for(name: str, **kw: object) -> KernelTask:
+    return KernelTask(op_name=name, task_desc=(EXAMPLES / f"{name}.py").read_text(), task_id=f"{name}-{uuid.uuid4().hex[:6]}",
+                      arch="cpu", **kw)
+
+
+async def run_conductor(client: Client, store: ArtifactStore, settings: Settings, task: KernelTask,
+                        workflow: str = "default", histories: list | None = None) -> tuple[KernelResult, list]:
+    queues = fresh_queues()
+    reg = build_registry(settings, store)
+    req = KernelRequest(task=task, config=load_workflow_config(workflow), queues=queues, verify_timeout_s=90)
+    async with new_worker(client, workflows=[ConductorWorkflow], activities=reg.by_kind["kernels"], task_queue=queues.workflows):
+        handle = await client.start_workflow(
+            ConductorWorkflow.run, req, id=f"kernel/{task.task_id}", task_queue=queues.workflows,
+            search_attributes=start_attributes(JobKind.KERNEL, task.op_name),
+        )
+        result = await handle.result()
+        trace = await handle.query(ConductorWorkflow.trace)
+        if histories is not None:
+            histories.append(await handle.fetch_history())
+    return result, trace
+
+
+@pytest.mark.parametrize("op", ["relu", "softmax", "rmsnorm"])
+async def test_default_workflow_verifies_offline_kernel(temporal_env, file_store, settings, op: str):
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for(op))
+
+    assert result.outcome is KernelOutcome.VERIFIED, result.report
+    assert result.status is JobStatus.COMPLETED and result.finish_reason is FinishReason.VERIFIED
+    assert result.report is not None and result.report.passed and result.report.static.ok
+    assert result.steps == 3
+    assert [(e.agent, e.ok) for e in result.trace] == [("designer", True), ("coder", True), ("verifier", True)]
+    assert trace == result.trace
+    source = file_store.get_bytes(result.best_candidate).decode()
+    assert "@triton.jit" in source and "class ModelNew" in source
+    assert [e["agent"] for e in read_trace(file_store, result.trace_artifact)] == ["designer", "coder", "verifier"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("FLEETFORGE_SLOW_TESTS"), reason="set FLEETFORGE_SLOW_TESTS=1 (~75 s on 2 cores)")
+@pytest.mark.parametrize("op", ["leaky_relu", "gelu", "log_softmax", "sum_dim", "matmul"])
+async def test_coder_only_workflow_verifies_the_other_examples(temporal_env, file_store, settings, op: str):
+    result, _ = await run_conductor(temporal_env.client, file_store, settings, task_for(op), workflow="coder_only")
+    assert result.outcome is KernelOutcome.VERIFIED, result.report
+    assert [e.agent for e in result.trace] == ["coder", "verifier"]
+
+
+async def test_max_step_two_ends_with_max_steps_and_its_trace(temporal_env, file_store, settings):
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("relu", max_step=2))
+
+    assert result.outcome is KernelOutcome.MAX_STEPS and result.status is JobStatus.FAILED
+    assert result.finish_reason is FinishReason.MAX_STEPS
+    assert result.steps == 2 and result.report is None
+    assert [e.agent for e in trace] == ["designer", "coder"]
+    assert result.best_candidate is not None, "the unverified candidate is still returned"
+    assert len(read_trace(file_store, result.trace_artifact)) == 2
+
+
+async def test_unknown_op_fails_after_repeated_unusable_answers(temporal_env, file_store, settings):
+    task = KernelTask(op_name="cumprod", task_desc="class Model: pass  # no template for this op", task_id="cumprod",
+                      arch="cpu", workflow="coder_only")
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task, workflow="coder_only")
+    assert result.outcome is KernelOutcome.FAILED and result.finish_reason is FinishReason.PARSE_FAILED
+    assert [e.agent for e in trace] == ["coder"] * 3 and not any(e.ok for e in trace)
+
+
+async def test_failed_verification_goes_back_to_the_coder_until_max_steps(temporal_env, file_store, settings):
+    # The reference doubles the ReLU, so the offline relu template never matches it.
+    src = (EXAMPLES / "relu.py").read_text().replace("return torch.relu(x)", "return torch.relu(x) * 2.0")
+    task = KernelTask(op_name="relu", task_desc=src, task_id=f"relu2x-{uuid.uuid4().hex[:6]}", arch="cpu", max_step=5)
+    histories: list = []
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task, histories=histories)
+
+    assert result.outcome is KernelOutcome.MAX_STEPS and result.finish_reason is FinishReason.MAX_STEPS
+    replay = await Replayer(workflows=[ConductorWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        histories[0], raise_on_replay_failure=False)
+    assert replay.replay_failure is None, "the conductor's history must replay deterministically"
+    assert [(e.agent, e.ok) for e in trace] == [
+        ("designer", True), ("coder", True), ("verifier", False), ("coder", True), ("verifier", False)]
+    assert trace[3].fallback, "the conductor's analysis fell back to the deterministic rule (no LLM)"
+    assert "elements differ" in trace[2].summary
+    assert result.report is not None and not result.report.passed and result.report.mismatches

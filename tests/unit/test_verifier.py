@@ -1,0 +1,164 @@
+"""The kernel verifier against real Triton-interpreter child processes (relu task, small sizes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from activities.kernels import offline_coder
+from activities.kernels.static_checks import static_check
+from activities.kernels.verifier import compare, verify
+from contracts.kernel import KernelTask
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
+RELU = (EXAMPLES / "relu.py").read_text()
+TIMEOUT_S = 60.0
+
+HEADER = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n\n"
+KERNEL = '''
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)
+
+
+def launch(x):
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+    return out
+
+'''
+
+
+def candidate(forward_body: str, prelude: str = "") -> str:
+    return HEADER + prelude + KERNEL + (
+        "\nclass ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
+        "    def forward(self, x):\n" + "".join(f"        {line}\n" for line in forward_body.splitlines())
+    )
+
+
+def test_accepts_the_offline_relu_kernel():
+    task = KernelTask(op_name="relu", task_desc=RELU, task_id="relu", arch="cpu")
+    report = verify(RELU, offline_coder.code(task), timeout_s=TIMEOUT_S)
+    assert report.passed, report.reason
+    assert report.reason == "" and report.mismatches == [] and report.static.ok
+    assert report.durations["candidate"] > 0
+
+
+def test_rejects_torch_only_model_statically():
+    src = HEADER + KERNEL + "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+    report = verify(RELU, src, timeout_s=TIMEOUT_S)
+    assert not report.passed and not report.static.ok
+    assert "launches no @triton.jit kernel" in report.reason
+    assert "candidate" not in report.durations, "nothing may run after a static rejection"
+
+
+@pytest.mark.parametrize("patch", ["torch.allclose = lambda *a, **k: True", "import os\nos.environ['X'] = '1'"])
+def test_rejects_monkeypatching_and_os_statically(patch: str):
+    report = verify(RELU, candidate("return launch(x)", prelude=patch + "\n"), timeout_s=TIMEOUT_S)
+    assert not report.passed and report.reason.startswith("static check:")
+
+
+def test_allclose_patch_that_evades_static_check_cannot_fake_the_verdict():
+    # An alias slips past the AST check, but the comparison runs in the verifier's own process.
+    prelude = "t = torch\nt.allclose = lambda *a, **k: True\nt.isclose = lambda a, b, **k: a == a\n"
+    report = verify(RELU, candidate("return launch(x) + 1.0", prelude=prelude), timeout_s=TIMEOUT_S)
+    assert report.static.ok
+    assert not report.passed
+    assert "elements differ" in report.reason
+    assert len(report.mismatches) == 10
+    first = report.mismatches[0]
+    assert first.got == pytest.approx(float(first.expected) + 1.0)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("return launch(x).reshape(-1)", "wrong shape (7000,), expected (7, 1000)"),
+        ("return launch(x).double()", "wrong dtype torch.float64, expected torch.float32"),
+    ],
+    ids=["shape", "dtype"],
+)
+def test_rejects_wrong_outputs(body: str, expected: str):
+    report = verify(RELU, candidate(body), timeout_s=TIMEOUT_S)
+    assert not report.passed
+    assert expected in report.reason, report.reason
+
+
+def test_rejects_nans_and_reports_their_position():
+    report = verify(RELU, candidate("out = launch(x)\nout[0, 3] = float('nan')\nreturn out"), timeout_s=TIMEOUT_S)
+    assert not report.passed
+    assert "1 unexpected NaN" in report.reason, report.reason
+    assert [m.index for m in report.mismatches] == [[0, 3]]
+    assert report.mismatches[0].got == "nan"
+
+
+def test_a_segfaulting_kernel_is_a_crash_not_a_worker_death():
+    # An unmasked out-of-bounds access: nothing in the AST is forbidden, the child dies of SIGSEGV.
+    bad = KERNEL.replace("x = tl.load(x_ptr + offs, mask=mask, other=0.0)", "x = tl.load(x_ptr + offs + 1099511627776)")
+    src = HEADER + bad + "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return launch(x)\n"
+    report = verify(RELU, src, timeout_s=TIMEOUT_S)
+    assert report.static.ok
+    assert not report.passed
+    assert report.reason.startswith("candidate crashed: killed by signal SIGSEGV"), report.reason
+
+
+def test_memory_hog_hits_the_address_space_limit():
+    report = verify(RELU, candidate("return launch(x)", prelude="HOG = bytearray(16 * 1024**3)\n"), timeout_s=TIMEOUT_S)
+    assert not report.passed
+    assert report.reason.startswith("candidate crashed: exit code 1: MemoryError"), report.reason
+
+
+def test_infinite_loop_times_out_and_is_killed():
+    # The reference (torch import, 3-5 s on a loaded 2-CPU machine) must finish inside the same budget.
+    report = verify(RELU, candidate("while True:\n    pass\nreturn launch(x)"), timeout_s=12)
+    assert not report.passed
+    assert report.reason == "candidate timed out after 12s (killed)"
+    assert 12 <= report.durations["candidate"] < 40
+
+
+ALL_EXAMPLES = sorted(p.stem for p in EXAMPLES.glob("*.py") if p.stem != "__init__")
+
+
+def test_examples_are_the_eight_kernelbench_tasks():
+    assert ALL_EXAMPLES == ["gelu", "leaky_relu", "log_softmax", "matmul", "relu", "rmsnorm", "softmax", "sum_dim"]
+
+
+@pytest.mark.parametrize("name", ALL_EXAMPLES)
+def test_offline_coder_recognises_each_example_and_passes_static_checks(name: str):
+    src = (EXAMPLES / f"{name}.py").read_text()
+    task = KernelTask(op_name=name, task_desc=src, task_id=name, arch="cpu")
+    assert offline_coder.recognise_op(task) == name.removesuffix("_dim")
+    code = offline_coder.code(task, offline_coder.design(task))
+    assert code is not None and static_check(code).ok, static_check(code).reasons
+    assert offline_coder.parse_code_answer(offline_coder.render_answer(code)) == code
+    assert "libdevice" not in code and "mask=" in code
+
+
+def test_offline_coder_recognises_ops_from_the_reference_source_when_the_name_is_opaque():
+    src = (EXAMPLES / "softmax.py").read_text()
+    assert offline_coder.recognise_op(KernelTask(op_name="task_23", task_desc=src, task_id="t", arch="cpu")) == "softmax"
+    unknown = KernelTask(op_name="task_99", task_desc="class Model: pass", task_id="t", arch="cpu")
+    assert offline_coder.recognise_op(unknown) is None and offline_coder.code(unknown) is None
+    assert offline_coder.design(unknown).family == "unknown"
+
+
+def test_parse_code_answer_needs_a_fenced_block():
+    assert offline_coder.parse_code_answer("no code here") is None
+    assert offline_coder.parse_code_answer("```python\nx = 1\n```") == "x = 1\n"
+
+
+def test_compare_in_process_tolerances_and_inf_positions():
+    import torch
+
+    e = torch.tensor([1.0, float("inf"), 3.0])
+    assert compare([[e]], [[e + 5e-5]])[0] == ""
+    assert "differ beyond atol=rtol=0.0001" in compare([[e]], [[e + 1e-3]])[0]
+    assert "unexpected Inf" in compare([[e]], [[torch.tensor([float("inf"), float("inf"), 3.0])]])[0]
+    h = e.half()
+    assert compare([[h]], [[h + 5e-3]])[0] == "", "fp16 uses 1e-2"
+    assert "outputs" in compare([[e]], [[e, e]])[0]
