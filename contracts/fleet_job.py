@@ -1,0 +1,256 @@
+"""The fleet-test job: its request/result, the per-model child's request/result, and the container
+activities' request/result models (STYLE G4). The docker-command vocabulary lives in contracts.fleet.
+
+Workflow history carries row indices, compact verdicts and ArtifactRefs only: the manifest CSV,
+logs and verdict batches live in the artifact store.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from contracts.common import ArtifactRef, Failure, JobStatus, TaskQueues
+from contracts.fleet import Classification, ErrorCategory, HardwareProfile, ModelRow, Runtime, TestPhase
+
+
+class RunnerKind(StrEnum):
+    PROCESS = "process"
+    """The command is a plain argv (no shell) run on the worker: the fallback without docker."""
+    DOCKER = "docker"
+    """The command is a `docker run` checked against the CommandPolicy."""
+    SCRIPT = "script"
+    """`test_models.sh <model> <command>` (exit 0 success, 1 failure, 2 timeout)."""
+
+
+class ManifestRow(BaseModel, frozen=True):
+    """One CSV row, keyed by its 0-based index among the data rows."""
+
+    row: int = Field(ge=0)
+    model_name: str
+    status: str = ""
+    note: str = ""
+    runtime: Runtime = "vllm"
+    image: str | None = None
+    gpus: int | None = None
+    port: int | None = None
+    max_model_len: int | None = None
+    command: str | None = None
+    """A fixed command for the row (a person's, or the process runner's); `{attempt}` is replaced."""
+    probe_url: str | None = None
+    """Process runner: URL that must answer 2xx after the command exits 0."""
+
+    @property
+    def tested(self) -> bool:
+        return self.status.strip().lower() == "yes"
+
+    def model_row(self) -> ModelRow:
+        return ModelRow(model_name=self.model_name, runtime=self.runtime, image=self.image, gpus=self.gpus,
+                        port=self.port, max_model_len=self.max_model_len)
+
+
+class RowVerdict(BaseModel, frozen=True):
+    """What goes back into the CSV for one row (compact: the parent keeps thousands of these)."""
+
+    row: int
+    model_name: str
+    passed: bool
+    category: str = ""
+    """ErrorCategory value of the last failure; empty when passed."""
+    reason: str = ""
+    attempts: int = 0
+
+
+class AttemptRecord(BaseModel, frozen=True):
+    attempt: int
+    command: str
+    category: ErrorCategory | None = None
+    """None when the attempt passed."""
+    reason: str = ""
+    duration_s: float = 0.0
+    log: ArtifactRef | None = None
+
+
+# -- activities ------------------------------------------------------------------------------
+
+class FleetPlan(BaseModel, frozen=True):
+    total: int
+    pending: list[int]
+    """Row indices still to test (status != Yes), in CSV order."""
+    skipped: int
+
+
+class WriteCommandRequest(BaseModel, frozen=True):
+    manifest: ArtifactRef
+    row: int
+    hardware: HardwareProfile
+    runner: RunnerKind
+    attempt: int = 1
+    history: list[Classification] = Field(default_factory=list)
+    """Earlier failures of this row, oldest first (policy rejections included)."""
+
+
+class WriteCommandResult(BaseModel, frozen=True):
+    model_name: str
+    command: str | None = None
+    """None when the writer has no further idea (no rule-based repair applies)."""
+    reason: str = ""
+    probe_url: str | None = None
+
+
+class PolicyCheckRequest(BaseModel, frozen=True):
+    command: str
+    runner: RunnerKind
+    hardware: HardwareProfile
+
+
+class PolicyCheckResult(BaseModel, frozen=True):
+    accepted: bool
+    reason: str = ""
+    argv: list[str] = Field(default_factory=list)
+    """What would run (docker: the spec's argv without our name/labels)."""
+
+
+class RunTestRequest(BaseModel, frozen=True):
+    fleet_id: str
+    row: int
+    model_name: str
+    attempt: int
+    command: str
+    runner: RunnerKind
+    hardware: HardwareProfile
+    probe_url: str | None = None
+    timeout_s: float = Field(default=600.0, gt=0)
+
+
+class TestOutcome(BaseModel, frozen=True):
+    __test__ = False  # not a pytest class
+
+    passed: bool
+    phase: TestPhase = TestPhase.START
+    exit_code: int | None = None
+    log_tail: str = ""
+    log: ArtifactRef | None = None
+    duration_s: float = 0.0
+
+
+class ClassifyRequest(BaseModel, frozen=True):
+    exit_code: int | None = None
+    log_tail: str = ""
+    phase: TestPhase = TestPhase.START
+
+
+class SaveVerdictsRequest(BaseModel, frozen=True):
+    fleet_id: str
+    batch: int
+    verdicts: list[RowVerdict]
+
+
+class FinishFleetRequest(BaseModel, frozen=True):
+    fleet_id: str
+    manifest: ArtifactRef
+    batches: list[ArtifactRef]
+
+
+class FinishFleetResult(BaseModel, frozen=True):
+    csv: ArtifactRef
+    passed: int
+    failed: int
+    categories: dict[str, int] = Field(default_factory=dict)
+
+
+# -- workflows -------------------------------------------------------------------------------
+
+class ApprovalRequest(BaseModel, frozen=True):
+    """`approve_command` update: accept or refuse the command of `attempt`."""
+
+    attempt: int
+    approved: bool
+    reason: str = ""
+
+
+class ModelTestRequest(BaseModel, frozen=True):
+    fleet_id: str
+    manifest: ArtifactRef
+    row: int
+    hardware: HardwareProfile = Field(default_factory=HardwareProfile)
+    runner: RunnerKind = RunnerKind.DOCKER
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    require_approval: bool = False
+    test_timeout_s: float = Field(default=600.0, gt=0)
+    queues: TaskQueues = Field(default_factory=TaskQueues)
+
+
+class ModelTestResult(BaseModel, frozen=True):
+    row: int
+    model_name: str
+    passed: bool
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    category: str = ""
+    reason: str = ""
+    duration_s: float = 0.0
+
+    def verdict(self) -> RowVerdict:
+        return RowVerdict(row=self.row, model_name=self.model_name, passed=self.passed, category=self.category,
+                          reason=self.reason, attempts=len(self.attempts))
+
+
+class FleetCarry(BaseModel, frozen=True):
+    """What one run hands the next through continue-as-new: counters and refs, never the verdicts."""
+
+    cursor: int = 0
+    """Position in FleetPlan.pending of the next row to start."""
+    passed: int = 0
+    failed: int = 0
+    batches: list[ArtifactRef] = Field(default_factory=list)
+    categories: dict[str, int] = Field(default_factory=dict)
+    started_at: datetime | None = None
+    runs: int = 0
+    paused: bool = False
+
+
+class FleetTestRequest(BaseModel, frozen=True):
+    manifest: ArtifactRef
+    """The CSV uploaded by the client."""
+    hardware: HardwareProfile = Field(default_factory=HardwareProfile)
+    concurrency: int = Field(default=4, ge=1, le=256)
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    runner: RunnerKind = RunnerKind.DOCKER
+    require_approval: bool = False
+    test_timeout_s: float = Field(default=600.0, gt=0)
+    fleet_id: str = ""
+    """Default: the workflow id without a leading `fleet/`."""
+    continue_every: int = Field(default=500, ge=1)
+    """Continue-as-new after this many completions in one run (or when Temporal suggests it)."""
+    queues: TaskQueues = Field(default_factory=TaskQueues)
+    carry: FleetCarry | None = None
+    """Set only by the workflow itself when it continues as new."""
+
+
+class FleetProgress(BaseModel, frozen=True):
+    total: int = 0
+    skipped: int = 0
+    done: int = 0
+    passed: int = 0
+    failed: int = 0
+    running: int = 0
+    paused: bool = False
+    runs: int = 1
+    eta_s: float | None = None
+
+
+class FleetTestResult(BaseModel, frozen=True):
+    status: JobStatus
+    fleet_id: str
+    csv: ArtifactRef | None = None
+    """The manifest with status/note filled in for every tested row."""
+    total: int = 0
+    skipped: int = 0
+    passed: int = 0
+    failed: int = 0
+    categories: dict[str, int] = Field(default_factory=dict)
+    runs: int = 1
+    """Workflow runs the fleet took (continue-as-new count + 1)."""
+    failure: Failure | None = None

@@ -1,0 +1,274 @@
+"""FleetTestWorkflow / ModelTestWorkflow against the real dev server, with the real process runner.
+
+There is no docker engine here: the docker-runner path of the injection test uses a recording
+double (tests/doubles; it must never be called for a rejected command); DockerRunner itself is
+tested in tests/integration/test_runners.py (a real engine when one is up, else a fake CLI).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowUpdateFailedError
+
+from activities.containers.activities import ContainerActivities, upload_manifest
+from activities.storage import ArtifactStore
+from contracts.common import JobKind, JobStatus
+from contracts.fleet import ErrorCategory
+from contracts.fleet_job import (
+    ApprovalRequest, FleetProgress, FleetTestRequest, FleetTestResult, ModelTestRequest, RunnerKind,
+)
+from contracts.settings import Settings
+from tests.doubles.recording_runner import RecordingRunner
+from tests.helpers import assert_eventually, fresh_queues, new_worker
+from workflows._visibility import STATUS, start_attributes
+from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
+
+PASS = 'python -c "print(\'server ready\')"'
+FAIL = 'python -c "raise SystemExit(3)"'
+OOM = 'python -c "raise SystemExit(\'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\')"'
+GATED = 'python -c "raise SystemExit(\'GatedRepoError: Cannot access gated repo for url\')"'
+SECOND_TIME = 'python -c "raise SystemExit(max(0, 2 - {attempt}))"'
+
+
+def manifest(rows: Sequence[tuple[str, str, str]], extra: str = "owner") -> str:
+    """CSV with an extra column first (it must survive), then model_name,status,note,command."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([extra, "model_name", "status", "note", "command"])
+    for i, (model, status, command) in enumerate(rows):
+        w.writerow([f"team-{i % 3}", model, status, "", command])
+    return buf.getvalue()
+
+
+def read_csv(store: ArtifactStore, result: FleetTestResult) -> list[dict[str, str]]:
+    assert result.csv is not None
+    return list(csv.DictReader(io.StringIO(store.get_bytes(result.csv).decode())))
+
+
+async def run_fleet(client: Client, store: ArtifactStore, settings: Settings, csv_text: str, *,
+                    acts: ContainerActivities | None = None, **kw) -> tuple[FleetTestResult, FleetProgress, str]:
+    queues = fresh_queues()
+    acts = acts or ContainerActivities(store, settings)
+    async with new_worker(client, workflows=[FleetTestWorkflow, ModelTestWorkflow], activities=acts.all(),
+                          task_queue=queues.workflows, max_concurrent_activities=16):
+        ref = upload_manifest(store, csv_text)
+        wid = f"fleet/{uuid.uuid4().hex[:8]}"
+        handle = await client.start_workflow(
+            FleetTestWorkflow.run, FleetTestRequest(manifest=ref, queues=queues, **{"runner": RunnerKind.PROCESS, **kw}),
+            id=wid, task_queue=queues.workflows, search_attributes=start_attributes(JobKind.FLEET_TEST))
+        result = await handle.result()
+        progress = await handle.query(FleetTestWorkflow.progress)
+    return result, progress, wid
+
+
+async def test_process_fleet_records_every_row_once_with_status_and_note(temporal_env, file_store, tmp_path: Path):
+    rows = []
+    for i in range(20):
+        kind = ["pass", "fail", "oom", "gated", "retry"][i % 5]
+        command = {"pass": PASS, "fail": FAIL, "oom": OOM, "gated": GATED, "retry": SECOND_TIME}[kind]
+        rows.append((f"org/{kind}-{i}", "", command))
+    rows.append(("org/already-tested", "Yes", FAIL))
+    text = manifest(rows)
+
+    result, progress, wid = await run_fleet(temporal_env.client, file_store, Settings(state_dir=tmp_path / "s"), text,
+                                            concurrency=6, max_attempts=3)
+
+    assert result.status is JobStatus.COMPLETED, result.failure
+    assert (result.total, result.skipped, result.passed, result.failed) == (21, 1, 8, 12)
+    assert result.categories == {"PASSED": 8, "CRASHED": 4, "CUDA_OOM": 4, "AUTH": 4}
+    out = read_csv(file_store, result)
+    assert [r["model_name"] for r in out] == [r[0] for r in rows], "every row exactly once, in order"
+    assert [r["owner"] for r in out] == [f"team-{i % 3}" for i in range(21)], "other columns kept"
+    by_kind = {}
+    for r in out[:20]:
+        by_kind.setdefault(r["model_name"].split("/")[1].split("-")[0], set()).add((r["status"], r["note"].split(":")[0]))
+    assert by_kind["pass"] == {("Yes", "passed (attempt 1)")}
+    assert by_kind["retry"] == {("Yes", "passed (attempt 2)")}
+    assert by_kind["fail"] == {("No", "CRASHED")}
+    assert by_kind["oom"] == {("No", "CUDA_OOM")}
+    assert by_kind["gated"] == {("No", "AUTH")}
+    assert out[20]["status"] == "Yes" and out[20]["note"] == "", "a tested row is not touched"
+    assert (progress.done, progress.passed, progress.failed, progress.running) == (20, 8, 12, 0)
+    await _replays(temporal_env.client, [wid, f"{wid}/4"])  # the parent and a child that retried
+
+
+async def _replays(client: Client, workflow_ids: Sequence[str]) -> None:
+    """The recorded histories replay without nondeterminism against the current code."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.worker import Replayer
+
+    replayer = Replayer(workflows=[FleetTestWorkflow, ModelTestWorkflow], data_converter=pydantic_data_converter)
+    for wid in workflow_ids:
+        history = await client.get_workflow_handle(wid).fetch_history()
+        await replayer.replay_workflow(history)
+
+
+async def test_model_test_retries_with_history_and_reports_attempts(temporal_env, file_store, tmp_path: Path):
+    queues = fresh_queues()
+    acts = ContainerActivities(file_store, Settings(state_dir=tmp_path / "s"))
+    ref = upload_manifest(file_store, manifest([("org/oom", "", OOM), ("org/gated", "", GATED)]))
+    async with new_worker(temporal_env.client, workflows=[ModelTestWorkflow], activities=acts.all(), task_queue=queues.workflows):
+        oom = await temporal_env.client.execute_workflow(
+            ModelTestWorkflow.run, ModelTestRequest(fleet_id="t", manifest=ref, row=0, runner=RunnerKind.PROCESS,
+                                                    max_attempts=3, queues=queues),
+            id=f"fleet/t/{uuid.uuid4().hex[:6]}", task_queue=queues.workflows)
+        gated = await temporal_env.client.execute_workflow(
+            ModelTestWorkflow.run, ModelTestRequest(fleet_id="t", manifest=ref, row=1, runner=RunnerKind.PROCESS,
+                                                    max_attempts=3, queues=queues),
+            id=f"fleet/t/{uuid.uuid4().hex[:6]}", task_queue=queues.workflows)
+    assert not oom.passed and oom.model_name == "org/oom"
+    assert [a.category for a in oom.attempts] == [ErrorCategory.CUDA_OOM] * 3, "retried up to max_attempts"
+    assert all(a.log is not None and file_store.exists(a.log) for a in oom.attempts), "full logs are stored"
+    assert [a.category for a in gated.attempts] == [ErrorCategory.AUTH], "a HUMAN remedy is not retried"
+    assert gated.category == "AUTH" and "gated" in gated.reason
+
+
+INJECTIONS = [
+    "docker run --privileged vllm/vllm-openai:latest",
+    "docker run -v /:/host vllm/vllm-openai:latest",
+    "docker run --pid=host vllm/vllm-openai:latest",
+    "docker run vllm/vllm-openai:latest; rm -rf /",
+    "docker run vllm/vllm-openai:latest && curl http://127.0.0.1:1/x",
+    "docker run -e X=$(cat /etc/passwd) vllm/vllm-openai:latest",
+    "docker run -e X=`id` vllm/vllm-openai:latest",
+]
+
+
+async def test_injected_commands_are_rejected_and_never_reach_the_runner(temporal_env, file_store, tmp_path: Path):
+    ok = "docker run --network host vllm/vllm-openai:latest --model org/ok"
+    rows = [(f"org/bad-{i}", "", cmd) for i, cmd in enumerate(INJECTIONS)] + [("org/ok", "", ok)]
+    recorder = RecordingRunner()
+    acts = ContainerActivities(file_store, Settings(state_dir=tmp_path / "s"), runners={RunnerKind.DOCKER: recorder})
+
+    result, _, _ = await run_fleet(temporal_env.client, file_store, Settings(state_dir=tmp_path / "s"),
+                                   manifest(rows), acts=acts, runner=RunnerKind.DOCKER, concurrency=4)
+
+    assert len(recorder.calls) == 1 and recorder.calls[0].startswith("docker run --network host"), recorder.calls
+    out = read_csv(file_store, result)
+    assert [r["status"] for r in out] == ["No"] * len(INJECTIONS) + ["Yes"]
+    assert all(r["note"].startswith("POLICY_REJECTED: command rejected:") for r in out[:-1]), [r["note"] for r in out]
+    assert "--privileged" in out[0]["note"] and "`;`" in out[3]["note"] and "`$(`" in out[5]["note"]
+    assert result.categories == {"PASSED": 1, "POLICY_REJECTED": len(INJECTIONS)}
+
+
+async def test_process_runner_refuses_shell_operators_and_unlisted_programs(temporal_env, file_store, tmp_path: Path):
+    rows = [("org/a", "", 'python -c "print(1)"; rm -rf /tmp/x'), ("org/b", "", "bash -c id"),
+            ("org/c", "", PASS)]
+    result, _, _ = await run_fleet(temporal_env.client, file_store, Settings(state_dir=tmp_path / "s"), manifest(rows))
+    out = read_csv(file_store, result)
+    assert [r["status"] for r in out] == ["No", "No", "Yes"]
+    assert "`;`" in out[0]["note"] and "program 'bash' is not allowed" in out[1]["note"]
+
+
+async def test_approval_is_a_durable_wait_with_a_validated_update(temporal_env, file_store, tmp_path: Path):
+    queues = fresh_queues()
+    acts = ContainerActivities(file_store, Settings(state_dir=tmp_path / "s"))
+    ref = upload_manifest(file_store, manifest([("org/needs-ok", "", 'python -c "print({attempt})"')]))
+    client = temporal_env.client
+    async with new_worker(client, workflows=[ModelTestWorkflow], activities=acts.all(), task_queue=queues.workflows):
+        handle = await client.start_workflow(
+            ModelTestWorkflow.run, ModelTestRequest(fleet_id="appr", manifest=ref, row=0, runner=RunnerKind.PROCESS,
+                                                    require_approval=True, queues=queues),
+            id=f"fleet/appr/{uuid.uuid4().hex[:6]}", task_queue=queues.workflows,
+            search_attributes=start_attributes(JobKind.MODEL_TEST))
+
+        async def awaiting(attempt: int) -> bool:
+            desc = await handle.describe()
+            return (desc.typed_search_attributes.get(STATUS) == JobStatus.AWAITING_APPROVAL.value
+                    and await handle.query(ModelTestWorkflow.pending_command) == f'python -c "print({attempt})"')
+
+        await assert_eventually(lambda: awaiting(1), message="attempt 1 awaiting approval")
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(ModelTestWorkflow.approve_command, ApprovalRequest(attempt=2, approved=True))
+        assert await handle.execute_update(
+            ModelTestWorkflow.approve_command, ApprovalRequest(attempt=1, approved=False, reason="use fewer GPUs")) == "refused"
+        await assert_eventually(lambda: awaiting(2), message="attempt 2 awaiting approval")
+        await handle.execute_update(ModelTestWorkflow.approve_command, ApprovalRequest(attempt=2, approved=True))
+        result = await handle.result()
+    assert result.passed
+    assert [(a.category, a.reason) for a in result.attempts] == [
+        (ErrorCategory.POLICY_REJECTED, "refused by reviewer: use fewer GPUs"), (None, "")]
+
+
+async def _history_sizes(client: Client, wid: str) -> list[int]:
+    """Event count of every run of a workflow id, following continue-as-new from the first run."""
+    sizes: list[int] = []
+    run_id = (await client.get_workflow_handle(wid).describe()).raw_description.workflow_execution_info.first_run_id
+    while run_id:
+        history = await client.get_workflow_handle(wid, run_id=run_id).fetch_history()
+        sizes.append(len(history.events))
+        last = history.events[-1]
+        run_id = (last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+                  if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW else "")
+    return sizes
+
+
+@pytest.mark.slow
+async def test_large_fleet_continues_as_new_and_records_every_row_once(temporal_env, file_store, tmp_path: Path):
+    n = 400
+    rows = [(f"org/m-{i}", "", "true" if i % 7 else "false") for i in range(n)]
+    acts = ContainerActivities(file_store, Settings(state_dir=tmp_path / "s"), process_programs=("python", "true", "false"))
+    t0 = time.monotonic()
+    result, progress, wid = await run_fleet(temporal_env.client, file_store, Settings(state_dir=tmp_path / "s"),
+                                            manifest(rows), acts=acts, concurrency=32, continue_every=150, max_attempts=1)
+    elapsed = time.monotonic() - t0
+    sizes = await _history_sizes(temporal_env.client, wid)
+    print(f"\nfleet of {n} rows: {elapsed:.1f}s, {result.runs} runs, history events per run {sizes}")
+    failing = sum(1 for i in range(n) if i % 7 == 0)
+    assert result.status is JobStatus.COMPLETED and result.runs == len(sizes) >= 3
+    assert max(sizes) < 10_000
+    assert (result.passed, result.failed) == (n - failing, failing)
+    assert (progress.done, progress.passed) == (n, n - failing), "no row ran twice across runs"
+    out = read_csv(file_store, result)
+    assert [r["model_name"] for r in out] == [r[0] for r in rows]
+    assert [r["status"] for r in out] == ["No" if i % 7 == 0 else "Yes" for i in range(n)]
+
+
+async def test_pause_stops_new_children_and_resume_finishes_the_fleet(temporal_env, file_store, tmp_path: Path):
+    slow = 'python -c "__import__(\'time\').sleep(0.3)"'
+    rows = [(f"org/slow-{i}", "", slow) for i in range(6)]
+    queues = fresh_queues()
+    client = temporal_env.client
+    acts = ContainerActivities(file_store, Settings(state_dir=tmp_path / "s"))
+    async with new_worker(client, workflows=[FleetTestWorkflow, ModelTestWorkflow], activities=acts.all(),
+                          task_queue=queues.workflows):
+        ref = upload_manifest(file_store, manifest(rows))
+        fleet_id = uuid.uuid4().hex[:8]
+        handle = await client.start_workflow(
+            FleetTestWorkflow.run, FleetTestRequest(manifest=ref, queues=queues, runner=RunnerKind.PROCESS, concurrency=1),
+            id=f"fleet/{fleet_id}", task_queue=queues.workflows, search_attributes=start_attributes(JobKind.FLEET_TEST))
+        await handle.signal(FleetTestWorkflow.pause)
+
+        async def quiet() -> FleetProgress | None:
+            p = await handle.query(FleetTestWorkflow.progress)
+            return p if p.paused and p.running == 0 and p.total == 6 else None
+
+        paused = await assert_eventually(quiet, message="paused with nothing running")
+        assert paused.done < 6, "paused before the fleet finished"
+        await handle.signal(FleetTestWorkflow.resume)
+        result = await handle.result()
+        child = await client.get_workflow_handle(f"fleet/{fleet_id}/0").describe()
+    assert result.passed == 6 and result.runs == 1
+    assert child.status is not None and child.status.name == "COMPLETED", "children have deterministic ids"
+
+
+async def test_invalid_manifest_fails_the_fleet_with_manifest_invalid(temporal_env, file_store, tmp_path: Path):
+    queues = fresh_queues()
+    acts = ContainerActivities(file_store, Settings(state_dir=tmp_path / "s"))
+    ref = file_store.put_bytes(b"name,state\nfoo,\n", media_type="text/csv")  # bypasses upload_manifest's check
+    async with new_worker(temporal_env.client, workflows=[FleetTestWorkflow, ModelTestWorkflow], activities=acts.all(),
+                          task_queue=queues.workflows):
+        result = await temporal_env.client.execute_workflow(
+            FleetTestWorkflow.run, FleetTestRequest(manifest=ref, queues=queues, runner=RunnerKind.PROCESS),
+            id=f"fleet/{uuid.uuid4().hex[:8]}", task_queue=queues.workflows)
+    assert result.status is JobStatus.FAILED and result.csv is None
+    assert result.failure is not None and result.failure.code == "MANIFEST_INVALID"
+    assert "lacks column(s) model_name, status, note" in result.failure.message

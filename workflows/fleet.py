@@ -1,0 +1,286 @@
+"""FleetTestWorkflow (a sliding window of ModelTestWorkflow children over a manifest CSV, with
+continue-as-new) and ModelTestWorkflow (one row: write → check → [approve] → run → classify → retry).
+
+Decisions live in workflows/fleet_policy.py. History carries row indices, compact verdicts and
+artifact refs; a run hands the next one counters and verdict-batch refs only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ChildWorkflowError, WorkflowAlreadyStartedError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.containers.activities import ContainerActivities
+    from contracts.common import ArtifactRef, JobKind, JobStatus
+    from contracts.fleet import Classification, ErrorCategory
+    from contracts.fleet_job import (
+        ApprovalRequest, AttemptRecord, ClassifyRequest, FinishFleetRequest, FleetCarry, FleetPlan, FleetProgress,
+        FleetTestRequest, FleetTestResult, ModelTestRequest, ModelTestResult, PolicyCheckRequest, RowVerdict,
+        RunTestRequest, SaveVerdictsRequest, TestOutcome, WriteCommandRequest, WriteCommandResult,
+    )
+    from workflows import _visibility as ui
+    from workflows._call_options import CONTAINER, STORAGE
+    from workflows.failures import failure_from
+    from workflows.fleet_policy import (
+        Finish, Retry, eta_seconds, merge_categories, model_result, next_after_attempt, rejection,
+        should_continue_as_new, slots_free, writer_gave_up,
+    )
+
+
+def _cheap(summary: str) -> dict:
+    return dict(summary=summary, start_to_close_timeout=STORAGE.start_to_close,
+                heartbeat_timeout=STORAGE.heartbeat, retry_policy=STORAGE.retry)
+
+
+@workflow.defn
+class ModelTestWorkflow:
+    def __init__(self) -> None:
+        self._attempts: list[AttemptRecord] = []
+        self._awaiting: tuple[int, str] | None = None
+        self._approval: ApprovalRequest | None = None
+        self._model = ""
+
+    @workflow.run
+    async def run(self, req: ModelTestRequest) -> ModelTestResult:
+        started = workflow.now()
+        history: list[Classification] = []
+        finish: Finish | None = None
+        try:
+            for attempt in range(1, req.max_attempts + 1):
+                written = await self._write(req, attempt, history)
+                if written.command is None:
+                    finish = writer_gave_up(history, written.reason)
+                    break
+                match next_after_attempt(await self._attempt(req, attempt, written), attempt, req.max_attempts):
+                    case Finish() as done:
+                        finish = done
+                        break
+                    case Retry(failure):
+                        history.append(failure)
+        except ActivityError as e:
+            failure = failure_from(e, where=f"attempt {len(self._attempts) + 1}")
+            finish = Finish(passed=False, category=ErrorCategory.TRANSIENT.value, reason=f"{failure.code}: {failure.message}")
+        assert finish is not None
+        ui.set_status(JobStatus.COMPLETED if finish.passed else JobStatus.FAILED)
+        self._show("passed" if finish.passed else "failed", f"{finish.category}: {finish.reason}" if finish.category else "")
+        await workflow.wait_condition(workflow.all_handlers_finished)  # let an in-flight update reply first
+        return model_result(req.row, self._model, self._attempts, finish,
+                            (workflow.now() - started).total_seconds())
+
+    async def _write(self, req: ModelTestRequest, attempt: int, history: list[Classification]) -> WriteCommandResult:
+        self._show(f"writing command, attempt {attempt}")
+        written = await workflow.execute_activity_method(
+            ContainerActivities.write_command,
+            WriteCommandRequest(manifest=req.manifest, row=req.row, hardware=req.hardware, runner=req.runner,
+                                attempt=attempt, history=history),
+            task_queue=req.queues.containers, **_cheap(f"row {req.row}: write command, attempt {attempt}"))
+        if not self._model:
+            self._model = written.model_name
+            ui.set_model(written.model_name)
+        return written
+
+    async def _attempt(self, req: ModelTestRequest, attempt: int, written: WriteCommandResult) -> Classification | None:
+        """One attempt; None when it passed, else the failure the writer sees next."""
+        command = written.command or ""
+        t0 = workflow.now()
+        verdict = await workflow.execute_activity_method(
+            ContainerActivities.check_policy,
+            PolicyCheckRequest(command=command, runner=req.runner, hardware=req.hardware),
+            task_queue=req.queues.containers, **_cheap(f"{self._model}: policy check, attempt {attempt}"))
+        if not verdict.accepted:
+            return self._record(attempt, command, t0, rejection(verdict.reason))
+        if req.require_approval and not (approval := await self._await_approval(attempt, command)).approved:
+            return self._record(attempt, command, t0, rejection(f"refused by reviewer: {approval.reason or 'no reason given'}"))
+        outcome = await self._run(req, attempt, command, written.probe_url)
+        if outcome.passed:
+            return self._record(attempt, command, t0, None, outcome)
+        failure = await workflow.execute_activity_method(
+            ContainerActivities.classify,
+            ClassifyRequest(exit_code=outcome.exit_code, log_tail=outcome.log_tail, phase=outcome.phase),
+            task_queue=req.queues.containers, **_cheap(f"{self._model}: classify failure, attempt {attempt}"))
+        return self._record(attempt, command, t0, failure, outcome)
+
+    async def _run(self, req: ModelTestRequest, attempt: int, command: str, probe_url: str | None) -> TestOutcome:
+        self._show(f"testing, attempt {attempt}")
+        return await workflow.execute_activity_method(
+            ContainerActivities.run_test,
+            RunTestRequest(fleet_id=req.fleet_id, row=req.row, model_name=self._model, attempt=attempt, command=command,
+                           runner=req.runner, hardware=req.hardware, probe_url=probe_url, timeout_s=req.test_timeout_s),
+            task_queue=req.queues.containers, summary=f"{self._model}: {req.runner.value} test, attempt {attempt}",
+            start_to_close_timeout=max(CONTAINER.start_to_close, timedelta(seconds=req.test_timeout_s + 300)),
+            heartbeat_timeout=CONTAINER.heartbeat, retry_policy=CONTAINER.retry)
+
+    async def _await_approval(self, attempt: int, command: str) -> ApprovalRequest:
+        """Durable wait for `approve_command` (no timer: the fleet waits for a person)."""
+        self._awaiting = (attempt, command)
+        ui.set_status(JobStatus.AWAITING_APPROVAL)
+        self._show(f"awaiting approval, attempt {attempt}")
+        await workflow.wait_condition(lambda: self._approval is not None and self._approval.attempt == attempt)
+        self._awaiting = None
+        ui.set_status(JobStatus.RUNNING)
+        assert self._approval is not None
+        return self._approval
+
+    def _record(self, attempt: int, command: str, t0: datetime, failure: Classification | None,
+                outcome: TestOutcome | None = None) -> Classification | None:
+        self._attempts.append(AttemptRecord(
+            attempt=attempt, command=command, category=failure.category if failure else None,
+            reason=failure.reason if failure else "", log=outcome.log if outcome else None,
+            duration_s=round((workflow.now() - t0).total_seconds(), 3)))
+        return failure
+
+    @workflow.update
+    async def approve_command(self, req: ApprovalRequest) -> str:
+        self._approval = req
+        return "approved" if req.approved else "refused"
+
+    @approve_command.validator
+    def _check_approval(self, req: ApprovalRequest) -> None:
+        if self._awaiting is None:
+            raise ValueError("no command is awaiting approval")
+        if req.attempt != self._awaiting[0]:
+            raise ValueError(f"attempt {self._awaiting[0]} is awaiting approval, not attempt {req.attempt}")
+
+    @workflow.query
+    def pending_command(self) -> str | None:
+        """The command waiting for approval, if any."""
+        return self._awaiting[1] if self._awaiting else None
+
+    @workflow.query
+    def attempts(self) -> list[AttemptRecord]:
+        return self._attempts
+
+    def _show(self, step: str, error: str = "") -> None:
+        last = self._attempts[-1] if self._attempts else None
+        ui.details("model test", {"model": self._model, "step": step, "attempts": len(self._attempts),
+                                  "last error": error or (f"{last.category}: {last.reason}" if last and last.category else "")})
+
+
+@workflow.defn
+class FleetTestWorkflow:
+    def __init__(self) -> None:
+        self._carry = FleetCarry()
+        self._plan = FleetPlan(total=0, pending=[], skipped=0)
+        self._running: set[int] = set()
+        self._verdicts: list[RowVerdict] = []
+        self._paused = False
+
+    @workflow.run
+    async def run(self, req: FleetTestRequest) -> FleetTestResult:
+        fleet_id = req.fleet_id or workflow.info().workflow_id.removeprefix("fleet/")
+        self._carry = req.carry or FleetCarry(started_at=workflow.now())
+        self._paused = self._paused or self._carry.paused  # a pause signal may arrive before run() starts
+        try:
+            self._plan = await self._load(req)
+            cursor = await self._window(req, fleet_id)
+            batches = await self._save_batch(req, fleet_id)
+            if cursor < len(self._plan.pending):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(req.model_copy(update={"carry": self._next_carry(cursor, batches)}))
+            return await self._finish(req, fleet_id, batches)
+        except ActivityError as e:
+            failure = failure_from(e, where="fleet")
+            ui.set_status(JobStatus.FAILED)
+            ui.details("fleet test", {"fleet": fleet_id, "step": "failed", "last error": f"{failure.code}: {failure.message}"})
+            return FleetTestResult(status=JobStatus.FAILED, fleet_id=fleet_id, failure=failure, runs=self._carry.runs + 1)
+
+    async def _load(self, req: FleetTestRequest) -> FleetPlan:
+        return await workflow.execute_activity_method(
+            ContainerActivities.plan_fleet, req.manifest, task_queue=req.queues.containers,
+            **_cheap(f"read manifest {req.manifest.name or req.manifest.sha256[:12]}"))
+
+    async def _window(self, req: FleetTestRequest, fleet_id: str) -> int:
+        """Keep `concurrency` children running until the rows or this run's budget are used up;
+        then drain (every child this run started finishes in this run). Returns the new cursor."""
+        pending, cursor = self._plan.pending, self._carry.cursor
+        while cursor < len(pending) and not self._hand_over(req, len(pending) - cursor):
+            for _ in range(self._free(req, len(pending) - cursor)):
+                self._start_child(req, fleet_id, pending[cursor])
+                cursor += 1
+            self._show(fleet_id)
+            left = len(pending) - cursor
+            await workflow.wait_condition(lambda: self._free(req, left) > 0 or self._hand_over(req, left) or not left)
+        await workflow.wait_condition(lambda: not self._running)
+        return cursor
+
+    def _free(self, req: FleetTestRequest, remaining: int) -> int:
+        return slots_free(len(self._running), req.concurrency, self._paused, remaining,
+                          req.continue_every - len(self._verdicts))
+
+    def _hand_over(self, req: FleetTestRequest, remaining: int) -> bool:
+        return should_continue_as_new(len(self._verdicts), req.continue_every,
+                                      workflow.info().is_continue_as_new_suggested(), remaining)
+
+    def _start_child(self, req: FleetTestRequest, fleet_id: str, row: int) -> None:
+        self._running.add(row)
+        asyncio.create_task(self._child(req, fleet_id, row))
+
+    async def _child(self, req: FleetTestRequest, fleet_id: str, row: int) -> None:
+        child = ModelTestRequest(fleet_id=fleet_id, manifest=req.manifest, row=row, hardware=req.hardware,
+                                 runner=req.runner, max_attempts=req.max_attempts, require_approval=req.require_approval,
+                                 test_timeout_s=req.test_timeout_s, queues=req.queues)
+        try:
+            result = await workflow.execute_child_workflow(
+                ModelTestWorkflow.run, child, id=f"fleet/{fleet_id}/{row}", task_queue=req.queues.workflows,
+                search_attributes=ui.start_attributes(JobKind.MODEL_TEST),
+                static_summary=f"fleet {fleet_id}, row {row}")
+            verdict = result.verdict()
+        except (ChildWorkflowError, WorkflowAlreadyStartedError) as e:  # e.g. the same fleet id still running
+            failure = failure_from(e, where=f"row {row}")
+            verdict = RowVerdict(row=row, model_name="", passed=False, category=ErrorCategory.UNKNOWN.value,
+                                 reason=f"{failure.code}: {failure.message}")
+        self._verdicts.append(verdict)
+        self._carry = self._carry.model_copy(update={
+            "passed": self._carry.passed + verdict.passed, "failed": self._carry.failed + (not verdict.passed),
+            "categories": merge_categories(self._carry.categories, verdict.passed, verdict.category)})
+        self._running.discard(row)
+
+    async def _save_batch(self, req: FleetTestRequest, fleet_id: str) -> list[ArtifactRef]:
+        if not self._verdicts:
+            return list(self._carry.batches)
+        ref = await workflow.execute_activity_method(
+            ContainerActivities.save_verdicts,
+            SaveVerdictsRequest(fleet_id=fleet_id, batch=len(self._carry.batches), verdicts=self._verdicts),
+            task_queue=req.queues.containers, **_cheap(f"save {len(self._verdicts)} verdicts"))
+        return [*self._carry.batches, ref]
+
+    def _next_carry(self, cursor: int, batches: list[ArtifactRef]) -> FleetCarry:
+        return self._carry.model_copy(update={"cursor": cursor, "batches": batches, "runs": self._carry.runs + 1,
+                                              "paused": self._paused})
+
+    async def _finish(self, req: FleetTestRequest, fleet_id: str, batches: list[ArtifactRef]) -> FleetTestResult:
+        done = await workflow.execute_activity_method(
+            ContainerActivities.finish_fleet, FinishFleetRequest(fleet_id=fleet_id, manifest=req.manifest, batches=batches),
+            task_queue=req.queues.containers, **_cheap("write the results CSV"))
+        ui.set_status(JobStatus.COMPLETED)
+        self._show(fleet_id, step="completed")
+        return FleetTestResult(status=JobStatus.COMPLETED, fleet_id=fleet_id, csv=done.csv, total=self._plan.total,
+                               skipped=self._plan.skipped, passed=done.passed, failed=done.failed,
+                               categories=done.categories, runs=self._carry.runs + 1)
+
+    @workflow.signal
+    def pause(self) -> None:
+        """Start no new children (running ones finish)."""
+        self._paused = True
+
+    @workflow.signal
+    def resume(self) -> None:
+        self._paused = False
+
+    @workflow.query
+    def progress(self) -> FleetProgress:
+        c = self._carry
+        elapsed = (workflow.now() - c.started_at).total_seconds() if c.started_at else 0.0
+        return FleetProgress(total=self._plan.total, skipped=self._plan.skipped, done=c.passed + c.failed,
+                             passed=c.passed, failed=c.failed, running=len(self._running), paused=self._paused,
+                             runs=c.runs + 1, eta_s=eta_seconds(c.passed + c.failed, len(self._plan.pending), elapsed))
+
+    def _show(self, fleet_id: str, step: str = "testing") -> None:
+        p = self.progress()
+        ui.details("fleet test", {"fleet": fleet_id, "step": "paused" if p.paused else step,
+                                  "progress": f"{p.done}/{len(self._plan.pending)} ({p.passed} passed, {p.failed} failed)",
+                                  "running": p.running, "run": p.runs, "eta": f"{p.eta_s:.0f}s" if p.eta_s else ""})
