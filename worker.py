@@ -20,19 +20,25 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.connection import connect
+from activities.containers.activities import ContainerActivities
 from activities.experiments import RunActivities
 from activities.interceptors import FleetforgeInterceptor
+from activities.kernels.activities import KernelActivities
 from activities.llm.activity import LLMActivities
 from activities.logs import configure_logging, get_logger
 from activities.modelhub import ModelHub, ModelHubActivities
 from activities.storage import ArtifactStore, open_store
+from activities.toolchains.activities import ToolchainActivities
 from contracts.common import TaskQueues
 from contracts.settings import Settings
+from workflows.conductor import ConductorWorkflow
+from workflows.converter import ConverterWorkflow
+from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
 from workflows.inspect import InspectModelWorkflow
 
 QUEUE_KINDS = ("workflows", "llm", "toolchain", "kernels", "containers")
 
-WORKFLOWS: list[type] = [InspectModelWorkflow]
+WORKFLOWS: list[type] = [InspectModelWorkflow, ConverterWorkflow, FleetTestWorkflow, ModelTestWorkflow, ConductorWorkflow]
 
 
 @dataclass
@@ -48,7 +54,12 @@ def build_registry(settings: Settings, store: ArtifactStore) -> Registry:
     hub = ModelHubActivities(ModelHub(store, settings))
     reg.by_kind["toolchain"] += [runs.create_run, runs.update_run_status, runs.attach_artifacts,
                                  runs.prepare_workspace, hub.resolve_model]
+    tools = ToolchainActivities(store, settings)
+    reg.by_kind["toolchain"] += [tools.plan_offline, tools.compile_plan, tools.execute_step, tools.evaluate]
     reg.by_kind["llm"] += [LLMActivities(settings, store).complete_chat]
+    kernels = KernelActivities(store, settings)
+    reg.by_kind["kernels"] += [kernels.design, kernels.code, kernels.verify, kernels.record_trace]
+    reg.by_kind["containers"] += ContainerActivities(store, settings).all()
     return reg
 
 
