@@ -27,6 +27,7 @@ from contracts.errors import Err, FleetforgeError
 from contracts.inspect import InspectRequest, InspectResult
 from contracts.settings import Settings
 from workflows import _visibility as vis
+from workflows import presentation
 from workflows.inspect import InspectModelWorkflow
 
 ResultT = TypeVar("ResultT", bound=BaseModel)
@@ -209,6 +210,7 @@ class FleetforgeClient:
         handle = await self.temporal.start_workflow(
             run, request, id=f"{kind.value}/{run_id}", task_queue=self.settings.queues.workflows,
             search_attributes=vis.start_attributes(kind, model, target), result_type=result_type,
+            static_summary=presentation.summary(request), static_details=presentation.details(request),
         )
         return JobHandle(handle, result_type)
 

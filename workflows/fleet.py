@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         RunTestRequest, SaveVerdictsRequest, TestOutcome, WriteCommandRequest, WriteCommandResult,
     )
     from workflows import _visibility as ui
+    from workflows import presentation
     from workflows._call_options import CONTAINER, STORAGE
     from workflows.failures import failure_from
     from workflows.fleet_policy import (
@@ -227,7 +228,7 @@ class FleetTestWorkflow:
             result = await workflow.execute_child_workflow(
                 ModelTestWorkflow.run, child, id=f"fleet/{fleet_id}/{row}", task_queue=req.queues.workflows,
                 search_attributes=ui.start_attributes(JobKind.MODEL_TEST),
-                static_summary=f"fleet {fleet_id}, row {row}")
+                static_summary=presentation.summary(child), static_details=presentation.details(child))
             verdict = result.verdict()
         except (ChildWorkflowError, WorkflowAlreadyStartedError) as e:  # e.g. the same fleet id still running
             failure = failure_from(e, where=f"row {row}")
