@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS ?= toolchains,kernels,test
 
-.PHONY: setup demo test bench clean
+.PHONY: setup engines demo test bench clean
 
 setup: $(VENV)/.installed
 
@@ -17,7 +17,10 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/python examples/demo.py
 
-test: setup
+engines:
+	bash scripts/engines.sh
+
+test: setup engines
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: setup

@@ -1,0 +1,43 @@
+"""How a workflow talks to an LLM: one `complete_chat` activity per call on the llm queue.
+
+Every agent loop (converter planner, conductor agents, fleet command writer) goes through
+`ask` (free text / tool calls) or `ask_structured` (validated pydantic answer with one repair
+re-ask). Parsing is pure code and runs in the workflow; only the provider call is a side effect.
+Prompts are rendered from jinja2 templates loaded at import time, so replays see the same text.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from pydantic import BaseModel
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.llm.structured import complete_structured
+    from contracts.messages import ChatRequest, ChatResult, TokenUsage
+    from workflows._call_options import LLM
+
+M = TypeVar("M", bound=BaseModel)
+
+
+async def ask(req: ChatRequest, *, queue: str, summary: str = "") -> ChatResult:
+    """One durable LLM call (retries, heartbeats and the transcript artifact are the activity's job)."""
+    return await workflow.execute_activity(
+        "complete_chat", req, task_queue=queue, result_type=ChatResult,
+        summary=summary or f"{req.agent}: ask the LLM",
+        start_to_close_timeout=LLM.start_to_close, heartbeat_timeout=LLM.heartbeat, retry_policy=LLM.retry,
+    )
+
+
+async def ask_structured(req: ChatRequest, model_cls: type[M], *, queue: str, summary: str = "") -> tuple[M, list[ChatResult]]:
+    """Ask for JSON matching `model_cls`; re-ask once with the validation error; else LLM_OUTPUT_INVALID."""
+    return await complete_structured(lambda r: ask(r, queue=queue, summary=summary), req, model_cls)
+
+
+def total_usage(results: list[ChatResult]) -> tuple[TokenUsage, float]:
+    """Summed token usage and LLM latency (seconds) of a job's calls, for its result."""
+    usage = TokenUsage()
+    for r in results:
+        usage = usage + r.usage
+    return usage, sum(r.latency_s for r in results)
