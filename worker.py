@@ -55,7 +55,7 @@ def build_registry(settings: Settings, store: ArtifactStore) -> Registry:
     reg.by_kind["toolchain"] += [runs.create_run, runs.update_run_status, runs.attach_artifacts,
                                  runs.prepare_workspace, hub.resolve_model]
     tools = ToolchainActivities(store, settings)
-    reg.by_kind["toolchain"] += [tools.plan_offline, tools.compile_plan, tools.execute_step, tools.evaluate]
+    reg.by_kind["toolchain"] += [tools.plan_offline, tools.planner_tool, tools.load_plan, tools.compile_plan, tools.execute_step, tools.evaluate]
     reg.by_kind["llm"] += [LLMActivities(settings, store).complete_chat]
     kernels = KernelActivities(store, settings)
     reg.by_kind["kernels"] += [kernels.design, kernels.code, kernels.verify, kernels.record_trace]

@@ -13,6 +13,8 @@ from collections.abc import Coroutine
 from typing import Annotated, Any, Optional
 from urllib.parse import urlparse
 
+from pathlib import Path
+
 import typer
 from pydantic import BaseModel, ValidationError
 
@@ -21,7 +23,11 @@ from client import out
 from client.sdk import CANCELLED, FleetforgeClient, JobCancelled, JobHandle, JobSummary
 from contracts.common import JobKind, JobStatus
 from contracts.errors import Err, FleetforgeError
+from contracts.convert import OutputKind, Precision, Toolchain
+from contracts.convert_job import ConversionProgress, ConversionRequest, ConversionResult
+from contracts.fleet_job import FleetTestResult, RunnerKind
 from contracts.inspect import InspectRequest, InspectResult
+from contracts.kernel_job import KernelResult
 from contracts.settings import Settings
 
 app = typer.Typer(
@@ -77,6 +83,71 @@ def show_inspect(result: InspectResult, ui_url: str) -> None:
     out.line(f"Web UI: {ui_url}")
 
 
+def show_convert(result: ConversionResult, ui_url: str) -> None:
+    out.line(f"run {result.run_id}: {result.status.value}")
+    if result.model is not None:
+        out.line(f"model {result.model.name} sha256 {result.model.sha256}")
+    for a in result.artifacts:
+        out.line(f"  {a.name or '-'}  {a.uri}  sha256 {a.sha256}  ({a.size} bytes)")
+    ev = result.evaluation
+    if ev is not None:
+        out.line(f"evaluation ({ev.samples} samples, {ev.candidate_provider}): max_abs {ev.max_abs:.4g}  "
+                 f"mean_abs {ev.mean_abs:.4g}  cosine {ev.cosine:.6f}")
+    for a in result.attempts:
+        out.line(f"attempt {a.attempt}: {a.outcome}" + (f" - {a.feedback.splitlines()[0]}" if a.feedback else ""))
+    if result.cached_steps:
+        out.line(f"cached steps: {', '.join(result.cached_steps)}")
+    t = result.tokens
+    out.line(f"tokens: {t.total_tokens} ({t.prompt_tokens} prompt, {t.completion_tokens} completion) in {t.calls} LLM calls")
+    for w in result.warnings:
+        out.hint(f"warning: {w}")
+    out.line(f"Web UI: {ui_url}")
+
+
+def show_kernel(result: KernelResult, ui_url: str) -> None:
+    out.line(f"kernel: {result.outcome.value if hasattr(result.outcome, 'value') else result.outcome} "
+             f"({result.status.value}, {result.steps} steps"
+             + (f", {result.finish_reason.value if hasattr(result.finish_reason, 'value') else result.finish_reason}" if result.finish_reason else "")
+             + ")")
+    for e in result.trace:
+        out.line(f"  {e.step:>3} {e.agent:<10} {'ok ' if e.ok else 'err'} {e.summary}")
+    if result.best_candidate is not None:
+        a = result.best_candidate
+        out.line(f"best candidate {a.uri}  sha256 {a.sha256}")
+    if result.report is not None:
+        out.line(f"verifier: {'passed' if result.report.passed else 'failed'} - {result.report.reason}")
+    out.line(f"Web UI: {ui_url}")
+
+
+def bar(done: int, total: int, width: int = 24) -> str:
+    filled = int(width * done / total) if total else width
+    return "[" + "#" * filled + "-" * (width - filled) + f"] {done}/{total}"
+
+
+def show_fleet(result: FleetTestResult, ui_url: str) -> None:
+    out.line(f"fleet {result.fleet_id}: {result.status.value}  {result.total} rows, {result.passed} passed, "
+             f"{result.failed} failed, {result.skipped} skipped ({result.runs} workflow runs)")
+    for category, count in sorted(result.categories.items(), key=lambda kv: (-kv[1], kv[0])):
+        out.line(f"  {category:<24} {count}")
+    if result.csv is not None:
+        out.line(f"verdicts {result.csv.uri}  sha256 {result.csv.sha256}")
+    out.line(f"Web UI: {ui_url}")
+
+
+def answer_command(workflow_id: str, questions: list[str]) -> str:
+    keys = [k for k in ("soc", "precision", "calibration") if any(k in q.lower() for q in questions)] or ["soc", "precision"]
+    example = {"soc": "soc=sm8550", "precision": "precision=int8", "calibration": "calibration=calib.npz"}
+    return f"fleetforge answer {workflow_id} " + " ".join(example[k] for k in keys)
+
+
+def show_needs_input(workflow_id: str, questions: list[str], ui_url: str) -> None:
+    out.hint(f"{workflow_id} is waiting for input:")
+    for q in questions:
+        out.hint(f"  - {q}")
+    out.hint(f"answer with: {answer_command(workflow_id, questions)}")
+    out.hint(f"Web UI: {ui_url}")
+
+
 def show_result(result: BaseModel, ui_url: str) -> int:
     """Print a finished job's contract (JSON or human) and return its exit code."""
     status = str(getattr(result, "status", JobStatus.FAILED))
@@ -84,6 +155,12 @@ def show_result(result: BaseModel, ui_url: str) -> int:
         out.contract(result)
     elif isinstance(result, InspectResult):
         show_inspect(result, ui_url)
+    elif isinstance(result, ConversionResult):
+        show_convert(result, ui_url)
+    elif isinstance(result, KernelResult):
+        show_kernel(result, ui_url)
+    elif isinstance(result, FleetTestResult):
+        show_fleet(result, ui_url)
     else:
         out.line(result.model_dump_json(indent=2))
     failure = getattr(result, "failure", None)
@@ -98,9 +175,56 @@ async def finish(fc: FleetforgeClient, handle: JobHandle[Any], wait: bool) -> in
         out.workflow_id(handle.id)
         out.hint(f"follow it with: fleetforge show {handle.id} --wait   (Web UI: {fc.ui_url(handle.id)})")
         return 0
-    with out.progress(handle.id) as update:
-        result = await handle.result_with_progress(update)
+    if handle.id.startswith(JobKind.CONVERT.value + "/"):
+        return await wait_convert(fc, handle)
+    result = await wait_result(handle)
     return show_result(result, fc.ui_url(handle.id))
+
+
+async def wait_result(handle: JobHandle[Any]) -> Any:
+    """The job's result, with its step on a terminal spinner (or as lines on stderr elsewhere)."""
+    with out.progress(handle.id) as update:
+        def on_step(step: str) -> None:
+            update(step)
+            if not out.is_terminal():
+                out.hint(f"{handle.id}: {step}")
+        return await handle.result_with_progress(on_step)
+
+
+async def wait_convert(fc: FleetforgeClient, handle: JobHandle[Any]) -> int:
+    """Wait for a convert job; stop (exit 0) with the `fleetforge answer` command when it needs input."""
+    waiting = asyncio.ensure_future(handle.result())
+    last = ""
+    try:
+        with out.progress(handle.id) as update:
+            while not waiting.done():
+                p = await handle.progress()
+                if p is not None:
+                    if p.status is JobStatus.NEEDS_INPUT:
+                        if out.json_mode():
+                            out.contract(NeedsInput(workflow_id=handle.id, progress=p,
+                                                    answer=answer_command(handle.id, p.questions)))
+                        show_needs_input(handle.id, p.questions, fc.ui_url(handle.id))
+                        return 0
+                    step = p.step + (f" (attempt {p.attempt}, replans {p.replans})" if p.replans else "")
+                    if step != last:
+                        last = step
+                        update(step)
+                        if not out.is_terminal():
+                            out.hint(f"{handle.id}: {step}")
+                await asyncio.wait({waiting}, timeout=0.5)
+        return show_result(waiting.result(), fc.ui_url(handle.id))
+    finally:
+        waiting.cancel()
+
+
+class NeedsInput(BaseModel):
+    """--json output of a job that stopped to wait for input."""
+
+    workflow_id: str
+    status: str = JobStatus.NEEDS_INPUT.value
+    progress: ConversionProgress
+    answer: str
 
 
 # -- job commands --------------------------------------------------------------------------
@@ -119,6 +243,244 @@ def inspect(
         precheck_model(model, s, store)
         fc = await client_for(s, store)
         return await finish(fc, await fc.start_inspect(InspectRequest(model=model)), wait)
+
+    return run_sync(go())
+
+
+def parse_sets(pairs: list[str]) -> dict[str, str]:
+    parsed: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise FleetforgeError(Err.BAD_INPUT, f"expected key=value, got {pair!r}")
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+@app.command()
+def convert(
+    model: Annotated[str, typer.Argument(help="Model path, file:// or s3:// URI, or catalog name.")],
+    soc: Annotated[Optional[str], typer.Option("--soc", help="Target SoC, e.g. sm8550 (omitted: the job asks).")] = None,
+    precision: Annotated[Optional[Precision], typer.Option("--precision", help="omitted: the job asks.")] = None,
+    output: Annotated[OutputKind, typer.Option("--output")] = OutputKind.QNN_CONTEXT_BINARY,
+    toolchain: Annotated[Toolchain, typer.Option("--toolchain")] = Toolchain.AUTO,
+    preset: Annotated[str, typer.Option("--preset", help="fast, balanced or max_perf.")] = "balanced",
+    calibration: Annotated[Optional[str], typer.Option("--calibration", help="Workspace-relative .npz calibration data.")] = None,
+    rerun: Annotated[Optional[str], typer.Option("--rerun", help="Run id of an earlier conversion whose plan is reused.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="With --rerun: key=value step arg override (repeatable).")] = None,
+    wait: WaitOpt = False, json_: JsonOpt = False,
+) -> int:
+    """Convert a model to a QNN/SNPE/ORT artifact for a SoC and precision."""
+    out.use_json(json_)
+    overrides = parse_sets(set_ or [])
+    if overrides and not rerun:
+        raise FleetforgeError(Err.BAD_INPUT, "--set only applies with --rerun RUN_ID")
+    if soc is not None:
+        from workflows.converter_policy import answer_problems
+        from contracts.convert_job import ProvideInput
+
+        problems = answer_problems(ProvideInput(soc=soc))
+        if problems:
+            raise FleetforgeError(Err.BAD_INPUT, "; ".join(problems))
+    fields: dict[str, Any] = {"model": model, "target_soc": soc, "precision": precision, "output": output,
+                              "toolchain": toolchain, "preset": preset, "calibration": calibration}
+    if rerun:
+        fields.update(rerun_of=rerun, overrides=overrides)
+    request = ConversionRequest(**fields)
+
+    async def go() -> int:
+        s = settings()
+        store = open_store(s)
+        if not rerun:
+            precheck_model(model, s, store)
+        fc = await client_for(s, store)
+        return await finish(fc, await fc.start_convert(request), wait)
+
+    return run_sync(go())
+
+
+@app.command()
+def answer(
+    workflow_id: Annotated[str, typer.Argument(help="A NEEDS_INPUT convert job's workflow id.")],
+    answers: Annotated[list[str], typer.Argument(help="key=value answers: soc=sm8550 precision=int8 calibration=PATH")],
+    wait: WaitOpt = False, json_: JsonOpt = False,
+) -> int:
+    """Answer a job that is waiting for input."""
+    out.use_json(json_)
+    parsed = parse_sets(answers)
+
+    async def go() -> int:
+        fc = await client_for(settings())
+        progress = await fc.answer(workflow_id, **parsed)
+        if wait:
+            return await finish(fc, fc.handle(workflow_id), wait=True)
+        if json_:
+            out.contract(progress)
+        else:
+            out.line(f"{workflow_id}: answer accepted")
+            out.hint(f"follow it with: fleetforge show {workflow_id} --wait   (Web UI: {fc.ui_url(workflow_id)})")
+        return 0
+
+    return run_sync(go())
+
+
+@app.command()
+def kernel(
+    task: Annotated[Path, typer.Argument(help="A kernel task: a Python file with the reference PyTorch op.")],
+    arch: Annotated[str, typer.Option("--arch", help="cpu-interpreter (Triton interpreter on CPU) or a GPU arch.")] = "cpu-interpreter",
+    workflow: Annotated[str, typer.Option("--workflow", help="A shipped workflow name or a workflow.yaml path.")] = "default",
+    num_candidates: Annotated[int, typer.Option("--num-candidates", min=1, max=16)] = 1,
+    max_step: Annotated[Optional[int], typer.Option("--max-step", min=1, help="Cap on conductor steps.")] = None,
+    wait: WaitOpt = False, json_: JsonOpt = False,
+) -> int:
+    """Write a Triton kernel for a PyTorch op and verify it against the reference."""
+    from activities.kernels.config_loader import config_for_task
+    from client.sdk import new_run_id
+    from contracts.kernel import KernelTask
+    from contracts.kernel_job import KernelRequest
+
+    out.use_json(json_)
+    if not task.is_file():
+        raise FleetforgeError(Err.BAD_INPUT, f"{task}: no such task file")
+    try:
+        text = task.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise FleetforgeError(Err.BAD_INPUT, f"{task}: cannot read: {e}") from None
+    if arch in CPU_ARCH_ALIASES:
+        arch = "cpu"  # the kernels activities run the Triton interpreter for arch "cpu"
+    run_id = new_run_id()
+    kt = KernelTask(op_name=task.stem, task_desc=text, task_id=f"{task.stem}-{run_id}", arch=arch,
+                    workflow=workflow, num_candidates=num_candidates, max_step=max_step)
+    request = KernelRequest(task=kt, config=config_for_task(kt))
+
+    async def go() -> int:
+        fc = await client_for(settings())
+        return await finish(fc, await fc.start_kernel(request, run_id=run_id), wait)
+
+    return run_sync(go())
+
+
+CPU_ARCH_ALIASES = frozenset({"cpu", "cpu-interpreter", "interpreter"})
+
+
+def load_hardware(path: Path | None) -> Any:
+    import yaml
+
+    from contracts.fleet import HardwareProfile
+
+    if path is None:
+        return HardwareProfile()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise FleetforgeError(Err.BAD_INPUT, f"{path}: cannot read: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise FleetforgeError(Err.BAD_INPUT, f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(data, dict):
+        raise FleetforgeError(Err.BAD_INPUT, f"{path}: expected a mapping of hardware fields")
+    try:
+        return HardwareProfile(**data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "profile"
+        raise FleetforgeError(Err.BAD_INPUT, f"{path}: {where}: {first.get('msg')}") from None
+
+
+def write_back(store: ArtifactStore, result: FleetTestResult, csv_path: Path) -> None:
+    """Replace the local CSV with the fleet's verdict CSV (same columns and row order, status/note filled)."""
+    if result.csv is None:
+        return
+    data = store.get_bytes(result.csv)
+    tmp = csv_path.with_name(csv_path.name + ".fleetforge-tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, csv_path)
+    out.hint(f"verdicts written to {csv_path}")
+
+
+@app.command("fleet-test")
+def fleet_test(
+    csv_file: Annotated[Path, typer.Argument(metavar="MODELS.csv", help="Manifest: model_name,status,note,... columns.")],
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=256)] = 4,
+    runner: Annotated[RunnerKind, typer.Option("--runner")] = RunnerKind.DOCKER,
+    hardware: Annotated[Optional[Path], typer.Option("--hardware", help="Hardware profile YAML.")] = None,
+    max_attempts: Annotated[int, typer.Option("--max-attempts", min=1, max=10)] = 3,
+    resume: Annotated[Optional[str], typer.Option("--resume", help="Follow an existing fleet-test job instead of starting one.")] = None,
+    wait: WaitOpt = False, json_: JsonOpt = False,
+) -> int:
+    """Test-deploy every model of a CSV; with --wait, write the verdicts back into the CSV."""
+    out.use_json(json_)
+    if resume is None:
+        if not csv_file.is_file():
+            raise FleetforgeError(Err.BAD_INPUT, f"{csv_file}: no such CSV file")
+        try:
+            csv_text = csv_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise FleetforgeError(Err.BAD_INPUT, f"{csv_file}: cannot read: {e}") from None
+    profile = load_hardware(hardware)
+
+    async def go() -> int:
+        s = settings()
+        store = open_store(s)
+        fc = await client_for(s, store)
+        if resume is not None:
+            handle = fc.handle(resume)
+            if not handle.id.startswith(JobKind.FLEET_TEST.value + "/"):
+                raise FleetforgeError(Err.BAD_INPUT, f"{resume} is not a fleet-test job")
+            await handle.summary()  # JOB_NOT_FOUND early
+        else:
+            handle = await fc.start_fleet_test(
+                csv_text, name=csv_file.name, store=store, concurrency=concurrency, runner=runner,
+                hardware=profile, max_attempts=max_attempts)
+        if not wait:
+            out.workflow_id(handle.id)
+            out.hint(f"follow it with: fleetforge watch {handle.id}   (Web UI: {fc.ui_url(handle.id)})")
+            return 0
+        result = await wait_result(handle)
+        if resume is None or csv_file.is_file():
+            write_back(store, result, csv_file)
+        return show_result(result, fc.ui_url(handle.id))
+
+    return run_sync(go())
+
+
+@app.command()
+def watch(
+    workflow_id: Annotated[str, typer.Argument(help="A job's workflow id (kind/run_id).")],
+    json_: JsonOpt = False,
+) -> int:
+    """Follow any job live until it closes: progress for fleets, steps for convert/kernel, input requests."""
+    out.use_json(json_)
+
+    async def go() -> int:
+        fc = await client_for(settings())
+        handle = fc.handle(workflow_id)
+        summary = await handle.summary()
+        if summary.status == CANCELLED:
+            raise JobCancelled(workflow_id)
+        waiting = asyncio.ensure_future(handle.result())
+        asked = False
+        last = ""
+        try:
+            with out.progress(workflow_id) as update:
+                while not waiting.done():
+                    p = await handle.progress()
+                    if p is not None and p.status is JobStatus.NEEDS_INPUT and not asked:
+                        asked = True
+                        show_needs_input(workflow_id, p.questions, fc.ui_url(workflow_id))
+                    elif p is not None and p.status is not JobStatus.NEEDS_INPUT:
+                        asked = False
+                    fp = await handle.fleet_progress()
+                    step = (bar(fp.done, fp.total) + f" passed {fp.passed} failed {fp.failed} running {fp.running}"
+                            + (" PAUSED" if fp.paused else "")) if fp is not None else await handle.step()
+                    if step and step != last:
+                        last = step
+                        update(step)
+                        if not out.is_terminal():
+                            out.hint(f"{workflow_id}: {step}")
+                    await asyncio.wait({waiting}, timeout=0.5)
+            return show_result(waiting.result(), fc.ui_url(workflow_id))
+        finally:
+            waiting.cancel()
 
     return run_sync(go())
 

@@ -22,7 +22,7 @@ _json = False
 
 INPUT_ERRORS = frozenset({
     Err.BAD_INPUT, Err.MODEL_NOT_FOUND, Err.MODEL_INVALID, Err.CATALOG_INVALID, Err.STORE_URL_INVALID,
-    Err.JOB_NOT_FOUND, Err.PATH_ESCAPE,
+    Err.JOB_NOT_FOUND, Err.PATH_ESCAPE, Err.WORKFLOW_CONFIG_INVALID, Err.MANIFEST_INVALID, Err.KERNEL_TASK_INVALID,
 })
 
 
@@ -64,6 +64,16 @@ def workflow_id(wid: str) -> None:
         sys.stdout.flush()
     else:
         _stdout.print(wid, markup=False)
+
+
+def table(t: object) -> None:
+    """A rich table on stdout (never in --json mode)."""
+    if not _json:
+        _stdout.print(t)
+
+
+def is_terminal() -> bool:
+    return _stderr.is_terminal
 
 
 def hint(text: str) -> None:

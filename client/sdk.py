@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 from temporalio.client import (
     Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle, WorkflowQueryFailedError,
-    WorkflowQueryRejectedError,
+    WorkflowQueryRejectedError, WorkflowUpdateFailedError,
 )
 from temporalio.common import TypedSearchAttributes
 from temporalio.exceptions import CancelledError, TerminatedError
@@ -23,16 +23,25 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.connection import connect
 from activities.storage import ArtifactStore, open_store
 from contracts.common import JobKind, JobStatus
+from contracts.convert_job import ConversionProgress, ConversionRequest, ConversionResult, ProvideInput
 from contracts.errors import Err, FleetforgeError
+from contracts.fleet_job import FleetProgress, FleetTestRequest, FleetTestResult
 from contracts.inspect import InspectRequest, InspectResult
+from contracts.kernel_job import KernelRequest, KernelResult, TraceEntry
 from contracts.settings import Settings
 from workflows import _visibility as vis
 from workflows import presentation
+from workflows.conductor import ConductorWorkflow
+from workflows.converter import ConverterWorkflow
+from workflows.fleet import FleetTestWorkflow
 from workflows.inspect import InspectModelWorkflow
 
 ResultT = TypeVar("ResultT", bound=BaseModel)
 
-RESULT_TYPES: dict[JobKind, type[BaseModel]] = {JobKind.INSPECT: InspectResult}
+RESULT_TYPES: dict[JobKind, type[BaseModel]] = {
+    JobKind.INSPECT: InspectResult, JobKind.CONVERT: ConversionResult, JobKind.KERNEL: KernelResult,
+    JobKind.FLEET_TEST: FleetTestResult,
+}
 """Result contract per job kind (a new kind adds one entry here and one `start_*` method)."""
 
 CANCELLED = "CANCELLED"
@@ -119,11 +128,38 @@ class JobHandle(Generic[ResultT]):
         return _summary(desc.id, desc.status, desc.typed_search_attributes, desc.start_time, desc.close_time)
 
     async def step(self) -> str:
-        """What the job is doing now (the workflow's `step` query); empty when it cannot say."""
+        """What the job is doing now (the workflow's `step` query, or the `step` of its `status`
+        query for a convert job); empty when it cannot say."""
         try:
+            if self.id.startswith(JobKind.FLEET_TEST.value + "/"):
+                fp = await self.fleet_progress()
+                if fp is None:
+                    return ""
+                return (f"{fp.done}/{fp.total} tested ({fp.passed} passed, {fp.failed} failed, {fp.running} running)"
+                        + (" PAUSED" if fp.paused else ""))
+            if self.id.startswith(JobKind.KERNEL.value + "/"):
+                trace = await self.trace()
+                return f"step {len(trace)}: {_entry_text(trace[-1])}" if trace else ""
+            if self.id.startswith(JobKind.CONVERT.value + "/"):
+                progress = await self.progress()
+                if progress is None:
+                    return ""
+                extra = f" (replans {progress.replans})" if progress.replans else ""
+                return f"{progress.step}{extra}"
             return str(await self._handle.query("step", rpc_timeout=timedelta(seconds=2)))
         except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError, asyncio.TimeoutError):  # no worker yet
             return ""
+
+    async def progress(self) -> ConversionProgress | None:
+        """A convert job's `status` query (None for other kinds or when no worker answers)."""
+        if not self.id.startswith(JobKind.CONVERT.value + "/"):
+            return None
+        try:
+            return await self._handle.query(
+                ConverterWorkflow.status, rpc_timeout=timedelta(seconds=2),
+            )
+        except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError, asyncio.TimeoutError):
+            return None
 
     async def result(self, *, timeout: timedelta | None = None) -> ResultT:
         """Wait for the job's result contract. A job that ended FAILED still returns its result
@@ -163,6 +199,24 @@ class JobHandle(Generic[ResultT]):
         finally:
             waiting.cancel()
 
+    async def fleet_progress(self) -> FleetProgress | None:
+        """A fleet-test job's `progress` query (None for other kinds or when no worker answers)."""
+        if not self.id.startswith(JobKind.FLEET_TEST.value + "/"):
+            return None
+        try:
+            return await self._handle.query(FleetTestWorkflow.progress, rpc_timeout=timedelta(seconds=2))
+        except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError, asyncio.TimeoutError):
+            return None
+
+    async def trace(self) -> list[TraceEntry]:
+        """A kernel job's `trace` query (empty for other kinds or when no worker answers)."""
+        if not self.id.startswith(JobKind.KERNEL.value + "/"):
+            return []
+        try:
+            return list(await self._handle.query(ConductorWorkflow.trace, rpc_timeout=timedelta(seconds=2)))
+        except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError, asyncio.TimeoutError):
+            return []
+
     async def cancel(self) -> None:
         try:
             await self._handle.cancel()
@@ -170,6 +224,17 @@ class JobHandle(Generic[ResultT]):
             if _not_found(e):
                 raise JobNotFound(self.id) from None
             raise
+
+
+def _entry_text(entry: TraceEntry) -> str:
+    return f"{entry.agent} {'ok' if entry.ok else 'failed'}: {entry.summary}"[:160]
+
+
+def _with_llm(model: type[BaseModel], request: BaseModel, update: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """Fill `llm` from the settings when the contract has the field and the caller did not set it."""
+    if "llm" in model.model_fields and "llm" not in request.model_fields_set:
+        update["llm"] = settings.llm_provider
+    return update
 
 
 def _summary(
@@ -218,6 +283,74 @@ class FleetforgeClient:
         req = request.model_copy(update={"run_id": request.run_id or new_run_id(), "queues": self.settings.queues})
         return await self._start(InspectModelWorkflow.run, req, kind=JobKind.INSPECT, run_id=req.run_id,
                                  result_type=InspectResult, model=req.model)
+
+    async def start_convert(self, request: ConversionRequest) -> JobHandle[ConversionResult]:
+        update: dict[str, Any] = {"run_id": request.run_id or new_run_id(), "queues": self.settings.queues}
+        req = request.model_copy(update=_with_llm(ConversionRequest, request, update, self.settings))
+        return await self._start(ConverterWorkflow.run, req, kind=JobKind.CONVERT, run_id=req.run_id,
+                                 result_type=ConversionResult, model=req.model, target=req.target_soc or "")
+
+    async def start_kernel(self, request: KernelRequest, *, run_id: str = "") -> JobHandle[KernelResult]:
+        run_id = run_id or new_run_id()
+        req = request.model_copy(update=_with_llm(KernelRequest, request, {"queues": self.settings.queues}, self.settings))
+        return await self._start(ConductorWorkflow.run, req, kind=JobKind.KERNEL, run_id=run_id,
+                                 result_type=KernelResult, model=req.task.op_name, target=req.task.arch)
+
+    async def start_fleet_test(
+        self, csv_text: str, *, name: str = "manifest.csv", run_id: str = "", store: ArtifactStore | None = None,
+        **fields: Any,
+    ) -> JobHandle[FleetTestResult]:
+        """Validate and upload the manifest CSV to the artifact store, then start the fleet
+        (MANIFEST_INVALID before anything starts). `fields` are further FleetTestRequest fields."""
+        from activities.containers.activities import upload_manifest
+
+        run_id = run_id or new_run_id()
+        ref = upload_manifest(store or open_store(self.settings), csv_text, name=name)
+        base = FleetTestRequest(manifest=ref, fleet_id=run_id, queues=self.settings.queues, **fields)
+        req = base.model_copy(update=_with_llm(FleetTestRequest, base, {}, self.settings))
+        return await self._start(FleetTestWorkflow.run, req, kind=JobKind.FLEET_TEST, run_id=run_id,
+                                 result_type=FleetTestResult, target=req.runner.value)
+
+    async def approve(self, workflow_id: str, attempt: int, *, approved: bool = True, reason: str = "") -> str:
+        """Approve (or refuse) a model-test's pending command of `attempt` (the `approve_command` update)."""
+        from contracts.fleet_job import ApprovalRequest
+        from workflows.fleet import ModelTestWorkflow
+
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        try:
+            return await handle.execute_update(
+                ModelTestWorkflow.approve_command, ApprovalRequest(attempt=attempt, approved=approved, reason=reason))
+        except WorkflowUpdateFailedError as e:
+            message = getattr(e.cause, "message", None) or str(e.cause)
+            raise FleetforgeError(Err.BAD_INPUT, f"approval rejected: {message}") from None
+        except RPCError as e:
+            if _not_found(e):
+                raise JobNotFound(workflow_id) from None
+            raise
+
+    async def answer(self, workflow_id: str, **answers: str | None) -> ConversionProgress:
+        """Answer a NEEDS_INPUT convert job (`provide_input` update). A rejected answer raises
+        FleetforgeError(BAD_INPUT) with the validator's message."""
+        if kind_of(workflow_id) is not JobKind.CONVERT:
+            raise FleetforgeError(Err.BAD_INPUT, f"{workflow_id} is not a convert job; only convert jobs take answers")
+        unknown = set(answers) - set(ProvideInput.model_fields)
+        if unknown:
+            raise FleetforgeError(
+                Err.BAD_INPUT, f"unknown answer {', '.join(sorted(unknown))}: give {', '.join(ProvideInput.model_fields)}")
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        try:
+            return await handle.execute_update(
+                ConverterWorkflow.provide_input, ProvideInput(**answers), result_type=ConversionProgress)
+        except WorkflowUpdateFailedError as e:
+            cause = e.cause
+            message = getattr(cause, "message", None) or str(cause)
+            raise FleetforgeError(Err.BAD_INPUT, f"answer rejected: {message}") from None
+        except RPCError as e:
+            if _not_found(e):
+                raise JobNotFound(workflow_id) from None
+            if e.status == RPCStatusCode.FAILED_PRECONDITION or "completed" in e.message.lower():
+                raise FleetforgeError(Err.BAD_INPUT, f"answer rejected: {workflow_id} is no longer running") from None
+            raise
 
     def handle(self, workflow_id: str) -> JobHandle[Any]:
         result_type = RESULT_TYPES[kind_of(workflow_id)]

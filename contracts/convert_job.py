@@ -4,6 +4,7 @@ request/result models (STYLE G4: one request and one result model per call)."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -26,7 +27,8 @@ class ConversionRequest(BaseModel, frozen=True):
     toolchain: Toolchain = Toolchain.AUTO
     calibration: str | None = None
     """Workspace-relative calibration data (.npz); None: seeded synthetic calibration."""
-    preset: str = "balanced"
+    preset: Literal["fast", "balanced", "max_perf"] = "balanced"
+    """How hard to try (activities/toolchains/presets.py maps it to concrete tool args)."""
     max_replans: int = Field(default=2, ge=0, le=10)
     planner_max_tool_iters: int = Field(default=8, ge=1, le=64)
     user_id: str = "local"
@@ -34,6 +36,12 @@ class ConversionRequest(BaseModel, frozen=True):
     """Readable id chosen by the client; the workflow derives one when empty."""
     queues: TaskQueues = TaskQueues()
     needs_input_timeout_s: int = Field(default=NEEDS_INPUT_TIMEOUT_S, ge=1)
+    rerun_of: str | None = None
+    """Run id of an earlier conversion whose plan.json is reused (the planner is skipped)."""
+    overrides: dict[str, str] = Field(default_factory=dict)
+    """For a rerun: step args to change, e.g. {"soc": "sm8650"}; every step having that arg gets the value."""
+    llm: Literal["offline", "openai"] = "offline"
+    """Who plans: the deterministic offline planner, or the LLM (ReAct loop over planner tools)."""
 
 
 class ProvideInput(BaseModel, frozen=True):
@@ -74,6 +82,7 @@ class ConversionProgress(BaseModel):
 
     status: JobStatus = JobStatus.RUNNING
     step: str = "starting"
+    attempt: int = 0
     replans: int = 0
     questions: list[str] = Field(default_factory=list)
     last_error: str = ""
@@ -130,6 +139,25 @@ class StepResult(BaseModel, frozen=True):
     outputs: dict[str, ArtifactRef]
     """Workspace-relative path → artifact of every file the step wrote."""
     seconds: float = 0.0
+
+
+class RerunRequest(BaseModel, frozen=True):
+    run_id: str
+    overrides: dict[str, str] = Field(default_factory=dict)
+
+
+class PlannerToolRequest(BaseModel, frozen=True):
+    """One planner tool call (list_tools, get_tool_spec, dry_run) as the LLM made it."""
+
+    name: str
+    arguments: str = ""
+    """The JSON text exactly as the model produced it."""
+    workspace: WorkspaceRef
+
+
+class PlannerToolResult(BaseModel, frozen=True):
+    content: str
+    is_error: bool = False
 
 
 class EvaluateRequest(BaseModel, frozen=True):

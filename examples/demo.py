@@ -1,8 +1,9 @@
-"""The README's demo: start the embedded stack, inspect a bundled tiny model, print the result.
+"""The README's demo: start the embedded stack, convert a bundled tiny model for SM8550 int8.
 
 Drives the public CLI only (what a user types), so it doubles as a smoke test of it:
 `fleetforge dev` in the background → wait until it answers → `fleetforge inspect MODEL --wait`
-→ stop the stack (runs stay in .fleetforge/ and are listed by the next `fleetforge dev`).
+→ `fleetforge convert MODEL --soc sm8550 --precision int8 --wait` (run id, artifacts with
+sha256, evaluation, Web UI URL) → stop the stack (runs stay in .fleetforge/ and are listed by the next `fleetforge dev`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def main() -> int:
         wait_ready(dev)
         print(f"embedded stack up; logs in {state / 'dev.log'}", flush=True)
         done = subprocess.run([FLEETFORGE, "inspect", str(model), "--wait"], env=env)
+        if done.returncode != 0:
+            return done.returncode
+        print("\nconverting for SM8550 int8 (QNN HTP context binary):", flush=True)
+        done = subprocess.run(
+            [FLEETFORGE, "convert", str(model), "--soc", "sm8550", "--precision", "int8", "--wait"], env=env)
         return done.returncode
     finally:
         dev.send_signal(signal.SIGTERM)

@@ -11,20 +11,24 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.llm.structured import Parsed, parse_structured
+    from activities.toolchains import llm_planner
     from activities.toolchains.activities import ToolchainActivities
     from activities.toolchains.offline_planner import evaluation_pair, plan_warnings
-    from contracts.common import ArtifactRef, Failure, JobKind, JobStatus
+    from contracts.common import ArtifactRef, Failure, JobKind, JobStatus, TokenTotals
     from contracts.convert import CompiledStep, CompileResult, ConversionPlan, PlanStatus
     from contracts.convert_job import (
         AttemptRecord, CompileRequest, ConversionProgress, ConversionRequest, ConversionResult, EvaluateRequest,
-        EvaluationReport, ExecuteStepRequest, PlanRequest, ProvideInput, StepResult,
+        EvaluationReport, ExecuteStepRequest, PlannerToolRequest, PlanRequest, ProvideInput, RerunRequest, StepResult,
     )
+    from contracts.messages import ChatRequest, ChatResult, Message, ToolResultBlock
     from contracts.errors import Err
     from contracts.models import ModelRef
     from contracts.runs import WorkspaceRef
     from workflows import _visibility as ui
     from workflows._call_options import TOOLCHAIN
     from workflows._init_steps import RunContext, run_id_for
+    from workflows._llm import ask, total_usage
     from workflows.converter_policy import (
         Evaluate, Execute, GiveUp, Replan, answer_problems, apply_answer, next_after_compile, next_after_execution,
     )
@@ -44,6 +48,12 @@ class ConverterWorkflow:
         self._attempts: list[AttemptRecord] = []
         self._warnings: list[str] = []
         self._steps: list[StepResult] = []
+        self._messages: list[Message] = []
+        """The LLM planner's conversation (kept across replans: feedback is appended once)."""
+        self._pending_note = ""
+        """Human answers not yet told to the LLM planner."""
+        self._llm_calls: list[ChatResult] = []
+        self._planner_warnings: list[str] = []
 
     @workflow.run
     async def run(self, req: ConversionRequest) -> ConversionResult:
@@ -51,7 +61,7 @@ class ConverterWorkflow:
         ctx = RunContext(run_id=run_id_for(req.run_id), kind=JobKind.CONVERT, queues=req.queues)
         try:
             ws = await self._init(ctx)
-            plan = await self._plan(attempt=0)
+            plan = await (self._load_rerun_plan() if req.rerun_of else self._plan(attempt=0))
             while plan.status is PlanStatus.NEEDS_INPUT:
                 if not await self._wait_for_answer(ctx, plan.questions):
                     return await self._unanswered(ctx, plan.questions)
@@ -73,6 +83,13 @@ class ConverterWorkflow:
                     case GiveUp(failure, record):
                         self._attempts.append(record)
                         return await self._fail(ctx, failure)
+                    case Replan(feedback, record) if req.rerun_of:
+                        self._attempts.append(record)
+                        return await self._fail(ctx, Failure(
+                            code=Err.COMPILER_ERROR if record.outcome == "compile_rejected" else Err.EXECUTOR_ERROR,
+                            where=feedback.split("]", 1)[-1].split(":", 1)[0].strip() or "rerun",
+                            message=f"the rerun of {req.rerun_of} with {req.overrides} failed (a rerun is not "
+                                    f"replanned; change the overrides or start a new conversion): {feedback}"))
                     case Replan(feedback, record):
                         plan = await self._replan(feedback, record, attempt + 1)
             report = await self._evaluate(plan, ws)
@@ -119,6 +136,12 @@ class ConverterWorkflow:
     async def _plan(self, attempt: int, feedback: str = "") -> ConversionPlan:
         self._show("plan", attempt=attempt)
         assert self._model is not None
+        if self._request.llm == "openai":
+            llm_plan = await self._plan_llm(attempt, feedback)
+            if llm_plan is not None:
+                self._warnings = plan_warnings(llm_plan)
+                return llm_plan
+            feedback = ""  # the offline planner starts fresh
         plan = await workflow.execute_activity_method(
             ToolchainActivities.plan_offline,
             PlanRequest(request=self._request, model=self._model, attempt=attempt, feedback=feedback),
@@ -127,6 +150,71 @@ class ConverterWorkflow:
         )
         self._warnings = plan_warnings(plan)
         return plan
+
+    async def _load_rerun_plan(self) -> ConversionPlan:
+        req = self._request
+        assert req.rerun_of is not None
+        self._show(f"load plan of {req.rerun_of}")
+        plan = await workflow.execute_activity_method(
+            ToolchainActivities.load_plan, RerunRequest(run_id=req.rerun_of, overrides=req.overrides),
+            task_queue=req.queues.toolchain, summary=f"load the plan of run {req.rerun_of} with overrides {req.overrides}",
+            start_to_close_timeout=TOOLCHAIN.start_to_close, retry_policy=TOOLCHAIN.retry,
+        )
+        self._warnings = plan_warnings(plan)
+        return plan
+
+    async def _plan_llm(self, attempt: int, feedback: str) -> ConversionPlan | None:
+        """The ReAct loop: one LLM call per tick; planner tools run as activities; ends with a plan.
+        None: no usable plan within planner_max_tool_iters (or the LLM failed): use the offline planner."""
+        req, model = self._request, self._model
+        assert model is not None
+        if not self._messages:
+            self._messages = [Message.system(llm_planner.system_prompt(model)),
+                              Message.user(llm_planner.request_prompt(req, model))]
+        if self._pending_note:
+            self._messages.append(Message.user(self._pending_note))
+            self._pending_note = ""
+        if feedback:
+            self._messages.append(Message.user(llm_planner.feedback_prompt(feedback)))
+        iters = 0
+        while iters < req.planner_max_tool_iters:
+            try:
+                result = await ask(ChatRequest(messages=list(self._messages), tools=llm_planner.TOOL_DEFINITIONS,
+                                               agent=llm_planner.AGENT, temperature=0.0, stream=False),
+                                   queue=req.queues.llm, summary=f"planner: ask the LLM (attempt {attempt}, tick {iters + 1})")
+            except ActivityError as e:
+                f = failure_from(e, where="planner")
+                return self._fallback(f"the LLM planner failed ([{f.code}] {f.message})")
+            self._llm_calls.append(result)
+            msg = result.message
+            self._messages.append(Message(role="assistant", content=msg.content, tool_calls=msg.tool_calls))
+            iters += 1
+            if msg.tool_calls:
+                self._messages.append(Message(role="tool", content=[await self._planner_tool(c.name, c.id, c.arguments, attempt)
+                                                                    for c in msg.tool_calls]))
+                continue
+            outcome = parse_structured(msg.text, ConversionPlan)
+            if isinstance(outcome, Parsed):
+                return outcome.value
+            self._messages.append(Message.user(llm_planner.repair_prompt(outcome.reason)))
+        return self._fallback(f"the LLM planner gave no plan within planner_max_tool_iters={req.planner_max_tool_iters}")
+
+    async def _planner_tool(self, name: str, call_id: str, arguments: str, attempt: int) -> ToolResultBlock:
+        """Run an allowlisted planner tool as an activity; refuse anything else without running it."""
+        if name not in llm_planner.PLANNER_TOOLS:
+            return ToolResultBlock(tool_call_id=call_id, content=llm_planner.refusal(name), is_error=True)
+        assert self._workspace is not None
+        self._show(f"plan: {name}", attempt=attempt)
+        out = await workflow.execute_activity_method(
+            ToolchainActivities.planner_tool, PlannerToolRequest(name=name, arguments=arguments, workspace=self._workspace),
+            task_queue=self._request.queues.toolchain, summary=f"planner tool {name}, attempt {attempt}",
+            start_to_close_timeout=TOOLCHAIN.start_to_close, retry_policy=TOOLCHAIN.retry,
+        )
+        return ToolResultBlock(tool_call_id=call_id, content=out.content, is_error=out.is_error)
+
+    def _fallback(self, why: str) -> None:
+        self._planner_warnings.append(f"{why}; planned with the offline planner instead")
+        return None
 
     async def _replan(self, feedback: str, record: AttemptRecord, attempt: int) -> ConversionPlan:
         self._attempts.append(record)
@@ -150,6 +238,8 @@ class ConverterWorkflow:
             return False
         assert self._answer is not None
         self._req = apply_answer(self._request, self._answer)
+        assert self._model is not None
+        self._pending_note = "The user answered the questions. The request is now:\n" + llm_planner.request_prompt(self._req, self._model)
         self._answer = None
         self._progress.questions = []
         self._progress.status = JobStatus.RUNNING
@@ -235,8 +325,14 @@ class ConverterWorkflow:
             status=status, run_id=ctx.run_id, model=self._model, workspace=self._workspace, attempts=self._attempts,
             cached_steps=[s.step_id for s in self._steps if s.cached],
             executed_steps=[s.step_id for s in self._steps if not s.cached],
-            warnings=self._warnings, finished_at=workflow.now(), **kw,  # type: ignore[arg-type]
+            warnings=self._planner_warnings + self._warnings, tokens=self._tokens(),
+            finished_at=workflow.now(), **kw,  # type: ignore[arg-type]
         )
+
+    def _tokens(self) -> TokenTotals:
+        usage, latency = total_usage(self._llm_calls)
+        return TokenTotals(calls=len(self._llm_calls), prompt_tokens=usage.prompt, completion_tokens=usage.completion,
+                           total_tokens=usage.total, latency_s=latency)
 
     @property
     def _request(self) -> ConversionRequest:
@@ -245,11 +341,15 @@ class ConverterWorkflow:
 
     def _show(self, step: str, run_id: str = "", *, attempt: int | None = None, error: str = "") -> None:
         self._progress.step = step
+        if attempt is not None:
+            self._progress.attempt = attempt
         if error:
             self._progress.last_error = error
         ui.details("convert", {
             "step": step, "run": run_id, "attempt": attempt, "replans": self._progress.replans,
             "target": self._req.target_soc if self._req else "", "done": ", ".join(self._progress.steps_done),
             "questions": " / ".join(self._progress.questions),
+            "waiting for": (f"an answer: `fleetforge answer {workflow.info().workflow_id} soc=... precision=...`"
+                            if self._progress.questions else ""),
             "last error": self._progress.last_error,
         })

@@ -49,5 +49,9 @@ def details(request: BaseModel) -> str:
 
 
 def _cell(value: object) -> str:
-    text = value.get("uri", value) if isinstance(value, dict) else value
-    return str(text).replace("|", "/").replace("\n", " ")[:200]
+    """A table cell: an artifact by its URI, a nested model as `key=value` pairs, one line."""
+    if isinstance(value, dict):
+        text = value["uri"] if "uri" in value else ", ".join(f"{k}={v}" for k, v in value.items())
+    else:
+        text = str(value)
+    return text.replace("|", "/").replace("\n", " ")[:200]

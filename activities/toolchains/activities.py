@@ -26,7 +26,10 @@ from activities.toolchains.registry import ToolRegistry, default_registry
 from activities.workspace import Workspace
 from contracts.common import ArtifactRef
 from contracts.convert import CompiledStep, CompileResult, ConversionPlan
-from contracts.convert_job import CompileRequest, EvaluateRequest, EvaluationReport, ExecuteStepRequest, PlanRequest, StepResult
+from contracts.convert_job import (
+    CompileRequest, EvaluateRequest, EvaluationReport, ExecuteStepRequest, PlannerToolRequest, PlannerToolResult,
+    PlanRequest, RerunRequest, StepResult,
+)
 from contracts.errors import Err, FleetforgeError
 from contracts.runs import WorkspaceRef
 from contracts.settings import Settings
@@ -90,6 +93,13 @@ class ToolchainActivities:
         self.store = store
         self.settings = settings
         self.registry = registry or default_registry()
+        if settings.qairt_sdk_root:  # the installed SDK's version decides which qairt specs (flags) apply
+            from activities.toolchains.qairt import detect_sdk
+            from contracts.convert import Toolchain
+
+            with contextlib.suppress(FleetforgeError):  # a broken SDK shows up when a qairt step runs
+                sdk = detect_sdk(settings.qairt_sdk_root)
+                self.registry = self.registry.for_toolchain_version(Toolchain.QAIRT, sdk.spec_version)
 
     def workspace(self, ref: WorkspaceRef) -> Workspace:
         return Workspace(self.store, self.settings.cache_dir, ref)
@@ -98,6 +108,35 @@ class ToolchainActivities:
     def plan_offline(self, req: PlanRequest) -> ConversionPlan:
         """The deterministic rule-based plan (or a NEEDS_INPUT plan with questions)."""
         return plan_offline_fn(req.request, req.model, self.registry, feedback=req.feedback)
+
+    @activity.defn
+    def load_plan(self, req: RerunRequest) -> ConversionPlan:
+        """An earlier run's logs/plan.json with the overrides applied (for a rerun; no planner)."""
+        from activities.experiments import RunStore
+        from activities.toolchains.rerun import apply_overrides
+
+        record = RunStore(self.store).get(req.run_id)
+        ws = self.workspace(WorkspaceRef(run_id=req.run_id, user_id=record.user_id))
+        ws.materialize()
+        p = ws.path("logs/plan.json")
+        if not p.is_file():
+            raise FleetforgeError(Err.BAD_INPUT, f"run {req.run_id} has no plan.json (it ended before planning); "
+                                                 "start a new conversion instead of a rerun")
+        doc = json.loads(p.read_text())
+        doc.pop("attempt", None)
+        return apply_overrides(ConversionPlan.model_validate(doc), req.overrides)
+
+    @activity.defn
+    def planner_tool(self, req: PlannerToolRequest) -> PlannerToolResult:
+        """One planner-only tool call (list_tools, get_tool_spec, dry_run); anything else is refused."""
+        from activities.toolchains.llm_planner import PLANNER_TOOLS, refusal, run_planner_tool
+
+        if req.name not in PLANNER_TOOLS:
+            return PlannerToolResult(content=refusal(req.name), is_error=True)
+        ws = self.workspace(req.workspace)
+        ws.materialize()
+        content, is_error = run_planner_tool(req.name, req.arguments, self.registry, ws.root)
+        return PlannerToolResult(content=content, is_error=is_error)
 
     @activity.defn
     def compile_plan(self, req: CompileRequest) -> CompileResult:
@@ -168,7 +207,7 @@ class ToolchainActivities:
 
         try:
             with heartbeating(f"{step.step_id}: {step.tool_name}"):
-                out = run_step(step, ws.root)
+                out = run_step(step, ws.root, self.settings.qairt_sdk_root)
             files = self._written_files(ws, step, list(out.outputs))
         except Exception as e:
             code = e.code if isinstance(e, FleetforgeError) and e.code in KEEP_CODES else Err.EXECUTOR_ERROR

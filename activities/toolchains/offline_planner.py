@@ -13,6 +13,7 @@ from pathlib import PurePosixPath
 
 from pydantic import JsonValue
 
+from activities.toolchains.presets import preset_args
 from activities.toolchains.registry import ToolRegistry
 from activities.toolchains.socs import SOCS, lookup_soc
 from contracts.convert import ConversionPlan, OutputKind, PlanStatus, PlanStep, Precision, Toolchain
@@ -57,7 +58,7 @@ def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegi
     if request.toolchain is Toolchain.ONNX and request.output in QNN_OUTPUTS:
         raise FleetforgeError(Err.BAD_INPUT, f"the onnx toolchain cannot build {request.output.value}; use auto or ort-qnn")
     assert request.precision is not None  # questions_for asked otherwise
-    b = _Builder(registry, f"input/{model.filename}", _stem(model.filename))
+    b = _Builder(registry, f"input/{model.filename}", _stem(model.filename), request.preset)
     if request.output in QNN_OUTPUTS:
         candidate = _plan_qnn(b, request)
     elif request.output is OutputKind.ONNX_QDQ:
@@ -92,8 +93,9 @@ def _stem(filename: str) -> str:
 
 
 class _Builder:
-    def __init__(self, registry: ToolRegistry, source: str, stem: str):
+    def __init__(self, registry: ToolRegistry, source: str, stem: str, preset: str = "balanced"):
         self.registry = registry
+        self.preset = preset
         self.source = source
         self.stem = stem
         self.steps: list[PlanStep] = []
@@ -108,17 +110,19 @@ class _Builder:
         if self.registry.get(tool) is None:
             raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, f"tool {tool!r} is not in the registry")
         deps = [self.steps[-1].step_id] if self.steps else []
-        self.steps.append(PlanStep(step_id=step_id, tool_name=tool, required_args=required, optional_args=optional or {},
+        optional = (optional or {}) | preset_args(self.preset, tool)
+        self.steps.append(PlanStep(step_id=step_id, tool_name=tool, required_args=required, optional_args=optional,
                                    expected_outputs=expected or [str(required["output"])], depends_on=deps))
 
     def calibration(self, tool: str, request: ConversionRequest) -> dict[str, JsonValue]:
+        samples = preset_args(self.preset, tool).get("calibration_samples", SYNTHETIC_SAMPLES)
         if request.calibration and self.has_arg(tool, "calibration_data"):
             return {"calibration_data": request.calibration}
         if request.calibration:
             self.warnings.append(f"{tool} takes no calibration data; ignored {request.calibration!r} and used "
-                                 f"{SYNTHETIC_SAMPLES} seeded synthetic samples (seed {SYNTHETIC_SEED})")
+                                 f"{samples} seeded synthetic samples (seed {SYNTHETIC_SEED})")
         else:
-            self.warnings.append(f"no calibration data given: quantized with {SYNTHETIC_SAMPLES} seeded synthetic "
+            self.warnings.append(f"no calibration data given: quantized with {samples} seeded synthetic "
                                  f"samples (seed {SYNTHETIC_SEED}); accuracy on real inputs may differ")
         return {"calibration_samples": SYNTHETIC_SAMPLES, "seed": SYNTHETIC_SEED}
 

@@ -48,6 +48,17 @@ class ToolRegistry:
             out.append(spec)
         return out
 
+    def for_toolchain_version(self, toolchain: Toolchain, version: str) -> "ToolRegistry":
+        """This registry with `toolchain`'s tools limited to spec versions <= `version` (the
+        installed SDK's); a tool with no such version is dropped."""
+        limit = _version_key(version)
+        specs = []
+        for versions in self._by_name.values():
+            for v, spec in versions.items():
+                if spec.toolchain != toolchain or _version_key(v) <= limit:
+                    specs.append(spec)
+        return ToolRegistry(specs)
+
     def get(self, name: str, version: str | None = None) -> ToolSpec | None:
         versions = self._by_name.get(name)
         if not versions:

@@ -21,8 +21,12 @@ RUNNERS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def run_step(step: CompiledStep, root: Path):  # -> StepOutput
-    """Run one compiled in-process step in the workspace `root`."""
+def run_step(step: CompiledStep, root: Path, qairt_sdk_root: Path | None = None):  # -> StepOutput
+    """Run one compiled step in the workspace `root`: an argv step with the QAIRT SDK, else in-process."""
+    if step.argv is not None:
+        from activities.toolchains.qairt import detect_sdk, run_argv
+
+        return run_argv(step, root, detect_sdk(qairt_sdk_root))
     entry = RUNNERS.get(step.tool_name)
     if entry is None:
         raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, f"no in-process runner for tool {step.tool_name!r}")

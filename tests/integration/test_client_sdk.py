@@ -103,3 +103,40 @@ async def test_unknown_job_raises_job_not_found(ff):
     assert err.value.code is Err.JOB_NOT_FOUND
     with pytest.raises(JobNotFound):
         ff.handle("no-such-kind/123")
+
+
+async def test_convert_needs_input_answer_rejects_bad_soc_then_completes(ff, workers_running, tmp_path: Path):
+    from contracts.convert_job import ConversionRequest, ConversionResult
+    from contracts.errors import FleetforgeError
+
+    model = build_tiny_cnn(tmp_path / "tiny.onnx")
+    handle = await ff.start_convert(ConversionRequest(model=str(model)))
+    assert handle.result_type is ConversionResult
+
+    async def waiting() -> bool:
+        progress = await handle.progress()
+        return progress is not None and progress.status is JobStatus.NEEDS_INPUT
+
+    await assert_eventually(waiting, timeout=30)
+    await assert_eventually(lambda: _listed_needs_input(ff, handle.id), timeout=10)
+
+    with pytest.raises(FleetforgeError) as bad:
+        await ff.answer(handle.id, soc="sm9999", precision="int8")
+    assert bad.value.code == Err.BAD_INPUT and "sm9999" in bad.value.message
+
+    await ff.answer(handle.id, soc="sm8550", precision="int8")
+    result = await handle.result()
+    assert result.status is JobStatus.COMPLETED, result.failure
+    assert result.artifacts and result.evaluation is not None
+
+
+async def _listed_needs_input(ff: FleetforgeClient, workflow_id: str) -> bool:
+    return await listed(ff, workflow_id, kind=JobKind.CONVERT, status=JobStatus.NEEDS_INPUT)
+
+
+async def test_answer_to_a_non_convert_job_is_bad_input(ff):
+    from contracts.errors import FleetforgeError
+
+    with pytest.raises(FleetforgeError) as e:
+        await ff.answer("kernel/nope-0000", soc="sm8550")
+    assert e.value.code == Err.BAD_INPUT

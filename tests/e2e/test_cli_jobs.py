@@ -1,0 +1,116 @@
+"""`fleetforge convert/answer/list` as a user runs them, against a dedicated `fleetforge dev` stack
+(the fixtures of test_cli.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_cli import Stack, assert_one_line_error, ff
+from tests.e2e.test_cli import model, stack  # noqa: F401  (module fixtures)
+from tests.helpers import wait_until
+
+
+def test_convert_wait_json_compiles_the_tiny_model_for_sm8550_int8(stack: Stack, model: Path):  # noqa: F811
+    done = ff("convert", str(model), "--soc", "sm8550", "--precision", "int8", "--wait", "--json",
+              env=stack.env, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)  # the whole stdout is one JSON object
+    assert result["status"] == "COMPLETED", result.get("failure")
+    assert result["artifacts"] and all(len(a["sha256"]) == 64 for a in result["artifacts"])
+    assert result["evaluation"]["samples"] > 0
+
+
+def test_convert_without_soc_needs_input_then_answer_completes_it(stack: Stack, model: Path):  # noqa: F811
+    started = ff("convert", str(model), "--wait", env=stack.env, timeout=120)
+    assert started.returncode == 0, started.stderr
+    assert "fleetforge answer convert/" in started.stderr
+    wid = started.stderr.split("fleetforge answer ", 1)[1].split()[0]
+
+    listed = ff("list", "--status", "needs_input", "--kind", "convert", "--json", env=stack.env)
+    assert listed.returncode == 0, listed.stderr
+    wait_until(lambda: wid in ff("list", "--status", "NEEDS_INPUT", "--json", env=stack.env).stdout,
+               timeout=10, message="NEEDS_INPUT job not listed")
+
+    bad = ff("answer", wid, "soc=sm9999", "precision=int8", env=stack.env)
+    assert_one_line_error(bad, 2, "sm9999")
+
+    good = ff("answer", wid, "soc=sm8550", "precision=int8", "--wait", "--json", env=stack.env, timeout=120)
+    assert good.returncode == 0, good.stderr
+    assert json.loads(good.stdout)["status"] == "COMPLETED"
+
+
+def test_answer_to_unknown_job_and_bad_pair_exit_2(stack: Stack):  # noqa: F811
+    assert_one_line_error(ff("answer", "convert/nope-0000", "soc=sm8550", env=stack.env), 2)
+    assert_one_line_error(ff("answer", "convert/nope-0000", "soc", env=stack.env), 2, "key=value")
+
+
+def test_convert_unknown_soc_exits_2_before_starting(model: Path, tmp_path: Path):  # noqa: F811
+    from tests.e2e.test_cli import stack_env
+
+    env = stack_env(tmp_path / "state").env
+    assert_one_line_error(ff("convert", str(model), "--soc", "sm1", "--precision", "int8", env=env), 2, "sm1")
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_kernel_relu_wait_json_is_verified_and_watch_replays_it(stack: Stack):  # noqa: F811
+    done = ff("kernel", str(EXAMPLES / "kernels" / "relu.py"), "--arch", "cpu-interpreter", "--wait", "--json",
+              env=stack.env, timeout=120)
+
+    assert done.returncode == 0, done.stdout[-3000:]
+    result = json.loads(done.stdout)
+    assert result["outcome"] == "VERIFIED" and result["status"] == "COMPLETED", result
+    assert result["best_candidate"]["sha256"]
+
+    jobs = json.loads(ff("list", "--kind", "kernel", "--json", env=stack.env).stdout)["jobs"]
+    watched = ff("watch", jobs[0]["workflow_id"], env=stack.env)
+    assert watched.returncode == 0, watched.stderr
+    assert "VERIFIED" in watched.stdout and "Web UI: " in watched.stdout
+
+
+def test_kernel_bad_workflow_yaml_exits_2(stack: Stack, tmp_path: Path):  # noqa: F811
+    bad = tmp_path / "wf.yaml"
+    bad.write_text("agents: [\n")
+    done = ff("kernel", str(EXAMPLES / "kernels" / "relu.py"), "--workflow", str(bad), env=stack.env)
+    assert_one_line_error(done, 2, "wf.yaml")
+
+
+PASS = 'python -c "print(\'server ready\')"'
+FAIL = 'python -c "raise SystemExit(3)"'
+
+
+def test_fleet_test_process_runner_writes_verdicts_back_keeping_columns(stack: Stack, tmp_path: Path):  # noqa: F811
+    import csv as csvmod
+
+    csv_path = tmp_path / "models.csv"
+    with csv_path.open("w", newline="") as f:
+        w = csvmod.writer(f, lineterminator="\n")
+        w.writerow(["owner", "model_name", "status", "note", "command"])
+        for owner, name, command in [("team-a", "org/pass-0", PASS), ("team-b", "org/fail-1", FAIL),
+                                     ("team-c", "org/pass-2", PASS)]:
+            w.writerow([owner, name, "", "", command])
+    done = ff("fleet-test", str(csv_path), "--runner", "process", "--concurrency", "2", "--max-attempts", "1",
+              "--wait", "--json", env=stack.env, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["total"], result["passed"], result["failed"]) == (3, 2, 1), result
+    rows = list(csvmod.DictReader(csv_path.open()))
+    assert [r["owner"] for r in rows] == ["team-a", "team-b", "team-c"]
+    assert [r["model_name"] for r in rows] == ["org/pass-0", "org/fail-1", "org/pass-2"]
+    assert rows[0]["status"] and rows[0]["status"] != rows[1]["status"] and rows[0]["status"] == rows[2]["status"]
+    assert all(r["note"] for r in rows)
+    assert list(rows[0]) == ["owner", "model_name", "status", "note", "command"]
+
+
+def test_fleet_test_bad_inputs_exit_2(stack: Stack, tmp_path: Path):  # noqa: F811
+    assert_one_line_error(ff("fleet-test", str(tmp_path / "missing.csv"), env=stack.env), 2, "missing.csv")
+    hw = tmp_path / "hw.yaml"
+    hw.write_text("a: [\n")
+    assert_one_line_error(ff("fleet-test", str(EXAMPLES / "models.csv"), "--hardware", str(hw), env=stack.env), 2, "hw.yaml")
+    assert_one_line_error(ff("watch", "fleet-test/nope-0000", env=stack.env), 2)

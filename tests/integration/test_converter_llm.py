@@ -1,0 +1,191 @@
+"""ConverterWorkflow with the LLM planner (llm="openai") against a scripted OpenAI-compatible server:
+the ReAct loop over planner-only tools, compiler feedback → replan, NEEDS_INPUT, the tool-call cap
+and the allowlist. Real dev server, real compiler and a real ort-qnn compile for the good plans."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.worker import Replayer
+
+from activities.storage import ArtifactStore, FileStore
+from contracts.common import JobKind, JobStatus, TaskQueues
+from contracts.convert_job import ConversionRequest, ConversionResult, ProvideInput
+from contracts.settings import Settings
+from examples.tiny_model import build_tiny_cnn
+from tests.doubles.openai_server import Scripted, ScriptedOpenAIServer, json_reply
+from tests.helpers import assert_eventually, fresh_queues, new_worker
+from worker import build_registry
+from workflows._visibility import start_attributes
+from workflows.converter import ConverterWorkflow
+
+pytest.importorskip("onnxruntime_qnn")
+
+CTX = "converted/tiny_fp16_sm8550_ctx.onnx"
+
+
+def step(**over: Any) -> dict[str, Any]:
+    s: dict[str, Any] = {"step_id": "context_binary", "tool_name": "ortqnn.context_binary",
+                         "required_args": {"model": "input/tiny.onnx", "soc": "sm8550", "output": CTX},
+                         "optional_args": {"precision": "fp16"}, "expected_outputs": [CTX], "depends_on": []}
+    s.update(over)
+    return s
+
+
+def plan(*steps: dict[str, Any]) -> Scripted:
+    doc = {"status": "OK", "intent": {"reference": "input/tiny.onnx", "evaluate": CTX},
+           "steps": list(steps) or [step()], "questions": [], "rationale": "fp16 context binary"}
+    return json_reply("```json\n" + json.dumps(doc) + "\n```")
+
+
+def tool_call(name: str, arguments: dict[str, Any] | None = None, call_id: str = "call_1") -> Scripted:
+    return json_reply(tool_calls=[{"id": call_id, "type": "function",
+                                   "function": {"name": name, "arguments": json.dumps(arguments or {})}}],
+                      finish_reason="tool_calls")
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> tuple[Path, ArtifactStore]:
+    return build_tiny_cnn(tmp_path / "hub" / "tiny.onnx"), FileStore(tmp_path / "artifacts")
+
+
+async def convert(client: Client, server: ScriptedOpenAIServer, tmp_path: Path, store: ArtifactStore, model: Path,
+                  *, answers: list[ProvideInput] | None = None, **kw: Any) -> tuple[ConversionResult, WorkflowHandle, list[str]]:
+    """Run one LLM-planned conversion; `answers` are sent (in order) once the job waits for input.
+    Returns the result, the handle and the validator's rejection messages."""
+    settings = Settings(state_dir=tmp_path / "state", llm="openai", llm_base_url=server.base_url, llm_model="test-model")
+    reg = build_registry(settings, store)
+    queues: TaskQueues = fresh_queues()
+    kw = {"target_soc": "sm8550", "precision": "fp16"} | kw
+    req = ConversionRequest(model=str(model), queues=queues, run_id=uuid.uuid4().hex[:8], llm="openai", **kw)
+    rejections: list[str] = []
+    async with new_worker(client, workflows=[ConverterWorkflow], task_queue=queues.workflows,
+                          activities=reg.by_kind["toolchain"] + reg.by_kind["llm"]):
+        handle = await client.start_workflow(
+            ConverterWorkflow.run, req, id=f"convert-llm/{uuid.uuid4().hex[:8]}", task_queue=queues.workflows,
+            search_attributes=start_attributes(JobKind.CONVERT, req.model, req.target_soc or ""))
+        for answer in answers or []:
+            async def waiting() -> bool:
+                return (await handle.query(ConverterWorkflow.status)).status is JobStatus.NEEDS_INPUT
+            await assert_eventually(waiting, timeout=30, message="the job never asked for input")
+            try:
+                await handle.execute_update(ConverterWorkflow.provide_input, answer)
+            except WorkflowUpdateFailedError as e:
+                rejections.append(str(e.cause))
+        return await handle.result(), handle, rejections
+
+
+def sent_messages(server: ScriptedOpenAIServer, i: int = -1) -> list[dict[str, Any]]:
+    return server.requests[i]["messages"]
+
+
+async def scheduled_activities(handle: WorkflowHandle) -> list[str]:
+    out = []
+    async for ev in handle.fetch_history_events():
+        if ev.HasField("activity_task_scheduled_event_attributes"):
+            out.append(ev.activity_task_scheduled_event_attributes.activity_type.name)
+    return out
+
+
+async def test_missing_required_arg_is_fed_back_once_and_the_replan_succeeds(temporal_env, hub, tmp_path: Path):
+    model, store = hub
+    no_soc = step(required_args={"model": "input/tiny.onnx", "output": CTX})
+    with ScriptedOpenAIServer([tool_call("list_tools"), tool_call("get_tool_spec", {"name": "ortqnn.context_binary"}),
+                               plan(no_soc), plan()]) as server:
+        result, handle, _ = await convert(temporal_env.client, server, tmp_path, store, model)
+
+    assert result.status is JobStatus.COMPLETED, result.failure
+    assert [a.outcome for a in result.attempts] == ["compile_rejected", "succeeded"]
+    assert "soc" in result.attempts[0].feedback and "COMPILER_ERROR" in result.attempts[0].feedback
+    assert result.executed_steps == ["context_binary"]
+    assert result.evaluation is not None and result.evaluation.cosine > 0.999
+    assert len(server.requests) == 4
+    # the planner tools ran as activities and their answers went back to the LLM
+    tool_msgs = [m for m in sent_messages(server, 1) if m["role"] == "tool"]
+    assert tool_msgs and "ortqnn.context_binary" in tool_msgs[0]["content"]
+    assert '"name":"soc"' in [m for m in sent_messages(server, 2) if m["role"] == "tool"][-1]["content"].replace(" ", "")
+    # the compiler's feedback is in the replan's messages exactly once
+    last = sent_messages(server)
+    assert sum("previous plan failed" in (m["content"] or "") for m in last) == 1
+    assert server.requests[-1]["tools"] and {t["function"]["name"] for t in server.requests[-1]["tools"]} == {
+        "list_tools", "get_tool_spec", "dry_run"}
+    assert result.tokens.calls == 4 and result.tokens.total_tokens == 60 and result.tokens.latency_s > 0
+    assert (await scheduled_activities(handle)).count("planner_tool") == 2
+
+
+async def test_absolute_and_dotdot_paths_are_rejected_before_anything_runs(temporal_env, hub, tmp_path: Path):
+    model, store = hub
+    absolute = step(required_args={"model": "input/tiny.onnx", "soc": "sm8550", "output": str(tmp_path / "evil.onnx")},
+                    expected_outputs=[str(tmp_path / "evil.onnx")])
+    dotdot = step(required_args={"model": "../../hub/tiny.onnx", "soc": "sm8550", "output": CTX})
+    with ScriptedOpenAIServer([plan(absolute), plan(dotdot), plan()]) as server:
+        result, handle, _ = await convert(temporal_env.client, server, tmp_path, store, model)
+
+    assert result.status is JobStatus.COMPLETED, result.failure
+    assert [a.outcome for a in result.attempts] == ["compile_rejected", "compile_rejected", "succeeded"]
+    assert all("PATH_ESCAPE" in a.feedback for a in result.attempts[:2]), result.attempts
+    assert not (tmp_path / "evil.onnx").exists()
+    assert (await scheduled_activities(handle)).count("execute_step") == 1, "only the clean plan ran"
+
+
+async def test_unknown_tool_and_unsupported_arg_are_rejected_until_replans_are_exhausted(temporal_env, hub, tmp_path: Path):
+    model, store = hub
+    unknown = step(tool_name="ortqnn.make_it_fast")
+    extra = step(optional_args={"precision": "fp16", "turbo": True})
+    with ScriptedOpenAIServer([plan(unknown), plan(extra)]) as server:
+        result, handle, _ = await convert(temporal_env.client, server, tmp_path, store, model, max_replans=1)
+
+    assert result.status is JobStatus.FAILED
+    assert result.failure is not None and result.failure.code == "REPLANS_EXHAUSTED" and result.failure.where == "compile"
+    assert "ortqnn.make_it_fast" in result.attempts[0].feedback
+    assert "turbo" in result.attempts[1].feedback and "turbo" in result.failure.message
+    assert result.executed_steps == [] and "execute_step" not in await scheduled_activities(handle)
+    assert len(server.requests) == 2
+
+
+async def test_needs_input_from_the_llm_validates_answers_and_completes(temporal_env, hub, tmp_path: Path):
+    model, store = hub
+    ask = json_reply(json.dumps({"status": "NEEDS_INPUT", "questions": ["Which SoC?"], "rationale": "no SoC"}))
+    with ScriptedOpenAIServer([ask, plan()]) as server:
+        result, handle, rejections = await convert(
+            temporal_env.client, server, tmp_path, store, model, target_soc=None,
+            answers=[ProvideInput(soc="sm9999"), ProvideInput(soc="sm8550")])
+
+    assert len(rejections) == 1 and "sm9999" in rejections[0]
+    assert result.status is JobStatus.COMPLETED, result.failure
+    assert result.executed_steps == ["context_binary"]
+    answered = [m["content"] for m in sent_messages(server) if m["role"] == "user" and "user answered" in (m["content"] or "")]
+    assert len(answered) == 1 and "SM8550" in answered[0]
+    # the LLM-planned history (LLM calls, durable wait, update) replays deterministically
+    replayer = Replayer(workflows=[ConverterWorkflow], data_converter=temporal_env.client.data_converter)
+    await replayer.replay_workflow(await handle.fetch_history())
+
+
+async def test_tool_call_loop_stops_at_planner_max_tool_iters_and_falls_back_offline(temporal_env, hub, tmp_path: Path):
+    model, store = hub
+    with ScriptedOpenAIServer([tool_call("list_tools", call_id=f"c{i}") for i in range(5)]) as server:
+        result, handle, _ = await convert(temporal_env.client, server, tmp_path, store, model, planner_max_tool_iters=3)
+
+    assert len(server.requests) == 3, "the LLM is asked at most planner_max_tool_iters times"
+    assert (await scheduled_activities(handle)).count("planner_tool") == 3
+    assert any("planner_max_tool_iters=3" in w and "offline planner" in w for w in result.warnings), result.warnings
+    assert result.status is JobStatus.COMPLETED, result.failure
+    assert result.executed_steps == ["context_binary"]
+
+
+async def test_planner_calling_a_conversion_tool_directly_is_refused(temporal_env, hub, tmp_path: Path):
+    model, store = hub
+    direct = tool_call("ortqnn.context_binary", {"model": "input/tiny.onnx", "soc": "sm8550", "output": CTX})
+    with ScriptedOpenAIServer([direct, plan()]) as server:
+        result, handle, _ = await convert(temporal_env.client, server, tmp_path, store, model)
+
+    refused = [m for m in sent_messages(server) if m["role"] == "tool"]
+    assert len(refused) == 1 and "refused" in refused[0]["content"] and "not a planner tool" in refused[0]["content"]
+    activities = await scheduled_activities(handle)
+    assert "planner_tool" not in activities and activities.count("execute_step") == 1
+    assert result.status is JobStatus.COMPLETED and result.executed_steps == ["context_binary"]
