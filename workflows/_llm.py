@@ -16,23 +16,28 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities.llm.structured import complete_structured
     from contracts.messages import ChatRequest, ChatResult, TokenUsage
-    from workflows._call_options import LLM
+    from workflows._call_options import LLM, CallOptions
 
 M = TypeVar("M", bound=BaseModel)
 
 
-async def ask(req: ChatRequest, *, queue: str, summary: str = "") -> ChatResult:
-    """One durable LLM call (retries, heartbeats and the transcript artifact are the activity's job)."""
+async def ask(req: ChatRequest, *, queue: str, summary: str = "", options: CallOptions = LLM) -> ChatResult:
+    """One durable LLM call (retries, heartbeats and the transcript artifact are the activity's job).
+
+    `options` defaults to the LLM call options; a caller passes others only when it needs a different
+    crash-detection time (the heartbeat timeout bounds how long a dead worker holds a call)."""
     return await workflow.execute_activity(
         "complete_chat", req, task_queue=queue, result_type=ChatResult,
         summary=summary or f"{req.agent}: ask the LLM",
-        start_to_close_timeout=LLM.start_to_close, heartbeat_timeout=LLM.heartbeat, retry_policy=LLM.retry,
+        start_to_close_timeout=options.start_to_close, heartbeat_timeout=options.heartbeat, retry_policy=options.retry,
     )
 
 
-async def ask_structured(req: ChatRequest, model_cls: type[M], *, queue: str, summary: str = "") -> tuple[M, list[ChatResult]]:
+async def ask_structured(
+    req: ChatRequest, model_cls: type[M], *, queue: str, summary: str = "", options: CallOptions = LLM,
+) -> tuple[M, list[ChatResult]]:
     """Ask for JSON matching `model_cls`; re-ask once with the validation error; else LLM_OUTPUT_INVALID."""
-    return await complete_structured(lambda r: ask(r, queue=queue, summary=summary), req, model_cls)
+    return await complete_structured(lambda r: ask(r, queue=queue, summary=summary, options=options), req, model_cls)
 
 
 def total_usage(results: list[ChatResult]) -> tuple[TokenUsage, float]:

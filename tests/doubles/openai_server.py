@@ -20,6 +20,9 @@ class Scripted:
     chunks: list[dict[str, Any]] = field(default_factory=list)
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    """Simulated model latency before the response starts (time to first byte)."""
+    chunk_delay_s: float = 0.0
+    """Pause before each streamed chunk: a slow stream a test can interrupt mid-way."""
 
 
 def json_reply(text: str = "", *, tool_calls: list[dict[str, Any]] | None = None, finish_reason: str = "stop",
@@ -45,12 +48,13 @@ def chunk(delta: dict[str, Any] | None = None, finish_reason: str | None = None,
     return c
 
 
-def text_stream(parts: list[str], *, usage: dict[str, Any] | None = None, delay_s: float = 0.0) -> Scripted:
+def text_stream(parts: list[str], *, usage: dict[str, Any] | None = None, delay_s: float = 0.0,
+                chunk_delay_s: float = 0.0) -> Scripted:
     chunks = [chunk({"role": "assistant", "content": ""})]
     chunks += [chunk({"content": p}) for p in parts]
     chunks.append(chunk({}, "stop"))
     chunks.append(chunk(no_choices=True, usage=usage or {"prompt_tokens": 10, "completion_tokens": len(parts), "total_tokens": 10 + len(parts)}))
-    return Scripted("sse", chunks=chunks, delay_s=delay_s)
+    return Scripted("sse", chunks=chunks, delay_s=delay_s, chunk_delay_s=chunk_delay_s)
 
 
 def error(status: int, message: str = "error", headers: dict[str, str] | None = None) -> Scripted:
@@ -69,6 +73,8 @@ class ScriptedOpenAIServer:
         self.requests: list[dict[str, Any]] = []
         self.received_at: list[float] = []
         """time.monotonic() of each request, parallel to `requests`."""
+        self.chunks_sent = 0
+        """Streamed chunks written so far, over all requests (a test can act mid-stream)."""
         self._lock = threading.Lock()
         outer = self
 
@@ -104,8 +110,12 @@ class ScriptedOpenAIServer:
                 self.send_header("connection", "close")
                 self.end_headers()
                 for c in item.chunks:
+                    if item.chunk_delay_s:
+                        time.sleep(item.chunk_delay_s)  # simulated token rate (server side)
                     self.wfile.write(f"data: {json.dumps(c)}\n\n".encode())
                     self.wfile.flush()
+                    with outer._lock:
+                        outer.chunks_sent += 1
                 if item.kind == "sse":
                     self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
