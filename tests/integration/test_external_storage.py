@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-
 from pathlib import Path
 
 from pydantic import BaseModel
