@@ -52,6 +52,65 @@ USAGE = {
 }
 
 
+async def test_plain_text_stream_partials_then_one_consolidated_message() -> None:
+    chunks = [
+        _chunk({"role": "assistant", "content": ""}),
+        _chunk({"content": "Hel"}),
+        _chunk({"content": "lo"}),
+        _chunk({}, "stop"),
+        _chunk(no_choices=True, usage={"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}),
+    ]
+    out = await _collect(chunks)
+    assert out == [
+        Message(content=[TextBlock(text="Hel")], delta=True),
+        Message(content=[TextBlock(text="lo")], delta=True),
+        Message(content=[TextBlock(text="Hello")], delta=False, finish_reason="stop",
+                usage=TokenUsage(prompt=9, completion=2, total=11), metadata={"model": "m", "id": "c1"}),
+    ]
+
+
+async def test_vllm_reasoning_field_streams_reasoning_partials() -> None:
+    """vLLM and others send `reasoning` (DeepSeek: `reasoning_content`); both are reasoning, never text."""
+    chunks = [
+        _chunk({"role": "assistant", "reasoning": "2+2 "}),
+        _chunk({"reasoning": "is 4"}),
+        _chunk({"content": "4"}),
+        _chunk({}, "stop"),
+        _chunk(no_choices=True, usage=USAGE),
+    ]
+    out = await _collect(chunks)
+    assert [m.content for m in out[:-1]] == [[ReasoningBlock(text="2+2 ")], [ReasoningBlock(text="is 4")], [TextBlock(text="4")]]
+    final = out[-1]
+    assert final.content == [ReasoningBlock(text="2+2 is 4"), TextBlock(text="4")]
+    assert final.reasoning == "2+2 is 4" and final.text == "4"
+    assert final.usage == TokenUsage(prompt=120, completion=40, total=160, reasoning=12, cache_read=64)
+
+
+async def test_usage_on_the_finish_chunk_and_length_finish() -> None:
+    """Some servers put usage on the last choice chunk instead of a separate usage-only chunk."""
+    chunks = [
+        _chunk({"content": "cut by max_tokens"}),
+        _chunk({}, "length", usage={"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7,
+                                    "prompt_tokens_details": {"cached_tokens": 2}}),
+    ]
+    final = (await _collect(chunks))[-1]
+    assert final.text == "cut by max_tokens" and final.finish_reason == "length"
+    assert final.usage == TokenUsage(prompt=4, completion=3, total=7, cache_read=2)
+
+
+async def test_text_then_tool_call_in_one_stream() -> None:
+    chunks = [
+        _chunk({"role": "assistant", "content": "Let me look."}),
+        _chunk({"tool_calls": [_tc(0, id="call_x", name="ls", args='{"d":')]}),
+        _chunk({"tool_calls": [_tc(0, args=' "."}')]}),
+        _chunk({}, "tool_calls"),
+    ]
+    final = (await _collect(chunks))[-1]
+    call = ToolCallBlock(id="call_x", name="ls", arguments='{"d": "."}')
+    assert final.content == [TextBlock(text="Let me look."), call]
+    assert final.tool_calls == [call] and final.finish_reason == "tool_calls" and final.usage is None
+
+
 async def test_text_stream_with_reasoning_and_usage_chunk() -> None:
     chunks = [
         _chunk({"role": "assistant", "content": ""}),
@@ -97,9 +156,13 @@ async def test_two_parallel_tool_calls_split_across_chunks() -> None:
 
 async def test_stream_without_finish_reason_is_an_error() -> None:
     chunks = [_chunk({"role": "assistant", "content": ""}), _chunk({"content": "partial ans"})]
+    seen: list[Message] = []
     with pytest.raises(FleetforgeError) as ei:
-        await _collect(chunks)
+        async for m in OpenAIConverter().convert_streaming_response(_aiter(chunks)):
+            seen.append(m)
+    assert seen == [Message(content=[TextBlock(text="partial ans")], delta=True)], "never a consolidated short answer"
     assert ei.value.code == Err.LLM_STREAM_INCOMPLETE and ei.value.retryable
+    assert "finish_reason" in ei.value.message
 
 
 async def test_refusal_in_stream() -> None:
@@ -123,6 +186,26 @@ def test_convert_whole_response() -> None:
     assert m.content == [ReasoningBlock(text="because"), TextBlock(text="ok"), ToolCallBlock(id="t1", name="f", arguments="{}")]
     assert m.usage == TokenUsage(prompt=120, completion=40, total=160, reasoning=12, cache_read=64)
     assert m.finish_reason == "tool_calls" and not m.delta
+
+
+def test_whole_response_refusal_and_reasoning_field() -> None:
+    resp = ChatCompletion.model_validate({
+        "id": "r", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": None, "refusal": "I can't help with that.", "reasoning": "policy"}}],
+        "usage": {"prompt_tokens": 8, "completion_tokens": 6, "total_tokens": 14},
+    })
+    m = OpenAIConverter().convert_response(resp)
+    assert m.content == [ReasoningBlock(text="policy"), TextBlock(text="I can't help with that.")]
+    assert m.finish_reason == "refusal" and m.metadata == {"model": "m", "id": "r", "refusal": "I can't help with that."}
+    assert m.usage == TokenUsage(prompt=8, completion=6, total=14) and m.tool_calls == []
+
+
+def test_whole_response_without_choices_is_an_error() -> None:
+    resp = ChatCompletion.model_validate({"id": "e", "object": "chat.completion", "created": 1, "model": "m", "choices": []})
+    with pytest.raises(FleetforgeError) as ei:
+        OpenAIConverter().convert_response(resp)
+    assert ei.value.code == Err.LLM_OUTPUT_INVALID
 
 
 def test_message_roundtrip_and_usage_sum() -> None:
