@@ -56,9 +56,11 @@ def build_registry(settings: Settings, store: ArtifactStore) -> Registry:
                                  runs.prepare_workspace, hub.resolve_model]
     tools = ToolchainActivities(store, settings)
     reg.by_kind["toolchain"] += [tools.plan_offline, tools.planner_tool, tools.load_plan, tools.compile_plan, tools.execute_step, tools.evaluate]
-    reg.by_kind["llm"] += [LLMActivities(settings, store).complete_chat]
-    kernels = KernelActivities(store, settings)
-    reg.by_kind["kernels"] += [kernels.design, kernels.code, kernels.verify, kernels.record_trace]
+    llm = LLMActivities(settings, store)
+    reg.by_kind["llm"] += [llm.complete_chat]
+    kernels = KernelActivities(store, settings, llm)
+    reg.by_kind["llm"] += [kernels.design, kernels.code, kernels.analyze]  # kernel agents: offline templates or the LLM
+    reg.by_kind["kernels"] += [kernels.verify, kernels.record_trace]
     reg.by_kind["containers"] += ContainerActivities(store, settings).all()
     return reg
 

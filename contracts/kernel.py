@@ -116,6 +116,8 @@ class ConductorConfig(_Strict):
         return list(self.agent_info[agent].possible_next_agent)
 
 
+CPU_ARCHES = frozenset({"cpu", "cpu-interpreter", "interpreter"})
+
 # --- the task ------------------------------------------------------------------------------
 
 
@@ -129,13 +131,19 @@ class KernelTask(BaseModel, frozen=True):
     dsl: Literal["triton"] = "triton"
     framework: Literal["torch"] = "torch"
     arch: str = Field(min_length=1)
-    """e.g. "cpu" (Triton interpreter), "a100"."""
+    """e.g. "cpu-interpreter" (Triton interpreter on CPU), "a100", "h100"."""
     workflow: str = "default"
     """A shipped workflow name or a workflow.yaml path; ignored when `conductor` is given."""
     conductor: ConductorConfig | None = None
     max_step: int | None = Field(default=None, gt=0)
     """Overrides `limitation_info.required.max_step` when set."""
     num_candidates: int = Field(default=1, ge=1, le=16)
+    """Coder attempts per round, run as concurrent activities; the first verified one wins."""
+
+    @property
+    def on_cpu(self) -> bool:
+        """Correctness only, under the Triton interpreter; speed is not measurable."""
+        return self.arch in CPU_ARCHES
 
 
 # --- conductor state -----------------------------------------------------------------------
@@ -216,9 +224,10 @@ Decision = Annotated[Go | Finish | AskLLM, Field(discriminator="kind")]
 
 
 class LLMDecision(BaseModel, frozen=True):
-    """The conductor LLM's answer (analyze prompt): which agent next, and guidance for it."""
+    """The conductor LLM's answer (analyze.j2): which agent next, and guidance for it.
+    The prompt asks for `{"decision", "suggestion"}`; `next_agent` is accepted too."""
 
-    next_agent: str
+    next_agent: str = Field(validation_alias=AliasChoices("decision", "next_agent"))
     suggestion: str = ""
 
 

@@ -18,6 +18,13 @@ from contracts.kernel import (
     Go,
     LLMDecision,
 )
+from contracts.kernel_job import Attempt, Provider
+
+OFFLINE_TEMPLATE_AGENTS = frozenset({AgentName.DESIGNER, AgentName.CODER})
+"""Agents the offline provider can answer for (deterministic templates)."""
+
+CODER_HISTORY = 2
+"""How many earlier candidates (with their verdicts) the coder's prompt shows."""
 
 _FENCED_JSON = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
 
@@ -78,6 +85,23 @@ def fallback_agent(options: list[str], state: ConductorState) -> str:
             return AgentName.CODER
     agents = [o for o in options if o != FINISH]
     return agents[0] if agents else FINISH
+
+
+def provider_for(agent: str, state: ConductorState, config: ConductorConfig, requested: Provider) -> Provider:
+    """The requested provider, except on an agent's last allowed retry after unusable LLM answers:
+    then the offline templates answer (offline is the fallback, so a run does not end on parsing)."""
+    if requested == "offline" or agent not in OFFLINE_TEMPLATE_AGENTS:
+        return requested
+    last = state.last
+    if (last is not None and last.agent == agent and not last.parsed_ok
+            and state.consecutive_repeats + 1 >= config.repeat_limit(agent)):
+        return "offline"
+    return requested
+
+
+def recent_attempts(attempts: list[Attempt]) -> list[Attempt]:
+    """The bounded history the coder sees: the last CODER_HISTORY candidates, oldest first."""
+    return attempts[-CODER_HISTORY:]
 
 
 def _options(state: ConductorState, config: ConductorConfig) -> list[str]:

@@ -1,32 +1,46 @@
-"""Kernel activities: the designer, the coder/optimizer, the verifier and the trace recorder.
+"""Kernel activities: the agents (designer, coder/optimizer, conductor analysis), the verifier and
+the trace recorder.
 
-Sources and designs go to the artifact store; the workflow history carries ArtifactRefs only.
-The offline provider (deterministic templates) is used on CPU CI and whenever no LLM is set.
+The agents take the typed context the workflow sent, render their jinja2 template
+(llm_agents), ask the provider the request names (`offline` templates or an OpenAI-compatible
+endpoint through LLMActivities.chat, the same call `complete_chat` makes), and store the prompt,
+the raw answer and the parsed product in the artifact store: the workflow history carries
+ArtifactRefs, token counts and short reasons only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from temporalio import activity
 
-from activities.kernels import offline_coder
+from activities.kernels import llm_agents, offline_coder
+from activities.llm.activity import LLMActivities
+from activities.llm.structured import Rejected
 from activities.storage import ArtifactStore
 from contracts.common import ArtifactRef
 from contracts.errors import Err, FleetforgeError
+from contracts.kernel import LLMDecision
 from contracts.kernel_job import (
+    AgentCall,
+    AnalyzeRequest,
+    AnalyzeResult,
     CodeRequest,
     CodeResult,
     DesignRequest,
     DesignResult,
+    KernelDesign,
     RecordTraceRequest,
     VerifyRequest,
     VerifyResult,
 )
+from contracts.messages import ChatRequest, Message
 from contracts.settings import Settings
 
 PY = "text/x-python"
 JSON = "application/json"
+MD = "text/markdown"
 CPU_SPEED_NOTE = "speed not measurable on CPU (Triton interpreter): correctness only"
 
 
@@ -36,33 +50,76 @@ def _heartbeat(detail: str) -> None:
 
 
 class KernelActivities:
-    def __init__(self, store: ArtifactStore, settings: Settings):
+    def __init__(self, store: ArtifactStore, settings: Settings, llm: LLMActivities | None = None):
         self.store = store
         self.settings = settings
+        self.llm = llm or LLMActivities(settings, store)
+
+    # -- agents ------------------------------------------------------------------------------
 
     @activity.defn
-    def design(self, req: DesignRequest) -> DesignResult:
-        design = offline_coder.design(req.task)
-        if design.family == "unknown":
-            return DesignResult(parsed_ok=False, design=design, reason=design.notes)
-        ref = self.store.put_bytes(design.model_dump_json(indent=2).encode(), media_type=JSON,
-                                   name=f"kernels/{req.task.task_id}/design-step{req.step}.json")
-        return DesignResult(parsed_ok=True, design=design, artifact=ref)
+    async def design(self, req: DesignRequest) -> DesignResult:
+        base = f"kernels/{req.task.task_id}/designer-step{req.step}"
+        if req.llm == "offline":
+            call, parsed = AgentCall(), offline_coder.design(req.task)
+            if parsed.family == "unknown":
+                parsed = Rejected(parsed.notes)
+        else:
+            text, call = await self._ask("designer", base, llm_agents.design_prompt(req),
+                                         schema=KernelDesign.model_json_schema())
+            parsed = llm_agents.parse_design(text)
+        if isinstance(parsed, Rejected):
+            return DesignResult(parsed_ok=False, reason=parsed.reason, call=call)
+        ref = await self._put(parsed.model_dump_json(indent=2), JSON, f"{base}-design.json")
+        return DesignResult(parsed_ok=True, design=parsed, artifact=ref, call=call)
 
     @activity.defn
-    def code(self, req: CodeRequest) -> CodeResult:
-        """Offline provider: the context is the 'prompt', the template answer is the 'output'."""
-        base = f"kernels/{req.task.task_id}/{req.role}-step{req.step}"
-        prompt = self.store.put_bytes(req.model_dump_json(indent=2).encode(), media_type=JSON, name=f"{base}-context.json")
-        source = offline_coder.code(req.task, req.design)
-        answer = offline_coder.render_answer(source) if source else f"no template for op '{req.task.op_name}'\n"
-        output = self.store.put_bytes(answer.encode(), media_type="text/markdown", name=f"{base}-answer.md")
-        parsed = offline_coder.parse_code_answer(answer)
-        if parsed is None:
-            return CodeResult(parsed_ok=False, prompt=prompt, output=output,
-                              reason="answer has no fenced python block with a candidate")
-        candidate = self.store.put_bytes(parsed.encode(), media_type=PY, name=f"{base}-candidate.py")
-        return CodeResult(parsed_ok=True, candidate=candidate, prompt=prompt, output=output)
+    async def code(self, req: CodeRequest) -> CodeResult:
+        """The coder or the optimizer (`req.role`): one complete candidate, or an unusable answer."""
+        base = f"kernels/{req.task.task_id}/{req.role}-step{req.step}-c{req.candidate_index}"
+        if req.llm == "offline":
+            # The offline provider's "prompt" is its context; its answer uses the agreed format.
+            prompt = await self._put(req.model_dump_json(indent=2), JSON, f"{base}-context.json")
+            source = offline_coder.code(req.task, req.design)
+            text = offline_coder.render_answer(source) if source else f"no template for op '{req.task.op_name}'\n"
+            call = AgentCall(prompt=prompt, output=await self._put(text, MD, f"{base}-answer.md"))
+        else:
+            sources = [await self._get_text(a.candidate) for a in req.attempts]
+            text, call = await self._ask(req.role, base, llm_agents.code_prompt(req, sources))
+        parsed = llm_agents.parse_code(text)
+        if isinstance(parsed, Rejected):
+            return CodeResult(parsed_ok=False, reason=parsed.reason, call=call)
+        candidate = await self._put(parsed, PY, f"{base}-candidate.py")
+        return CodeResult(parsed_ok=True, candidate=candidate, call=call)
+
+    @activity.defn
+    async def analyze(self, req: AnalyzeRequest) -> AnalyzeResult:
+        """The conductor's routing question; an unusable answer is `decision=None` plus the reason."""
+        base = f"kernels/{req.task.task_id}/conductor-step{req.step}"
+        text, call = await self._ask("conductor", base, llm_agents.analyze_prompt(req),
+                                     schema=LLMDecision.model_json_schema())
+        parsed = llm_agents.parse_decision(text)
+        if isinstance(parsed, Rejected):
+            return AnalyzeResult(reason=parsed.reason, call=call)
+        return AnalyzeResult(decision=parsed, call=call)
+
+    async def _ask(self, agent: str, base: str, prompt: str, *, schema: dict | None = None) -> tuple[str, AgentCall]:
+        """One provider call; prompt and raw answer stored next to the call's transcript."""
+        prompt_ref = await self._put(prompt, MD, f"{base}-prompt.md")
+        result = await self.llm.chat(ChatRequest(messages=[Message.user(prompt)], agent=f"kernel-{agent}",
+                                                 response_schema=schema))
+        text = result.message.text
+        output_ref = await self._put(text, MD, f"{base}-answer.md")
+        return text, AgentCall(provider="openai", prompt=prompt_ref, output=output_ref, usage=result.usage)
+
+    async def _put(self, text: str, media_type: str, name: str) -> ArtifactRef:
+        return await asyncio.to_thread(self.store.put_bytes, text.encode("utf-8"), media_type=media_type, name=name)
+
+    async def _get_text(self, ref: ArtifactRef) -> str:
+        data = await asyncio.to_thread(self.store.get_bytes, ref)
+        return data.decode("utf-8", errors="replace")
+
+    # -- verification and the trace ------------------------------------------------------------
 
     @activity.defn
     def verify(self, req: VerifyRequest) -> VerifyResult:
@@ -73,8 +130,8 @@ class KernelActivities:
         except UnicodeDecodeError as e:
             raise FleetforgeError(Err.VERIFIER_ERROR, f"candidate {req.candidate.uri} is not UTF-8 text") from e
         report = verify(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, trials=req.trials,
-                        heartbeat=_heartbeat, gpu=req.task.arch != "cpu")
-        return VerifyResult(report=report, speed=CPU_SPEED_NOTE if req.task.arch == "cpu" else "")
+                        heartbeat=_heartbeat, gpu=not req.task.on_cpu)
+        return VerifyResult(report=report, speed=CPU_SPEED_NOTE if req.task.on_cpu else "")
 
     @activity.defn
     def record_trace(self, req: RecordTraceRequest) -> ArtifactRef:

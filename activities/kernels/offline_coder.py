@@ -15,7 +15,6 @@ import textwrap
 from contracts.kernel import KernelTask
 from contracts.kernel_job import KernelDesign
 
-_FENCED_PY = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 
 ELEMENTWISE = {
     "relu": "tl.where(x > 0, x, 0.0)",
@@ -94,17 +93,9 @@ def code(task: KernelTask, kernel_design: KernelDesign | None = None) -> str | N
 
 
 def render_answer(source: str) -> str:
-    """The offline coder's answer in the agreed format: one fenced python block."""
+    """The offline coder's answer in the agreed format: one fenced python block (parsed by
+    llm_agents.parse_code, like an LLM's)."""
     return f"```python\n{source.rstrip()}\n```\n"
-
-
-def parse_code_answer(text: str) -> str | None:
-    """The candidate source of a coder answer (the first fenced python block), or None."""
-    match = _FENCED_PY.search(text or "")
-    if match is None:
-        return None
-    source = match.group(1).strip()
-    return source + "\n" if source else None
 
 
 # --- reading the reference --------------------------------------------------------------------
