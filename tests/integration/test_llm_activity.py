@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 from temporalio import activity, workflow
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.llm.activity import LLMActivities, record_offline_answer
+    from activities.llm.activity import LLMActivities, record_offline_answer, retry_after
     from activities.llm.structured import complete_structured
     from activities.storage import FileStore
     from contracts.errors import Err, FleetforgeError
@@ -24,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from tests.doubles.openai_server import (
         Scripted, ScriptedOpenAIServer, chunk, cut_stream, error, json_reply, text_stream,
     )
-    from tests.helpers import new_worker
+    from tests.helpers import assert_eventually, new_worker
 
 _RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=0.1), backoff_coefficient=1.0, maximum_attempts=4,
@@ -68,6 +69,19 @@ class ImpatientChatTestWorkflow:
         )
 
 
+@workflow.defn(sandboxed=False)
+class CancellableChatTestWorkflow:
+    """Waits for the activity to acknowledge cancellation, so the test sees when the call really stopped."""
+
+    @workflow.run
+    async def run(self, req: ChatRequest) -> ChatResult:
+        return await workflow.execute_activity_method(
+            LLMActivities.complete_chat, req, start_to_close_timeout=timedelta(seconds=30),
+            heartbeat_timeout=timedelta(seconds=1), retry_policy=RetryPolicy(maximum_attempts=1),
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+
+
 def _acts(tmp_path: Path, server: ScriptedOpenAIServer, **kw) -> tuple[LLMActivities, FileStore]:
     store = FileStore(tmp_path / "artifacts")
     settings = Settings(state_dir=tmp_path / "state", llm="openai", llm_base_url=server.base_url, llm_model="test-model")
@@ -75,10 +89,22 @@ def _acts(tmp_path: Path, server: ScriptedOpenAIServer, **kw) -> tuple[LLMActivi
 
 
 async def _run_chat(client, llm: LLMActivities, req: ChatRequest) -> ChatResult:
+    return (await _run_chat_handle(client, llm, req))[0]
+
+
+async def _run_chat_handle(client, llm: LLMActivities, req: ChatRequest) -> tuple[ChatResult, WorkflowHandle]:
     async with new_worker(client, workflows=[ChatTestWorkflow], activities=[llm.complete_chat]) as w:
-        return await client.execute_workflow(
+        handle = await client.start_workflow(
             ChatTestWorkflow.run, req, id=f"llm-test/{uuid.uuid4().hex[:8]}", task_queue=w.task_queue,
         )
+        return await handle.result(), handle
+
+
+async def _activity_attempts(handle: WorkflowHandle) -> list[int]:
+    """The final attempt number of every activity the workflow scheduled (one entry per activity)."""
+    history = await handle.fetch_history()
+    return [e.activity_task_started_event_attributes.attempt for e in history.events
+            if e.HasField("activity_task_started_event_attributes")]
 
 
 def _req(**kw) -> ChatRequest:
@@ -125,14 +151,43 @@ async def test_streamed_tool_calls(temporal_env, tmp_path: Path):
     assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["ls", "cat"]
 
 
+async def test_streamed_reasoning_content_and_usage_details(temporal_env, tmp_path: Path):
+    """DeepSeek-style `reasoning_content` and the usage-only chunk with token details, through the real client."""
+    chunks = [
+        chunk({"role": "assistant", "content": "", "reasoning_content": "The user "}),
+        chunk({"reasoning_content": "greets me."}),
+        chunk({"content": "Hi!"}),
+        chunk({}, "stop"),
+        chunk(no_choices=True, usage={
+            "prompt_tokens": 30, "completion_tokens": 9, "total_tokens": 39,
+            "completion_tokens_details": {"reasoning_tokens": 6}, "prompt_tokens_details": {"cached_tokens": 16}}),
+    ]
+    with ScriptedOpenAIServer([Scripted("sse", chunks=chunks)]) as server:
+        llm, store = _acts(tmp_path, server)
+        result = await _run_chat(temporal_env.client, llm, _req())
+    assert result.message.reasoning == "The user greets me." and result.message.text == "Hi!"
+    assert result.usage == TokenUsage(prompt=30, completion=9, total=39, reasoning=6, cache_read=16)
+    assert result.message.usage == result.usage
+    transcript = json.loads(store.get_bytes(result.transcript))
+    assert transcript["response"]["content"][0] == {"type": "reasoning", "text": "The user greets me."}
+
+
 async def test_429_honours_retry_after_then_succeeds(temporal_env, tmp_path: Path):
     with ScriptedOpenAIServer([error(429, "slow down", {"retry-after": "1"}), text_stream(["ok"])]) as server:
         llm, _ = _acts(tmp_path, server)
-        result = await _run_chat(temporal_env.client, llm, _req())
+        result, handle = await _run_chat_handle(temporal_env.client, llm, _req())
     assert result.message.text == "ok" and result.attempt == 2
+    assert await _activity_attempts(handle) == [2], "the workflow sees one activity with two attempts"
     assert len(server.requests) == 2
     gap = server.received_at[1] - server.received_at[0]
     assert gap >= 0.9, f"retry-after: 1 must override the 0.1 s policy interval (retried after {gap:.2f}s)"
+
+
+def test_retry_after_headers() -> None:
+    assert retry_after({"retry-after-ms": "250", "retry-after": "9"}) == timedelta(milliseconds=250)
+    assert retry_after({"retry-after": "2"}) == timedelta(seconds=2)
+    assert retry_after({"retry-after": "Wed, 21 Oct 2026 07:28:00 GMT"}) is None
+    assert retry_after({"retry-after": "100000"}) is None and retry_after(None) is None
 
 
 async def test_5xx_twice_then_succeeds(temporal_env, tmp_path: Path):
@@ -170,6 +225,24 @@ async def test_stream_cut_midway_is_retried(temporal_env, tmp_path: Path):
         llm, _ = _acts(tmp_path, server)
         result = await _run_chat(temporal_env.client, llm, _req())
     assert result.message.text == "complete" and result.attempt == 2 and len(server.requests) == 2
+
+
+async def test_cancellation_stops_the_stream(temporal_env, tmp_path: Path):
+    parts = [f"t{i} " for i in range(40)]
+    with ScriptedOpenAIServer([text_stream(parts, chunk_delay_s=0.1)]) as server:
+        llm, _ = _acts(tmp_path, server)
+        async with new_worker(temporal_env.client, workflows=[CancellableChatTestWorkflow],
+                              activities=[llm.complete_chat]) as w:
+            handle = await temporal_env.client.start_workflow(
+                CancellableChatTestWorkflow.run, _req(), id=f"llm-test/{uuid.uuid4().hex[:8]}", task_queue=w.task_queue,
+            )
+            await assert_eventually(lambda: server.chunks_sent >= 5, timeout=10, message="stream under way")
+            await handle.cancel()
+            with pytest.raises(WorkflowFailureError) as ei:
+                await handle.result()
+            stopped_at = server.chunks_sent
+    assert isinstance(ei.value.cause, CancelledError)
+    assert stopped_at < len(parts), f"the activity kept reading {stopped_at} chunks after cancellation"
 
 
 async def _run_verdict(client, llm: LLMActivities, req: ChatRequest) -> Verdict:
