@@ -106,6 +106,7 @@ async def test_unknown_op_fails_after_repeated_unusable_answers(temporal_env, fi
     assert [e.agent for e in trace] == ["coder"] * 3 and not any(e.ok for e in trace)
 
 
+@pytest.mark.slow
 async def test_failed_verification_goes_back_to_the_coder_until_max_steps(temporal_env, file_store, settings):
     # The reference doubles the ReLU, so the offline relu template never matches it.
     src = (EXAMPLES / "relu.py").read_text().replace("return torch.relu(x)", "return torch.relu(x) * 2.0")

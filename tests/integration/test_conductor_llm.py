@@ -1,0 +1,192 @@
+"""ConductorWorkflow with LLM agents (llm="openai") against a scripted OpenAI-compatible server:
+verifier feedback routed back to the coder, unparsable answers retried, MAX_STEPS with the full
+trace, an invalid routing decision resolved by the deterministic fallback, parallel candidates.
+Real dev server, real artifact store, real verifier children under the Triton interpreter."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from activities.kernels.activities import read_trace
+from activities.kernels.config_loader import load_workflow_config
+from activities.storage import ArtifactStore
+from contracts.common import JobKind, JobStatus
+from contracts.kernel import FinishReason, KernelTask
+from contracts.kernel_job import KernelOutcome, KernelRequest, KernelResult
+from contracts.settings import Settings
+from tests.doubles.openai_server import Scripted, ScriptedOpenAIServer, error, text_stream
+from tests.helpers import fresh_queues, new_worker
+from worker import build_registry
+from workflows._visibility import start_attributes
+from workflows.conductor import ConductorWorkflow
+
+RELU = (Path(__file__).resolve().parents[2] / "examples" / "kernels" / "relu.py").read_text()
+
+KERNEL_SOURCE = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = {mask}
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.zeros_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        return out
+'''
+GOOD = KERNEL_SOURCE.format(mask="offs < n")
+MASKING_BUG = KERNEL_SOURCE.format(mask="offs < n - 100")
+"""The tail of the tensor is never written: the last 100 outputs stay 0."""
+
+USAGE = {"prompt_tokens": 100, "completion_tokens": 40, "total_tokens": 140}
+
+
+def answer(text: str) -> Scripted:
+    return text_stream([text[i:i + 200] for i in range(0, len(text), 200)], usage=USAGE)
+
+
+def code_answer(source: str) -> Scripted:
+    return answer(f"Here is the kernel.\n\n```python\n{source}```\n")
+
+
+def design_answer() -> Scripted:
+    return answer(json.dumps({"family": "elementwise", "block_sizes": {"BLOCK": 1024}, "grid": "cdiv(numel, BLOCK)",
+                              "tiling": "flat 1-D tiles", "notes": "mask the tail"}))
+
+
+def decision(agent: str, suggestion: str = "") -> Scripted:
+    return answer(json.dumps({"decision": agent, "suggestion": suggestion}))
+
+
+def prompt_of(request: dict[str, Any]) -> str:
+    return request["messages"][-1]["content"]
+
+
+async def run_llm_conductor(client: Client, tmp_path: Path, store: ArtifactStore, server: ScriptedOpenAIServer,
+                            workflow: str, **task_kw: Any) -> KernelResult:
+    settings = Settings(state_dir=tmp_path / "state", llm="openai", llm_base_url=server.base_url, llm_model="scripted")
+    reg = build_registry(settings, store)
+    queues = fresh_queues()
+    task = KernelTask(op_name="relu", task_desc=RELU, task_id=f"relu-llm-{uuid.uuid4().hex[:6]}",
+                      arch="cpu-interpreter", **task_kw)
+    req = KernelRequest(task=task, config=load_workflow_config(workflow), queues=queues, verify_timeout_s=90, llm="openai")
+    async with new_worker(client, workflows=[ConductorWorkflow], task_queue=queues.workflows,
+                          activities=reg.by_kind["llm"] + reg.by_kind["kernels"]):
+        handle = await client.start_workflow(
+            ConductorWorkflow.run, req, id=f"kernel/{task.task_id}", task_queue=queues.workflows,
+            search_attributes=start_attributes(JobKind.KERNEL, task.op_name))
+        result = await handle.result()
+        assert await handle.query(ConductorWorkflow.trace) == result.trace
+    return result
+
+
+@pytest.mark.slow
+async def test_masking_bug_feedback_reaches_the_coder_and_the_second_candidate_verifies(temporal_env, tmp_path, file_store):
+    script = [design_answer(), code_answer(MASKING_BUG), decision("coder", "write the tail: mask must be offs < n"),
+              code_answer(GOOD)]
+    with ScriptedOpenAIServer(script) as server:
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default")
+
+    assert result.outcome is KernelOutcome.VERIFIED and result.status is JobStatus.COMPLETED
+    assert [(e.agent, e.ok) for e in result.trace] == [
+        ("designer", True), ("coder", True), ("verifier", False), ("coder", True), ("verifier", True)]
+    failed = result.trace[2].report
+    assert failed is not None and "elements differ" in failed.reason
+    assert failed.mismatches and all(m.index[0] == 6 and m.index[1] >= 900 for m in failed.mismatches)
+    assert result.trace[3].routing == "llm: coder" and not result.trace[3].fallback
+
+    second_prompt = prompt_of(server.requests[3])
+    assert failed.reason in second_prompt, "the verifier's feedback reached the coder"
+    m = failed.mismatches[0]
+    assert f"index {m.index}: {m.expected} -> {m.got}" in second_prompt
+    assert "write the tail: mask must be offs < n" in second_prompt, "the conductor's suggestion reached the coder"
+    assert "offs < n - 100" in second_prompt, "the failed attempt is in the coder's bounded history"
+    assert file_store.get_bytes(result.trace[3].prompt).decode() == second_prompt, "the prompt artifact is what was sent"
+
+    assert file_store.get_bytes(result.best_candidate).decode() == GOOD
+    assert result.trace[1].provider == "openai" and result.trace[1].tokens.total == 140
+    assert result.trace[3].tokens.total == 280, "the coder's tokens plus the analysis that chose it"
+    assert result.tokens.total == 4 * 140
+    assert len(server.requests) == 4
+
+
+async def test_unparsable_coder_answer_is_retried(temporal_env, tmp_path, file_store):
+    script = [answer("I would write a Triton kernel that masks the tail."), code_answer(GOOD)]
+    with ScriptedOpenAIServer(script) as server:
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only")
+
+    assert result.outcome is KernelOutcome.VERIFIED
+    assert [(e.agent, e.ok) for e in result.trace] == [("coder", False), ("coder", True), ("verifier", True)]
+    assert "no fenced ```python block" in result.trace[0].parse_error
+    assert file_store.get_bytes(result.trace[0].output).decode().startswith("I would write"), "the raw answer is kept"
+    assert [e.provider for e in result.trace[:2]] == ["openai", "openai"]
+
+
+async def test_max_step_ends_with_max_steps_and_the_full_trace(temporal_env, tmp_path, file_store):
+    script = [code_answer(MASKING_BUG), code_answer(MASKING_BUG)]
+    with ScriptedOpenAIServer(script) as server:
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only", max_step=3)
+
+    assert result.outcome is KernelOutcome.MAX_STEPS and result.finish_reason is FinishReason.MAX_STEPS
+    assert result.status is JobStatus.FAILED and result.steps == 3
+    assert [(e.step, e.agent, e.ok) for e in result.trace] == [(1, "coder", True), (2, "verifier", False), (3, "coder", True)]
+    for entry in result.trace:
+        assert entry.started_at is not None and entry.duration_s >= 0
+    coders = [e for e in result.trace if e.agent == "coder"]
+    assert all(e.prompt and e.output and e.artifact and e.tokens.total == 140 for e in coders)
+    assert result.trace[1].report is not None and result.trace[1].report.mismatches
+    stored = read_trace(file_store, result.trace_artifact)
+    assert [(e["step"], e["agent"]) for e in stored] == [(1, "coder"), (2, "verifier"), (3, "coder")]
+    assert result.tokens.total == 2 * 140
+
+
+async def test_invalid_analysis_decision_falls_back_to_the_deterministic_rule(temporal_env, tmp_path, file_store):
+    script = [design_answer(), code_answer(MASKING_BUG), decision("banana", "peel it"), code_answer(GOOD)]
+    with ScriptedOpenAIServer(script) as server:
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default", max_step=4)
+
+    assert [e.agent for e in result.trace] == ["designer", "coder", "verifier", "coder"]
+    rerouted = result.trace[3]
+    assert rerouted.fallback, "the trace marks the fallback"
+    assert rerouted.routing.startswith("fallback: decision 'banana' not in ['coder']"), rerouted.routing
+    assert result.outcome is KernelOutcome.MAX_STEPS, "never a silent finish: the fallback chose the coder"
+
+
+@pytest.mark.slow
+async def test_parallel_candidates_first_verified_one_wins(temporal_env, tmp_path, file_store):
+    with ScriptedOpenAIServer([code_answer(MASKING_BUG), code_answer(GOOD)]) as server:
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only", num_candidates=2)
+
+    assert result.outcome is KernelOutcome.VERIFIED and result.steps == 2
+    coder, verifier = result.trace
+    assert len(coder.candidates) == 2 and coder.tokens.total == 280
+    assert verifier.ok and verifier.candidates == coder.candidates
+    assert file_store.get_bytes(result.best_candidate).decode() == GOOD
+    assert len(server.requests) == 2, "both attempts were asked for in the same round"
+
+
+async def test_unusable_llm_endpoint_falls_back_to_the_offline_templates(temporal_env, tmp_path, file_store):
+    with ScriptedOpenAIServer([error(401, "bad key")]) as server:
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only")
+
+    assert result.outcome is KernelOutcome.VERIFIED
+    coder = result.trace[0]
+    assert coder.provider == "offline" and coder.summary.startswith("LLM failed (LLM endpoint answered 401")
