@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from contracts.common import ArtifactRef, Failure, JobStatus, TaskQueues
+from contracts.common import ArtifactRef, Failure, JobStatus, TaskQueues, TokenTotals
 from contracts.fleet import Classification, ErrorCategory, HardwareProfile, ModelRow, Runtime, TestPhase
 
 
@@ -51,8 +52,19 @@ class ManifestRow(BaseModel, frozen=True):
                         port=self.port, max_model_len=self.max_model_len)
 
 
+class CommandSource(StrEnum):
+    """Who wrote an attempt's command."""
+
+    FIXED = "fixed"
+    """The row's `command` column."""
+    OFFLINE = "offline"
+    """The offline templater with rule-based repairs."""
+    LLM = "llm"
+
+
 class RowVerdict(BaseModel, frozen=True):
-    """What goes back into the CSV for one row (compact: the parent keeps thousands of these)."""
+    """What goes back into the CSV for one row, plus its line of the per-model table (compact: the
+    parent keeps up to `continue_every` of these)."""
 
     row: int
     model_name: str
@@ -61,6 +73,11 @@ class RowVerdict(BaseModel, frozen=True):
     """ErrorCategory value of the last failure; empty when passed."""
     reason: str = ""
     attempts: int = 0
+    commands: list[str] = Field(default_factory=list)
+    categories: list[str] = Field(default_factory=list)
+    """Per attempt: the ErrorCategory value, or PASSED."""
+    duration_s: float = 0.0
+    tokens: int = 0
 
 
 class AttemptRecord(BaseModel, frozen=True):
@@ -71,6 +88,28 @@ class AttemptRecord(BaseModel, frozen=True):
     reason: str = ""
     duration_s: float = 0.0
     log: ArtifactRef | None = None
+    source: CommandSource = CommandSource.OFFLINE
+    writer_note: str = ""
+    """Why the LLM's answer was not used (the offline writer's command ran instead)."""
+
+
+class PreviousAttempt(BaseModel, frozen=True):
+    """What the command writer is told about an earlier attempt of the row."""
+
+    command: str
+    category: str
+    reason: str
+    log_tail: str = ""
+
+
+class CommandWriterContext(BaseModel, frozen=True):
+    """Everything the LLM command writer's prompt is rendered from (STYLE G9)."""
+
+    row: ManifestRow
+    hardware: HardwareProfile
+    runner: RunnerKind
+    attempt: int
+    previous: list[PreviousAttempt] = Field(default_factory=list)
 
 
 # -- activities ------------------------------------------------------------------------------
@@ -98,6 +137,11 @@ class WriteCommandResult(BaseModel, frozen=True):
     """None when the writer has no further idea (no rule-based repair applies)."""
     reason: str = ""
     probe_url: str | None = None
+    source: CommandSource = CommandSource.OFFLINE
+    note: str = ""
+    """Why the LLM's answer was not used (set by the workflow when it fell back to this command)."""
+    row: ManifestRow | None = None
+    """The manifest row (the LLM writer's prompt is rendered from it)."""
 
 
 class PolicyCheckRequest(BaseModel, frozen=True):
@@ -156,6 +200,8 @@ class FinishFleetRequest(BaseModel, frozen=True):
 
 class FinishFleetResult(BaseModel, frozen=True):
     csv: ArtifactRef
+    table: ArtifactRef | None = None
+    """The per-model table (CSV: row, model, verdict, attempts, commands, categories, duration, tokens)."""
     passed: int
     failed: int
     categories: dict[str, int] = Field(default_factory=dict)
@@ -180,6 +226,8 @@ class ModelTestRequest(BaseModel, frozen=True):
     max_attempts: int = Field(default=3, ge=1, le=10)
     require_approval: bool = False
     test_timeout_s: float = Field(default=600.0, gt=0)
+    llm: Literal["offline", "openai"] = "offline"
+    """Who writes the commands: the offline templater, or the LLM (offline writer as its fallback)."""
     queues: TaskQueues = Field(default_factory=TaskQueues)
 
 
@@ -191,10 +239,14 @@ class ModelTestResult(BaseModel, frozen=True):
     category: str = ""
     reason: str = ""
     duration_s: float = 0.0
+    tokens: TokenTotals = Field(default_factory=TokenTotals)
 
     def verdict(self) -> RowVerdict:
         return RowVerdict(row=self.row, model_name=self.model_name, passed=self.passed, category=self.category,
-                          reason=self.reason, attempts=len(self.attempts))
+                          reason=self.reason, attempts=len(self.attempts),
+                          commands=[a.command for a in self.attempts],
+                          categories=[a.category.value if a.category else "PASSED" for a in self.attempts],
+                          duration_s=self.duration_s, tokens=self.tokens.total_tokens)
 
 
 class FleetCarry(BaseModel, frozen=True):
@@ -220,6 +272,8 @@ class FleetTestRequest(BaseModel, frozen=True):
     runner: RunnerKind = RunnerKind.DOCKER
     require_approval: bool = False
     test_timeout_s: float = Field(default=600.0, gt=0)
+    llm: Literal["offline", "openai"] = "offline"
+    """Who writes the docker commands (the client sets it from FLEETFORGE_LLM, like ConversionRequest.llm)."""
     fleet_id: str = ""
     """Default: the workflow id without a leading `fleet/`."""
     continue_every: int = Field(default=500, ge=1)
@@ -246,6 +300,8 @@ class FleetTestResult(BaseModel, frozen=True):
     fleet_id: str
     csv: ArtifactRef | None = None
     """The manifest with status/note filled in for every tested row."""
+    table: ArtifactRef | None = None
+    """The per-model table: attempts, commands, categories, durations, tokens."""
     total: int = 0
     skipped: int = 0
     passed: int = 0
@@ -254,3 +310,4 @@ class FleetTestResult(BaseModel, frozen=True):
     runs: int = 1
     """Workflow runs the fleet took (continue-as-new count + 1)."""
     failure: Failure | None = None
+

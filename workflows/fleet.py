@@ -14,17 +14,21 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ChildWorkflowError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.containers import llm_writer
     from activities.containers.activities import ContainerActivities
-    from contracts.common import ArtifactRef, JobKind, JobStatus
+    from contracts.common import ArtifactRef, JobKind, JobStatus, TokenTotals
     from contracts.fleet import Classification, ErrorCategory
     from contracts.fleet_job import (
-        ApprovalRequest, AttemptRecord, ClassifyRequest, FinishFleetRequest, FleetCarry, FleetPlan, FleetProgress,
-        FleetTestRequest, FleetTestResult, ModelTestRequest, ModelTestResult, PolicyCheckRequest, RowVerdict,
-        RunTestRequest, SaveVerdictsRequest, TestOutcome, WriteCommandRequest, WriteCommandResult,
+        ApprovalRequest, AttemptRecord, ClassifyRequest, CommandSource, CommandWriterContext, FinishFleetRequest,
+        FleetCarry, FleetPlan, FleetProgress, FleetTestRequest, FleetTestResult, ModelTestRequest, ModelTestResult,
+        PolicyCheckRequest, PreviousAttempt, RowVerdict, RunnerKind, RunTestRequest, SaveVerdictsRequest, TestOutcome,
+        WriteCommandRequest, WriteCommandResult,
     )
+    from contracts.messages import ChatResult
     from workflows import _visibility as ui
     from workflows import presentation
     from workflows._call_options import CONTAINER, STORAGE
+    from workflows._llm import ask, total_usage
     from workflows.failures import failure_from
     from workflows.fleet_policy import (
         Finish, Retry, eta_seconds, merge_categories, model_result, next_after_attempt, rejection,
@@ -44,6 +48,9 @@ class ModelTestWorkflow:
         self._awaiting: tuple[int, str] | None = None
         self._approval: ApprovalRequest | None = None
         self._model = ""
+        self._previous: list[PreviousAttempt] = []
+        """Failed attempts with their log tails: what the LLM writer is told on a retry."""
+        self._llm_calls: list[ChatResult] = []
 
     @workflow.run
     async def run(self, req: ModelTestRequest) -> ModelTestResult:
@@ -70,7 +77,7 @@ class ModelTestWorkflow:
         self._show("passed" if finish.passed else "failed", f"{finish.category}: {finish.reason}" if finish.category else "")
         await workflow.wait_condition(workflow.all_handlers_finished)  # let an in-flight update reply first
         return model_result(req.row, self._model, self._attempts, finish,
-                            (workflow.now() - started).total_seconds())
+                            (workflow.now() - started).total_seconds(), self._tokens())
 
     async def _write(self, req: ModelTestRequest, attempt: int, history: list[Classification]) -> WriteCommandResult:
         self._show(f"writing command, attempt {attempt}")
@@ -82,7 +89,34 @@ class ModelTestWorkflow:
         if not self._model:
             self._model = written.model_name
             ui.set_model(written.model_name)
+        if req.llm == "openai" and written.source is not CommandSource.FIXED and req.runner is not RunnerKind.PROCESS:
+            return await self._ask_llm(req, attempt, written)
         return written
+
+    async def _ask_llm(self, req: ModelTestRequest, attempt: int, offline: WriteCommandResult) -> WriteCommandResult:
+        """The LLM's command for this attempt; the offline writer's (`offline`) when the LLM fails or
+        its answer holds no command, with the reason kept in the attempt record."""
+        assert offline.row is not None
+        ctx = CommandWriterContext(row=offline.row, hardware=req.hardware, runner=req.runner, attempt=attempt,
+                                   previous=self._previous)
+        try:
+            result = await ask(llm_writer.chat_request(ctx), queue=req.queues.llm,
+                               summary=f"{self._model}: write command, attempt {attempt}")
+        except ActivityError as e:
+            failure = failure_from(e, where="command writer")
+            return offline.model_copy(update={"note": f"LLM failed ([{failure.code}] {failure.message}); offline writer used"})
+        self._llm_calls.append(result)
+        match llm_writer.parse_answer(result.message.text):
+            case llm_writer.Usable(command):
+                return offline.model_copy(update={"command": command, "source": CommandSource.LLM, "reason": ""})
+            case llm_writer.Unusable(reason):
+                return offline.model_copy(update={"note": f"unusable LLM answer ({reason}); offline writer used"})
+        raise AssertionError("unreachable")
+
+    def _tokens(self) -> TokenTotals:
+        usage, latency = total_usage(self._llm_calls)
+        return TokenTotals(calls=len(self._llm_calls), prompt_tokens=usage.prompt, completion_tokens=usage.completion,
+                           total_tokens=usage.total, latency_s=round(latency, 3))
 
     async def _attempt(self, req: ModelTestRequest, attempt: int, written: WriteCommandResult) -> Classification | None:
         """One attempt; None when it passed, else the failure the writer sees next."""
@@ -93,17 +127,17 @@ class ModelTestWorkflow:
             PolicyCheckRequest(command=command, runner=req.runner, hardware=req.hardware),
             task_queue=req.queues.containers, **_cheap(f"{self._model}: policy check, attempt {attempt}"))
         if not verdict.accepted:
-            return self._record(attempt, command, t0, rejection(verdict.reason))
+            return self._record(attempt, written, t0, rejection(verdict.reason))
         if req.require_approval and not (approval := await self._await_approval(attempt, command)).approved:
-            return self._record(attempt, command, t0, rejection(f"refused by reviewer: {approval.reason or 'no reason given'}"))
+            return self._record(attempt, written, t0, rejection(f"refused by reviewer: {approval.reason or 'no reason given'}"))
         outcome = await self._run(req, attempt, command, written.probe_url)
         if outcome.passed:
-            return self._record(attempt, command, t0, None, outcome)
+            return self._record(attempt, written, t0, None, outcome)
         failure = await workflow.execute_activity_method(
             ContainerActivities.classify,
             ClassifyRequest(exit_code=outcome.exit_code, log_tail=outcome.log_tail, phase=outcome.phase),
             task_queue=req.queues.containers, **_cheap(f"{self._model}: classify failure, attempt {attempt}"))
-        return self._record(attempt, command, t0, failure, outcome)
+        return self._record(attempt, written, t0, failure, outcome)
 
     async def _run(self, req: ModelTestRequest, attempt: int, command: str, probe_url: str | None) -> TestOutcome:
         self._show(f"testing, attempt {attempt}")
@@ -126,12 +160,16 @@ class ModelTestWorkflow:
         assert self._approval is not None
         return self._approval
 
-    def _record(self, attempt: int, command: str, t0: datetime, failure: Classification | None,
+    def _record(self, attempt: int, written: WriteCommandResult, t0: datetime, failure: Classification | None,
                 outcome: TestOutcome | None = None) -> Classification | None:
+        command = written.command or ""
         self._attempts.append(AttemptRecord(
             attempt=attempt, command=command, category=failure.category if failure else None,
             reason=failure.reason if failure else "", log=outcome.log if outcome else None,
-            duration_s=round((workflow.now() - t0).total_seconds(), 3)))
+            duration_s=round((workflow.now() - t0).total_seconds(), 3), source=written.source, writer_note=written.note))
+        if failure is not None:
+            self._previous.append(PreviousAttempt(command=command, category=failure.category.value, reason=failure.reason,
+                                                  log_tail=outcome.log_tail if outcome else ""))
         return failure
 
     @workflow.update
@@ -223,7 +261,7 @@ class FleetTestWorkflow:
     async def _child(self, req: FleetTestRequest, fleet_id: str, row: int) -> None:
         child = ModelTestRequest(fleet_id=fleet_id, manifest=req.manifest, row=row, hardware=req.hardware,
                                  runner=req.runner, max_attempts=req.max_attempts, require_approval=req.require_approval,
-                                 test_timeout_s=req.test_timeout_s, queues=req.queues)
+                                 test_timeout_s=req.test_timeout_s, llm=req.llm, queues=req.queues)
         try:
             result = await workflow.execute_child_workflow(
                 ModelTestWorkflow.run, child, id=f"fleet/{fleet_id}/{row}", task_queue=req.queues.workflows,
@@ -259,7 +297,8 @@ class FleetTestWorkflow:
             task_queue=req.queues.containers, **_cheap("write the results CSV"))
         ui.set_status(JobStatus.COMPLETED)
         self._show(fleet_id, step="completed")
-        return FleetTestResult(status=JobStatus.COMPLETED, fleet_id=fleet_id, csv=done.csv, total=self._plan.total,
+        return FleetTestResult(status=JobStatus.COMPLETED, fleet_id=fleet_id, csv=done.csv, table=done.table,
+                               total=self._plan.total,
                                skipped=self._plan.skipped, passed=done.passed, failed=done.failed,
                                categories=done.categories, runs=self._carry.runs + 1)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contracts.common import TokenTotals
 from contracts.fleet import Classification, ErrorCategory, Remedy
 from contracts.fleet_job import AttemptRecord, ModelTestResult
 
@@ -46,9 +47,10 @@ def writer_gave_up(history: list[Classification], reason: str) -> Finish:
 
 
 def model_result(row: int, model_name: str, attempts: list[AttemptRecord], finish: Finish,
-                 duration_s: float) -> ModelTestResult:
+                 duration_s: float, tokens: TokenTotals | None = None) -> ModelTestResult:
     return ModelTestResult(row=row, model_name=model_name, passed=finish.passed, attempts=attempts,
-                           category=finish.category, reason=finish.reason, duration_s=round(duration_s, 3))
+                           category=finish.category, reason=finish.reason, duration_s=round(duration_s, 3),
+                           tokens=tokens or TokenTotals())
 
 
 def slots_free(running: int, concurrency: int, paused: bool, remaining: int, budget: int) -> int:

@@ -1,9 +1,10 @@
 """ContainerActivities: the fleet test's side effects (manifest I/O, command writing, policy check,
 running one test, classifying its failure, writing the verdict CSV). Built once by the worker.
 
-The command writer is the offline templater for now (an LLM path can be added behind the same
-activity); a row's `command` column is a fixed command (used as is, `{attempt}` substituted), which
-is also how the process runner gets its commands.
+`write_command` is the offline templater; the LLM writer runs in the workflow through the LLM layer
+(activities/containers/llm_writer.py) with this activity's command as its fallback. A row's
+`command` column is a fixed command (used as is, `{attempt}` substituted), which is also how the
+process runner gets its commands.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from temporalio import activity
 
-from activities.containers.manifest import apply_verdicts, parse_manifest, pending_rows
+from activities.containers.manifest import apply_verdicts, model_table, parse_manifest, pending_rows
 from activities.containers.offline_writer import write_command as offline_write_command
 from activities.containers.offline_writer import writer_policy
 from activities.containers.policy import check_command, to_command
@@ -30,7 +31,7 @@ from contracts.common import ArtifactRef
 from contracts.errors import Err, FleetforgeError
 from contracts.fleet import Classification, ErrorCategory
 from contracts.fleet_job import (
-    ClassifyRequest, FinishFleetRequest, FinishFleetResult, FleetPlan, ManifestRow, PolicyCheckRequest,
+    ClassifyRequest, CommandSource, FinishFleetRequest, FinishFleetResult, FleetPlan, ManifestRow, PolicyCheckRequest,
     PolicyCheckResult, RowVerdict, RunnerKind, RunTestRequest, SaveVerdictsRequest, TestOutcome,
     WriteCommandRequest, WriteCommandResult,
 )
@@ -88,21 +89,23 @@ class ContainerActivities:
 
     @activity.defn(name="containers.write_command")
     def write_command(self, req: WriteCommandRequest) -> WriteCommandResult:
+        """The row's fixed command, else the offline writer's; the row comes along (the LLM writer's
+        prompt is rendered from it, and the offline command is its fallback)."""
         row = self._row(req.manifest, req.row)
+        base = WriteCommandResult(model_name=row.model_name, probe_url=row.probe_url, row=row)
         if row.command:
             if req.history and req.history[-1].category is ErrorCategory.POLICY_REJECTED and "{attempt}" not in row.command:
-                return WriteCommandResult(model_name=row.model_name,
-                                          reason="the row's fixed command was rejected; it needs a person")
-            return WriteCommandResult(model_name=row.model_name, probe_url=row.probe_url,
-                                      command=row.command.replace("{attempt}", str(req.attempt)))
+                return base.model_copy(update={"source": CommandSource.FIXED,
+                                               "reason": "the row's fixed command was rejected; it needs a person"})
+            return base.model_copy(update={"source": CommandSource.FIXED,
+                                           "command": row.command.replace("{attempt}", str(req.attempt))})
         if req.runner is RunnerKind.PROCESS:
-            return WriteCommandResult(model_name=row.model_name,
-                                      reason="the process runner needs a `command` column for this row")
+            return base.model_copy(update={"reason": "the process runner needs a `command` column for this row"})
         command = offline_write_command(row.model_row(), req.hardware, req.history)
         if command is None:
             last = req.history[-1].category.value if req.history else "?"
-            return WriteCommandResult(model_name=row.model_name, reason=f"no rule-based repair for {last}")
-        return WriteCommandResult(model_name=row.model_name, command=command, probe_url=row.probe_url)
+            return base.model_copy(update={"reason": f"no rule-based repair for {last}"})
+        return base.model_copy(update={"command": command})
 
     @activity.defn(name="containers.check_policy")
     def check_policy(self, req: PolicyCheckRequest) -> PolicyCheckResult:
@@ -153,8 +156,10 @@ class ContainerActivities:
         csv_text = apply_verdicts(text, verdicts.values())
         ref = self.store.put_bytes(csv_text.encode("utf-8"), media_type=CSV_MEDIA,
                                    name=f"fleet/{req.fleet_id}/results.csv")
+        table = self.store.put_bytes(model_table(sorted(verdicts.values(), key=lambda v: v.row)).encode("utf-8"),
+                                     media_type=CSV_MEDIA, name=f"fleet/{req.fleet_id}/models.csv")
         passed = sum(1 for v in verdicts.values() if v.passed)
-        return FinishFleetResult(csv=ref, passed=passed, failed=len(verdicts) - passed,
+        return FinishFleetResult(csv=ref, table=table, passed=passed, failed=len(verdicts) - passed,
                                  categories=dict(sorted(categories.items())))
 
     def all(self) -> list:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Iterable
 
 from pydantic import ValidationError
@@ -113,4 +114,19 @@ def apply_verdicts(original_csv_text: str, verdicts: Iterable[RowVerdict]) -> st
             cells[status_i] = "Yes" if v.passed else "No"
             cells[note_i] = verdict_note(v)
         writer.writerow(cells)
+    return buf.getvalue()
+
+
+TABLE_COLUMNS = ("row", "model_name", "verdict", "attempts", "categories", "duration_s", "tokens", "commands")
+
+
+def model_table(verdicts: Iterable[RowVerdict]) -> str:
+    """The per-model table as CSV: one line per tested row; `categories` per attempt joined with
+    ` > `, `commands` as a JSON list (one command per attempt)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(TABLE_COLUMNS)
+    for v in verdicts:
+        writer.writerow([v.row, v.model_name, "passed" if v.passed else f"failed: {v.category}", v.attempts,
+                         " > ".join(v.categories), f"{v.duration_s:.3f}", v.tokens, json.dumps(v.commands)])
     return buf.getvalue()
