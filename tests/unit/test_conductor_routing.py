@@ -6,6 +6,7 @@ import pytest
 from pydantic import TypeAdapter
 
 from activities.kernels.config_loader import load_workflow_config
+from contracts.common import ArtifactRef
 from contracts.kernel import (
     AgentRecord,
     AskLLM,
@@ -17,7 +18,15 @@ from contracts.kernel import (
     Go,
     LLMDecision,
 )
-from workflows.conductor_policy import apply_llm_decision, fallback_agent, get_next_agent
+from contracts.kernel_job import Attempt
+from workflows.conductor_policy import (
+    CODER_HISTORY,
+    apply_llm_decision,
+    fallback_agent,
+    get_next_agent,
+    provider_for,
+    recent_attempts,
+)
 
 DEFAULT = load_workflow_config("default")
 CODER_ONLY = load_workflow_config("coder_only")
@@ -204,6 +213,8 @@ LLM_CASES = [
     ("model object", LLMDecision(next_agent="designer", suggestion="s"), ["designer", "coder"], AFTER_DESIGNER,
      Go(agent="designer", step=2, suggestion="s")),
     ("dict", {"next_agent": "coder"}, ["designer", "coder"], AFTER_DESIGNER, Go(agent="coder", step=2)),
+    ("analyze.j2 format", '{"decision": "coder", "suggestion": "mask"}', ["designer", "coder"], AFTER_DESIGNER,
+     Go(agent="coder", step=2, suggestion="mask")),
     ("valid finish is honoured", "finish", ["finish", "coder"], AFTER_DESIGNER,
      Finish(reason=FinishReason.LLM_DECIDED, step=1)),
     (
@@ -250,3 +261,26 @@ def test_full_default_run_with_one_failed_verification():
         state = state.record(AgentRecord(agent=decision.agent, step=decision.step, verifier_passed=passed))
     assert trace == ["designer", "coder", "verifier", "coder", "verifier"]
     assert decision == Finish(reason=FinishReason.VERIFIED, step=5)
+
+
+@pytest.mark.parametrize(
+    ("history", "agent", "requested", "expected"),
+    [
+        ((), "designer", "openai", "openai"),
+        ((("coder", False),), "coder", "openai", "openai"),
+        ((("coder", False), ("coder", False)), "coder", "openai", "offline"),
+        ((("coder", True), ("coder", True)), "coder", "openai", "openai"),
+        ((("coder", False), ("coder", False)), "coder", "offline", "offline"),
+        ((("verifier", True, True), ("optimizer", False), ("optimizer", False)), "optimizer", "openai", "openai"),
+    ],
+    ids=["first call", "one unusable answer: retry the LLM", "last allowed retry: offline templates",
+         "parsed answers never fall back", "offline stays offline", "no offline optimizer"],
+)
+def test_provider_for_falls_back_to_offline_on_the_last_retry(history, agent, requested, expected):
+    assert provider_for(agent, _state(*history), DEFAULT, requested) == expected
+
+
+def test_coder_sees_a_bounded_history_of_attempts():
+    ref = ArtifactRef(uri="file:///x", sha256="0" * 64, size=1, media_type="text/x-python")
+    attempts = [Attempt(step=i, candidate=ref, verdict=f"v{i}") for i in range(5)]
+    assert [a.step for a in recent_attempts(attempts)] == list(range(5 - CODER_HISTORY, 5))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.kernels import offline_coder
+from activities.kernels import llm_agents, offline_coder
 from activities.kernels.static_checks import static_check
 from activities.kernels.verifier import compare, verify
 from contracts.kernel import KernelTask
@@ -57,10 +57,33 @@ def test_rejects_torch_only_model_statically():
     assert "candidate" not in report.durations, "nothing may run after a static rejection"
 
 
-@pytest.mark.parametrize("patch", ["torch.allclose = lambda *a, **k: True", "import os\nos.environ['X'] = '1'"])
-def test_rejects_monkeypatching_and_os_statically(patch: str):
+@pytest.mark.parametrize(
+    ("patch", "reason"),
+    [
+        ("torch.allclose = lambda *a, **k: True", "forbidden assignment to 'torch.allclose' (monkeypatching)"),
+        ("import os\nos.environ['X'] = '1'", "forbidden import 'os'"),
+        ("import subprocess\nsubprocess.run(['true'])", "forbidden import 'subprocess'"),
+        ("from ctypes import CDLL", "forbidden import from 'ctypes'"),
+    ],
+    ids=["allclose", "os", "subprocess", "ctypes"],
+)
+def test_rejects_monkeypatching_and_forbidden_imports_statically(patch: str, reason: str):
     report = verify(RELU, candidate("return launch(x)", prelude=patch + "\n"), timeout_s=TIMEOUT_S)
     assert not report.passed and report.reason.startswith("static check:")
+    assert reason in report.reason, report.reason
+    assert "candidate" not in report.durations, "nothing may run after a static rejection"
+
+
+def test_editing_the_reference_inside_the_candidate_process_cannot_fake_the_verdict():
+    # Through an alias the candidate reaches its own copy of the task module and replaces the
+    # reference model and the inputs; the reference runs in another process, so nothing changes there.
+    prelude = ("t = torch\nm = t.sys.modules['fleetforge_task']\n"
+               "m.get_inputs = lambda: [t.zeros(7, 1000)]\nm.Model.forward = lambda self, x: x * 0\n")
+    report = verify(RELU, candidate("return launch(x)", prelude=prelude), timeout_s=TIMEOUT_S)
+    assert report.static.ok
+    assert not report.passed
+    assert "elements differ" in report.reason and report.mismatches
+    assert all(m.got == 0.0 and float(m.expected) > 0 for m in report.mismatches)
 
 
 def test_allclose_patch_that_evades_static_check_cannot_fake_the_verdict():
@@ -107,6 +130,16 @@ def test_a_segfaulting_kernel_is_a_crash_not_a_worker_death():
     assert report.reason.startswith("candidate crashed: killed by signal SIGSEGV"), report.reason
 
 
+def test_an_out_of_bounds_write_crashes_the_child_not_the_worker():
+    bad = KERNEL.replace("tl.store(out_ptr + offs, tl.where(x > 0, x, 0.0), mask=mask)",
+                         "tl.store(out_ptr + offs + 1099511627776, tl.where(x > 0, x, 0.0))")
+    src = HEADER + bad + "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return launch(x)\n"
+    report = verify(RELU, src, timeout_s=TIMEOUT_S)
+    assert report.static.ok
+    assert not report.passed
+    assert report.reason.startswith("candidate crashed: killed by signal SIGSEGV"), report.reason
+
+
 def test_memory_hog_hits_the_address_space_limit():
     report = verify(RELU, candidate("return launch(x)", prelude="HOG = bytearray(16 * 1024**3)\n"), timeout_s=TIMEOUT_S)
     assert not report.passed
@@ -135,7 +168,7 @@ def test_offline_coder_recognises_each_example_and_passes_static_checks(name: st
     assert offline_coder.recognise_op(task) == name.removesuffix("_dim")
     code = offline_coder.code(task, offline_coder.design(task))
     assert code is not None and static_check(code).ok, static_check(code).reasons
-    assert offline_coder.parse_code_answer(offline_coder.render_answer(code)) == code
+    assert llm_agents.parse_code(offline_coder.render_answer(code)) == code
     assert "libdevice" not in code and "mask=" in code
 
 
@@ -145,11 +178,6 @@ def test_offline_coder_recognises_ops_from_the_reference_source_when_the_name_is
     unknown = KernelTask(op_name="task_99", task_desc="class Model: pass", task_id="t", arch="cpu")
     assert offline_coder.recognise_op(unknown) is None and offline_coder.code(unknown) is None
     assert offline_coder.design(unknown).family == "unknown"
-
-
-def test_parse_code_answer_needs_a_fenced_block():
-    assert offline_coder.parse_code_answer("no code here") is None
-    assert offline_coder.parse_code_answer("```python\nx = 1\n```") == "x = 1\n"
 
 
 def test_compare_in_process_tolerances_and_inf_positions():
