@@ -92,3 +92,53 @@ def artifacts_dir() -> Path:
     """Where tests save things a person may want to look at (screenshots, reports)."""
     ARTIFACTS_DIR.mkdir(exist_ok=True)
     return ARTIFACTS_DIR
+
+
+MODEL_SERVER_IMAGE = "fleetforge-test/model-server:1"
+"""busybox with /www/health and /www/v1/models; its default command serves /www with httpd on
+127.0.0.1:$PORT (host network), i.e. a stand-in for an OpenAI-compatible model server."""
+
+
+@pytest.fixture(scope="session")
+def docker_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The model-server test image, built locally from the host's busybox (docker import; nothing
+    is pulled). Fails, never skips, without a running engine: CI starts one (scripts/engines.sh)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("docker") is None:
+        pytest.fail("the docker tests need the docker CLI and a running engine: run scripts/engines.sh as root")
+    info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=30)
+    if info.returncode != 0:
+        pytest.fail(f"the docker tests need a running docker engine (scripts/engines.sh starts one): "
+                    f"{(info.stderr.strip().splitlines() or ['docker info failed'])[-1]}")
+    if subprocess.run(["docker", "image", "inspect", MODEL_SERVER_IMAGE], capture_output=True).returncode == 0:
+        return MODEL_SERVER_IMAGE
+    busybox = Path("/bin/busybox")
+    if not busybox.is_file():
+        pytest.fail("the docker tests need busybox-static (/bin/busybox) to build their image: apt-get install busybox-static")
+    root = tmp_path_factory.mktemp("rootfs")
+    (root / "bin").mkdir()
+    shutil.copy2(busybox, root / "bin" / "busybox")
+    for applet in ("sh", "httpd", "sleep", "cat", "echo", "false", "true"):
+        (root / "bin" / applet).symlink_to("busybox")
+    (root / "www" / "v1").mkdir(parents=True)
+    (root / "www" / "health").write_text("ok\n")
+    (root / "www" / "v1" / "models").write_text('{"object": "list", "data": [{"id": "fleetforge-test"}]}\n')
+    tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+    imported = subprocess.run(
+        ["docker", "import", "--change", 'CMD ["/bin/sh", "-c", "exec httpd -f -p 127.0.0.1:${PORT:-8000} -h /www"]',
+         "-", MODEL_SERVER_IMAGE], stdin=tar.stdout, capture_output=True, text=True, timeout=120)
+    tar.wait(timeout=60)
+    if imported.returncode != 0:
+        pytest.fail(f"docker import of the test image failed: {imported.stderr.strip()}")
+    return MODEL_SERVER_IMAGE
+
+
+def fleet_containers(fleet_id: str) -> list[str]:
+    """Containers (running or not) that fleetforge labelled for this fleet."""
+    import subprocess
+
+    r = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=fleetforge.run={fleet_id}"],
+                       capture_output=True, text=True, timeout=30)
+    return r.stdout.split()
