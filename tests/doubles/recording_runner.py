@@ -1,5 +1,5 @@
-"""Test double for the docker runner (no docker engine here): records the commands it is asked to
-run and reports every test as passed. Used to prove a rejected command never reaches a runner."""
+"""Test double for a runner: records the commands it is asked to run and reports every test as
+passed. Used to prove a rejected command never reaches a runner (nothing would run it anyway)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """FleetTestWorkflow / ModelTestWorkflow against the real dev server, with the real process runner.
 
-There is no docker engine here: the docker-runner path of the injection test uses a recording
-double (tests/doubles; it must never be called for a rejected command); DockerRunner itself is
-tested in tests/integration/test_runners.py (a real engine when one is up, else a fake CLI).
+The injection test's docker runner is a recording double (tests/doubles): it proves a rejected
+command never reaches a runner. The real docker engine is exercised in test_fleet_docker.py and
+test_runners.py.
 """
 
 from __future__ import annotations
