@@ -41,6 +41,19 @@ def apply_limits() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (1024**3, 1024**3))
 
 
+def die_with_parent() -> None:
+    """The child runs in a session of its own (so the verifier can kill its whole group); this
+    makes it die with the worker too, when the worker itself is killed (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    if os.getppid() != int(os.environ.get("FLEETFORGE_CHILD_PARENT_PID", os.getppid())):
+        os._exit(1)  # the worker died before prctl took effect
+
+
 def main(argv: list[str]) -> int:
     task_path, out_path, seed, trials = argv[0], argv[1], int(argv[2]), int(argv[3])
     candidate_path = argv[4] if len(argv) > 4 else None
@@ -60,5 +73,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    die_with_parent()
     apply_limits()
     sys.exit(main(sys.argv[1:]))

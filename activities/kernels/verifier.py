@@ -131,7 +131,8 @@ def _child_env(gpu: bool, cpu_s: int) -> dict[str, str]:
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(PYTHONPATH=str(REPO_ROOT), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
-               FLEETFORGE_CHILD_MEMORY_BYTES=str(MEMORY_LIMIT_BYTES), FLEETFORGE_CHILD_CPU_S=str(cpu_s))
+               FLEETFORGE_CHILD_MEMORY_BYTES=str(MEMORY_LIMIT_BYTES), FLEETFORGE_CHILD_CPU_S=str(cpu_s),
+               FLEETFORGE_CHILD_PARENT_PID=str(os.getpid()))
     if not gpu:
         env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     return env
