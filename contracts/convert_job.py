@@ -75,6 +75,9 @@ class EvaluationReport(BaseModel, frozen=True):
     cosine: float
     candidate_provider: str
     seconds: float
+    cached: bool = False
+    """True when these figures were restored from the evaluation cache (same reference and candidate
+    content, samples and seed) instead of running both models again."""
 
 
 class ConversionProgress(BaseModel):

@@ -34,7 +34,8 @@ from contracts.errors import Err, FleetforgeError
 from contracts.runs import WorkspaceRef
 from contracts.settings import Settings
 
-HEARTBEAT_EVERY_S = 10.0
+HEARTBEAT_EVERY_S = 2.0
+"""Well inside TOOLCHAIN's 10 s heartbeat timeout (workflows/_call_options.py)."""
 ERROR_TAIL = 2000
 KEEP_CODES = frozenset({Err.TOOLCHAIN_UNAVAILABLE, Err.PATH_ESCAPE})
 """Tool failure codes passed through as they are; every other tool failure is EXECUTOR_ERROR."""
@@ -51,6 +52,10 @@ class StepCacheEntry(BaseModel, frozen=True):
 
 def cache_doc_key(key: str) -> str:
     return f"cache/steps/{key}.json"
+
+
+def eval_cache_doc_key(key: str) -> str:
+    return f"cache/evaluations/{key}.json"
 
 
 def step_cache_key(step: CompiledStep, root: Path) -> str:
@@ -151,7 +156,20 @@ class ToolchainActivities:
 
     @activity.defn
     def execute_step(self, req: ExecuteStepRequest) -> StepResult:
-        """Run one compiled step (or restore its cached outputs) and mirror what it wrote."""
+        """Run one compiled step (or restore its cached outputs) and mirror what it wrote. Heartbeats
+        cover the transfers too: a dead worker is noticed whatever it was doing."""
+        with heartbeating(f"{req.step.step_id}: {req.step.tool_name}"):
+            return self._execute_step(req)
+
+    @activity.defn
+    def evaluate(self, req: EvaluateRequest) -> EvaluationReport:
+        """Compare the converted model with the original on the same seeded inputs. The figures are a
+        function of the two models' content, the samples and the seed, so they are cached like a step
+        (under HTP emulation on x86 the evaluation costs more than the compile)."""
+        with heartbeating(f"evaluate {req.candidate}"):
+            return self._evaluate(req)
+
+    def _execute_step(self, req: ExecuteStepRequest) -> StepResult:
         ws = self.workspace(req.workspace)
         ws.materialize()
         step = req.step
@@ -170,17 +188,19 @@ class ToolchainActivities:
         return StepResult(step_id=step.step_id, tool_name=step.tool_name, cached=False, cache_key=key,
                           outputs=outputs, seconds=seconds)
 
-    @activity.defn
-    def evaluate(self, req: EvaluateRequest) -> EvaluationReport:
-        """Compare the converted model with the original on the same seeded inputs."""
-        from activities.toolchains.evaluate import EvalParams, evaluate
+    def _evaluate(self, req: EvaluateRequest) -> EvaluationReport:
+        from activities.toolchains.evaluate import EvalParams, evaluate, evaluation_cache_key
 
         ws = self.workspace(req.workspace)
         ws.materialize()
-        with heartbeating(f"evaluate {req.candidate}"):
-            report = evaluate(ws.root, EvalParams(reference=req.reference, candidate=req.candidate,
-                                                  samples=req.samples, seed=req.seed))
-        out = EvaluationReport(reference=req.reference, candidate=req.candidate, **report.model_dump())
+        params = EvalParams(reference=req.reference, candidate=req.candidate, samples=req.samples, seed=req.seed)
+        key = evaluation_cache_key(ws.root, params)
+        raw = self.store.get_doc(eval_cache_doc_key(key))
+        if raw is not None:
+            out = EvaluationReport.model_validate_json(raw).model_copy(update={"cached": True})
+        else:
+            out = EvaluationReport(reference=req.reference, candidate=req.candidate, **evaluate(ws.root, params).model_dump())
+            self.store.put_doc(eval_cache_doc_key(key), out.model_dump_json(indent=1).encode())
         ws.write_json("logs/evaluation.json", out.model_dump(mode="json"))
         ws.push(["logs/evaluation.json"])
         return out
@@ -206,8 +226,7 @@ class ToolchainActivities:
         from activities.toolchains.steps import run_step
 
         try:
-            with heartbeating(f"{step.step_id}: {step.tool_name}"):
-                out = run_step(step, ws.root, self.settings.qairt_sdk_root)
+            out = run_step(step, ws.root, self.settings.qairt_sdk_root)
             files = self._written_files(ws, step, list(out.outputs))
         except Exception as e:
             code = e.code if isinstance(e, FleetforgeError) and e.code in KEEP_CODES else Err.EXECUTOR_ERROR

@@ -40,6 +40,29 @@ def _is_context_model(path: Path) -> bool:
     return any(n.op_type == "EPContext" for n in m.graph.node)
 
 
+EVALUATOR_VERSION = "1"
+"""Part of the evaluation cache key: bump it when the evaluation's inputs or metrics change."""
+
+
+def evaluation_cache_key(root: Path, params: EvalParams) -> str:
+    """sha256 of canonical JSON of the evaluator version, samples, seed and the content of both models,
+    including a context model's sibling `*_qnn.bin` files (the .onnx names its binary, not its hash)."""
+    import hashlib
+    import json
+
+    from activities.storage import sha256_file
+
+    ref, cand = safe_join(root, params.reference), safe_join(root, params.candidate)
+    for rel, p in ((params.reference, ref), (params.candidate, cand)):
+        if not p.is_file():
+            raise FleetforgeError(Err.EVALUATION_ERROR, f"cannot evaluate: {rel!r} is not in the workspace")
+    files = {"reference": sha256_file(ref), "candidate": sha256_file(cand)}
+    for sibling in sorted(cand.parent.glob(f"{cand.stem}*_qnn.bin")):
+        files[sibling.name] = sha256_file(sibling)
+    doc = {"evaluator": EVALUATOR_VERSION, "samples": params.samples, "seed": params.seed, "files": files}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def evaluate(root: Path, params: EvalParams) -> EvalReport:
     import numpy as np
     import onnxruntime as ort

@@ -35,7 +35,7 @@ OUTPUT_FLAGS = ("--output_path", "--output_dlc", "--save")
 _SCRIPT = '''#!{python}
 import json, os, sys
 from pathlib import Path
-TOOL, VERSION, LOG = {tool!r}, {version!r}, {log!r}
+TOOL, VERSION, LOG, HOLD = {tool!r}, {version!r}, {log!r}, {hold!r}
 FLAGS = {flags!r}
 args = sys.argv[1:]
 with open(LOG, "a") as f:
@@ -50,6 +50,14 @@ while i < len(args):
         sys.exit(2)
     opts[flag] = args[i + 1] if i + 1 < len(args) else ""
     i += 2
+if HOLD:  # a long-running tool: block until the test creates the release file (bounded)
+    import time
+    deadline = time.monotonic() + 120
+    while not os.path.exists(HOLD):
+        if time.monotonic() > deadline:
+            sys.stderr.write(f"{{TOOL}}: never released ({{HOLD}})\\n")
+            sys.exit(3)
+        time.sleep(0.05)
 for flag in {outputs!r}:
     if flag in opts:
         p = Path(opts[flag]); p.parent.mkdir(parents=True, exist_ok=True)
@@ -61,8 +69,11 @@ print(f"{{TOOL}} {{VERSION}} ok")
 '''
 
 
-def build_fake_sdk(parent: Path, version: str = "2.31", *, with_yaml: bool = True) -> Path:
-    """A fake SDK under `parent/qairt/<version>.0.250130`; returns its root (QAIRT_SDK_ROOT)."""
+def build_fake_sdk(parent: Path, version: str = "2.31", *, with_yaml: bool = True,
+                   hold: tuple[str, Path] | None = None) -> Path:
+    """A fake SDK under `parent/qairt/<version>.0.250130`; returns its root (QAIRT_SDK_ROOT).
+    `hold=(tool, release_file)`: that tool records its call, then blocks until `release_file` exists
+    (a long executor step a crash test can kill the worker in)."""
     root = parent / "qairt" / f"{version}.0.250130"
     bin_dir = root / "bin" / "x86_64-linux-clang"
     bin_dir.mkdir(parents=True, exist_ok=True)
@@ -73,7 +84,8 @@ def build_fake_sdk(parent: Path, version: str = "2.31", *, with_yaml: bool = Tru
     for tool, flags in FLAGS[version].items():
         p = bin_dir / tool
         p.write_text(_SCRIPT.format(python=sys.executable, tool=tool, version=version, log=str(root / "calls.jsonl"),
-                                    flags=flags, outputs=list(OUTPUT_FLAGS)))
+                                    flags=flags, outputs=list(OUTPUT_FLAGS),
+                                    hold=str(hold[1]) if hold and hold[0] == tool else ""))
         p.chmod(0o755)
     return root
 

@@ -1,5 +1,6 @@
-"""ConverterWorkflow against the real dev server: a real int8 QNN HTP context binary for SM8550,
-the content-addressed step cache, and the NEEDS_INPUT → provide_input path."""
+"""ConverterWorkflow against the real dev server: the NEEDS_INPUT → provide_input path, replans and
+the never-twice rule, heartbeats. (Real conversions through the S3 store and the step cache:
+test_converter_e2e.py.)"""
 
 from __future__ import annotations
 
@@ -44,45 +45,6 @@ def request(model: Path, queues: TaskQueues, **kw: object) -> ConversionRequest:
 def env(tmp_path: Path) -> tuple[Settings, ArtifactStore, Path]:
     settings = Settings(state_dir=tmp_path / "state")
     return settings, FileStore(tmp_path / "artifacts"), build_tiny_cnn(tmp_path / "hub" / "tiny.onnx")
-
-
-async def test_int8_sm8550_context_binary_completes_and_a_second_run_is_all_cached(temporal_env, env):
-    settings, store, model = env
-    queues = fresh_queues()
-    reg = build_registry(settings, store)
-    client = temporal_env.client
-    async with new_worker(client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"], task_queue=queues.workflows):
-        first: ConversionResult = await (await start(client, queues, request(model, queues, target_soc="sm8550",
-                                                                                  precision=Precision.INT8))).result()
-        second: ConversionResult = await (await start(client, queues, request(model, queues, target_soc="SM8550",
-                                                                                   precision=Precision.INT8))).result()
-
-    assert first.status is JobStatus.COMPLETED, first.failure
-    assert first.executed_steps == ["quantize", "context_binary"] and first.cached_steps == []
-    names = {a.name: a for a in first.artifacts}
-    assert set(names) == {"converted/tiny_int8_qdq.onnx", "converted/tiny_int8_sm8550_ctx.onnx",
-                          "converted/tiny_int8_sm8550_ctx_qnn.bin"}
-    assert all(len(a.sha256) == 64 and a.size > 0 for a in first.artifacts)
-    assert names["converted/tiny_int8_sm8550_ctx_qnn.bin"].size > 1000
-    ev = first.evaluation
-    assert ev is not None and ev.candidate_provider == "QNNExecutionProvider"
-    assert ev.cosine > 0.9 and ev.samples == 4, ev
-    assert any("synthetic" in w for w in first.warnings)
-    assert [a.outcome for a in first.attempts] == ["succeeded"]
-    record = RunStore(store).get(first.run_id)
-    assert record.status is JobStatus.COMPLETED and record.kind is JobKind.CONVERT
-    assert {a.name for a in record.artifacts} == set(names)
-    index = Workspace(store, settings.cache_dir, first.workspace).index()
-    assert {"logs/plan.json", "logs/compiled_steps.json", "logs/quantize.exec_result.json",
-            "logs/context_binary.exec_result.json", "logs/evaluation.json", "input/tiny.onnx"} <= set(index)
-    assert "logs/last_error.json" not in index
-
-    assert second.status is JobStatus.COMPLETED, second.failure
-    assert second.executed_steps == [], "an identical conversion must not run any tool"
-    assert second.cached_steps == ["quantize", "context_binary"]
-    assert {a.name: a.sha256 for a in second.artifacts} == {n: a.sha256 for n, a in names.items()}
-    assert second.evaluation is not None and second.evaluation.cosine == pytest.approx(ev.cosine)
-    assert len(store.list_docs("cache/steps/")) == 2
 
 
 async def test_missing_soc_waits_for_input_rejects_bad_answers_and_completes(temporal_env, env):
