@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -26,7 +27,8 @@ from contracts.messages import ChatRequest, ChatResult, Message, TextBlock, Toke
 from contracts.settings import Settings
 
 FIRST_TOKEN_HEARTBEAT_S = 5.0
-"""How often the activity heartbeats while the provider has not sent anything yet."""
+"""Longest pause between heartbeats while the provider has not sent anything yet; shorter when the
+caller's heartbeat timeout is short (a quarter of it), so a slow first token never looks like a crash."""
 
 
 def _heartbeat(*details: Any) -> None:
@@ -36,6 +38,14 @@ def _heartbeat(*details: Any) -> None:
 
 def _attempt() -> int:
     return activity.info().attempt if activity.in_activity() else 1
+
+
+def first_token_heartbeat_interval(heartbeat_timeout: timedelta | None, ceiling_s: float = FIRST_TOKEN_HEARTBEAT_S) -> float:
+    """Seconds between heartbeats before the first token: a quarter of the heartbeat timeout, at most `ceiling_s`.
+    (The SDK throttles what it sends to the server, so beating often costs nothing.)"""
+    if not heartbeat_timeout:
+        return ceiling_s
+    return min(ceiling_s, heartbeat_timeout.total_seconds() / 4)
 
 
 def retry_after(headers: Any) -> timedelta | None:
@@ -100,19 +110,30 @@ def record_offline_answer(store: ArtifactStore, agent: str, request: dict[str, A
 
 
 class LLMActivities:
-    def __init__(self, settings: Settings, store: ArtifactStore, *, first_token_heartbeat_s: float = FIRST_TOKEN_HEARTBEAT_S):
+    def __init__(self, settings: Settings, store: ArtifactStore, *, first_token_heartbeat_s: float | None = None):
+        """`first_token_heartbeat_s`: fixed heartbeat interval before the first token (tests); None derives it
+        from the activity's heartbeat timeout (first_token_heartbeat_interval)."""
         self.settings = settings
         self.store = store
         self.first_token_heartbeat_s = first_token_heartbeat_s
         self.converter = OpenAIConverter()
         self._client: Any = None
+        self._client_lock = threading.Lock()
 
     def _openai(self) -> Any:
-        if self._client is None:
-            openai = require_openai()
-            key = self.settings.llm_api_key.get_secret_value() if self.settings.llm_api_key else "unused"
-            self._client = openai.AsyncOpenAI(max_retries=0, base_url=self.settings.llm_base_url, api_key=key)
-        return self._client
+        """The shared client, created on first use (importing `openai` takes a second or more: it runs in a
+        thread, so the event loop keeps heartbeating meanwhile)."""
+        with self._client_lock:
+            if self._client is None:
+                openai = require_openai()
+                key = self.settings.llm_api_key.get_secret_value() if self.settings.llm_api_key else "unused"
+                self._client = openai.AsyncOpenAI(max_retries=0, base_url=self.settings.llm_base_url, api_key=key)
+            return self._client
+
+    def _beat_interval(self) -> float:
+        if self.first_token_heartbeat_s is not None:
+            return self.first_token_heartbeat_s
+        return first_token_heartbeat_interval(activity.info().heartbeat_timeout if activity.in_activity() else None)
 
     def _kwargs(self, req: ChatRequest) -> dict[str, Any]:
         kw: dict[str, Any] = {"model": req.model or self.settings.llm_model, "messages": to_openai_messages(req.messages)}
@@ -136,17 +157,18 @@ class LLMActivities:
         return kw
 
     async def _call(self, kw: dict[str, Any], stream: bool) -> Message:
-        client = self._openai()
         first = asyncio.Event()
+        interval = self._beat_interval()
 
         async def beat_until_first_token() -> None:
             while not first.is_set():
                 _heartbeat("waiting for first token")
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(first.wait(), self.first_token_heartbeat_s)
+                    await asyncio.wait_for(first.wait(), interval)
 
         beater = asyncio.create_task(beat_until_first_token())
         try:
+            client = self._client or await asyncio.to_thread(self._openai)
             if not stream:
                 response = await client.chat.completions.create(**kw)
                 first.set()

@@ -16,7 +16,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.llm.activity import LLMActivities, record_offline_answer, retry_after
+    from activities.llm.activity import LLMActivities, first_token_heartbeat_interval, record_offline_answer, retry_after
     from activities.llm.structured import complete_structured
     from activities.storage import FileStore
     from contracts.errors import Err, FleetforgeError
@@ -295,6 +295,20 @@ async def _run_impatient(client, llm: LLMActivities) -> ChatResult:
 async def test_heartbeats_while_waiting_for_first_token(temporal_env, tmp_path: Path):
     with ScriptedOpenAIServer([text_stream(["late"], delay_s=2.0)]) as server:
         llm, _ = _acts(tmp_path, server, first_token_heartbeat_s=0.2)
+        result = await _run_impatient(temporal_env.client, llm)
+    assert result.message.text == "late" and result.attempt == 1
+
+
+def test_first_token_heartbeat_interval_follows_the_heartbeat_timeout() -> None:
+    assert first_token_heartbeat_interval(timedelta(seconds=2)) == 0.5
+    assert first_token_heartbeat_interval(timedelta(seconds=30)) == 5.0
+    assert first_token_heartbeat_interval(None) == 5.0
+
+
+async def test_default_first_token_heartbeats_follow_a_short_heartbeat_timeout(temporal_env, tmp_path: Path):
+    """No explicit interval (as worker.py builds it): a 1 s heartbeat timeout still survives a 2 s first token."""
+    with ScriptedOpenAIServer([text_stream(["late"], delay_s=2.0)]) as server:
+        llm, _ = _acts(tmp_path, server)
         result = await _run_impatient(temporal_env.client, llm)
     assert result.message.text == "late" and result.attempt == 1
 
