@@ -83,20 +83,34 @@ def show_inspect(result: InspectResult, ui_url: str) -> None:
     out.line(f"Web UI: {ui_url}")
 
 
+def convert_table(result: ConversionResult) -> Any:
+    """The result table: every step (ran or restored from the cache) and the evaluation figures.
+    Narrow columns only, so it fits 80 columns; artifacts with full URIs and sha256 follow as lines."""
+    from rich.table import Table
+
+    t = Table(title=f"run {result.run_id}: {result.status.value}", title_justify="left", box=None, pad_edge=False)
+    for col in ("step", "source", "max_abs", "mean_abs", "cosine"):
+        t.add_column(col, no_wrap=True)
+    steps = [(s, "tool run") for s in result.executed_steps] + [(s, "cache") for s in result.cached_steps]
+    for step_id, how in steps:
+        t.add_row(step_id, how, "", "", "")
+    ev = result.evaluation
+    if ev is not None:
+        t.add_row("evaluate", "cache" if ev.cached else "evaluated", f"{ev.max_abs:.4g}", f"{ev.mean_abs:.4g}", f"{ev.cosine:.6f}")
+    return t
+
+
 def show_convert(result: ConversionResult, ui_url: str) -> None:
-    out.line(f"run {result.run_id}: {result.status.value}")
+    out.table(convert_table(result))
     if result.model is not None:
         out.line(f"model {result.model.name} sha256 {result.model.sha256}")
     for a in result.artifacts:
         out.line(f"  {a.name or '-'}  {a.uri}  sha256 {a.sha256}  ({a.size} bytes)")
     ev = result.evaluation
     if ev is not None:
-        out.line(f"evaluation ({ev.samples} samples, {ev.candidate_provider}): max_abs {ev.max_abs:.4g}  "
-                 f"mean_abs {ev.mean_abs:.4g}  cosine {ev.cosine:.6f}")
+        out.line(f"evaluation: {ev.candidate} against {ev.reference}, {ev.samples} seeded samples on {ev.candidate_provider}")
     for a in result.attempts:
         out.line(f"attempt {a.attempt}: {a.outcome}" + (f" - {a.feedback.splitlines()[0]}" if a.feedback else ""))
-    if result.cached_steps:
-        out.line(f"cached steps: {', '.join(result.cached_steps)}")
     t = result.tokens
     out.line(f"tokens: {t.total_tokens} ({t.prompt_tokens} prompt, {t.completion_tokens} completion) in {t.calls} LLM calls")
     for w in result.warnings:
@@ -173,49 +187,48 @@ async def finish(fc: FleetforgeClient, handle: JobHandle[Any], wait: bool) -> in
     """Shared tail of every job command: print the id, or wait and print the contract."""
     if not wait:
         out.workflow_id(handle.id)
-        out.hint(f"follow it with: fleetforge show {handle.id} --wait   (Web UI: {fc.ui_url(handle.id)})")
+        out.hint(f"follow it with: fleetforge watch {handle.id}   (Web UI: {fc.ui_url(handle.id)})")
         return 0
-    if handle.id.startswith(JobKind.CONVERT.value + "/"):
-        return await wait_convert(fc, handle)
-    result = await wait_result(handle)
-    return show_result(result, fc.ui_url(handle.id))
+    result = await follow(fc, handle, stop_at_input=True)
+    return 0 if result is None else show_result(result, fc.ui_url(handle.id))
 
 
-async def wait_result(handle: JobHandle[Any]) -> Any:
-    """The job's result, with its step on a terminal spinner (or as lines on stderr elsewhere)."""
-    with out.progress(handle.id) as update:
-        def on_step(step: str) -> None:
-            update(step)
-            if not out.is_terminal():
-                out.hint(f"{handle.id}: {step}")
-        return await handle.result_with_progress(on_step)
-
-
-async def wait_convert(fc: FleetforgeClient, handle: JobHandle[Any]) -> int:
-    """Wait for a convert job; stop (exit 0) with the `fleetforge answer` command when it needs input."""
+async def follow(fc: FleetforgeClient, handle: JobHandle[Any], *, stop_at_input: bool) -> Any | None:
+    """The job's result, showing its progress live on stderr: a timeline of its steps (a fleet: a
+    progress bar) and, when it waits for input, the exact `fleetforge answer` command.
+    With `stop_at_input` it returns None there (the job commands exit 0); `watch` keeps following."""
     waiting = asyncio.ensure_future(handle.result())
-    last = ""
+    fleet = handle.id.startswith(JobKind.FLEET_TEST.value + "/")
+    asked = False
     try:
-        with out.progress(handle.id) as update:
+        with out.progress(handle.id, every_s=10.0 if fleet else 0.0) as update:
             while not waiting.done():
                 p = await handle.progress()
-                if p is not None:
-                    if p.status is JobStatus.NEEDS_INPUT:
-                        if out.json_mode():
-                            out.contract(NeedsInput(workflow_id=handle.id, progress=p,
-                                                    answer=answer_command(handle.id, p.questions)))
-                        show_needs_input(handle.id, p.questions, fc.ui_url(handle.id))
-                        return 0
-                    step = p.step + (f" (attempt {p.attempt}, replans {p.replans})" if p.replans else "")
-                    if step != last:
-                        last = step
-                        update(step)
-                        if not out.is_terminal():
-                            out.hint(f"{handle.id}: {step}")
+                needs_input = p is not None and p.status is JobStatus.NEEDS_INPUT
+                if needs_input and not asked:
+                    if stop_at_input and out.json_mode():
+                        out.contract(NeedsInput(workflow_id=handle.id, progress=p,
+                                                answer=answer_command(handle.id, p.questions)))
+                    show_needs_input(handle.id, p.questions, fc.ui_url(handle.id))
+                    if stop_at_input:
+                        return None
+                asked = needs_input
+                update(await step_text(handle, p))
                 await asyncio.wait({waiting}, timeout=0.5)
-        return show_result(waiting.result(), fc.ui_url(handle.id))
+        return waiting.result()
     finally:
         waiting.cancel()
+
+
+async def step_text(handle: JobHandle[Any], convert: ConversionProgress | None) -> str:
+    """One line saying where a job is: a convert job's step and replans, a fleet's bar, else its step."""
+    if convert is not None:
+        return convert.step + (f" (attempt {convert.attempt}, replans {convert.replans})" if convert.replans else "")
+    fp = await handle.fleet_progress()
+    if fp is not None:
+        return (bar(fp.done, fp.total) + f" passed {fp.passed} failed {fp.failed} running {fp.running}"
+                + (" PAUSED" if fp.paused else ""))
+    return await handle.step()
 
 
 class NeedsInput(BaseModel):
@@ -435,7 +448,7 @@ def fleet_test(
             out.workflow_id(handle.id)
             out.hint(f"follow it with: fleetforge watch {handle.id}   (Web UI: {fc.ui_url(handle.id)})")
             return 0
-        result = await wait_result(handle)
+        result = await follow(fc, handle, stop_at_input=False)
         if resume is None or csv_file.is_file():
             write_back(store, result, csv_file)
         return show_result(result, fc.ui_url(handle.id))
@@ -457,30 +470,7 @@ def watch(
         summary = await handle.summary()
         if summary.status == CANCELLED:
             raise JobCancelled(workflow_id)
-        waiting = asyncio.ensure_future(handle.result())
-        asked = False
-        last = ""
-        try:
-            with out.progress(workflow_id) as update:
-                while not waiting.done():
-                    p = await handle.progress()
-                    if p is not None and p.status is JobStatus.NEEDS_INPUT and not asked:
-                        asked = True
-                        show_needs_input(workflow_id, p.questions, fc.ui_url(workflow_id))
-                    elif p is not None and p.status is not JobStatus.NEEDS_INPUT:
-                        asked = False
-                    fp = await handle.fleet_progress()
-                    step = (bar(fp.done, fp.total) + f" passed {fp.passed} failed {fp.failed} running {fp.running}"
-                            + (" PAUSED" if fp.paused else "")) if fp is not None else await handle.step()
-                    if step and step != last:
-                        last = step
-                        update(step)
-                        if not out.is_terminal():
-                            out.hint(f"{workflow_id}: {step}")
-                    await asyncio.wait({waiting}, timeout=0.5)
-            return show_result(waiting.result(), fc.ui_url(workflow_id))
-        finally:
-            waiting.cancel()
+        return show_result(await follow(fc, handle, stop_at_input=False), fc.ui_url(workflow_id))
 
     return run_sync(go())
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -72,10 +73,6 @@ def table(t: object) -> None:
         _stdout.print(t)
 
 
-def is_terminal() -> bool:
-    return _stderr.is_terminal
-
-
 def hint(text: str) -> None:
     _stderr.print(text, markup=False, style="dim")
 
@@ -89,10 +86,25 @@ def error(message: str, code: str = "") -> None:
 
 
 @contextmanager
-def progress(title: str) -> Iterator[Callable[[str], None]]:
-    """A spinner on stderr while waiting (only on a terminal); yields `update(step)`."""
+def progress(title: str, *, every_s: float = 0.0) -> Iterator[Callable[[str], None]]:
+    """Live progress on stderr; yields `update(step)`. Each new step becomes a timeline line
+    (seconds since the start, then the step), at most one every `every_s` seconds; on a terminal a
+    spinner also shows the current step."""
+    started = time.monotonic()
+    last = {"step": "", "at": float("-inf")}
+
+    def timeline(step: str) -> None:
+        now = time.monotonic()
+        if step and step != last["step"] and now - last["at"] >= every_s:
+            last.update(step=step, at=now)
+            _stderr.print(f"{now - started:7.1f}s  {title}: {step}", markup=False, style="dim")
+
     if not _stderr.is_terminal:
-        yield lambda step: None
+        yield timeline
         return
     with _stderr.status(f"{title}: starting") as status:
-        yield lambda step: status.update(f"{title}: {step}")
+        def update(step: str) -> None:
+            timeline(step)
+            if step:
+                status.update(f"{title}: {step}")
+        yield update

@@ -180,25 +180,6 @@ class JobHandle(Generic[ResultT]):
                 raise JobNotFound(self.id) from None
             raise
 
-    async def result_with_progress(
-        self, on_step: Callable[[str], Awaitable[None] | None], *, interval: float = 0.5
-    ) -> ResultT:
-        """`result()`, calling `on_step(step)` whenever the job's step changes."""
-        waiting = asyncio.ensure_future(self.result())
-        last = None
-        try:
-            while not waiting.done():
-                step = await self.step()
-                if step and step != last:
-                    last = step
-                    maybe = on_step(step)
-                    if asyncio.iscoroutine(maybe):
-                        await maybe
-                await asyncio.wait({waiting}, timeout=interval)
-            return waiting.result()
-        finally:
-            waiting.cancel()
-
     async def fleet_progress(self) -> FleetProgress | None:
         """A fleet-test job's `progress` query (None for other kinds or when no worker answers)."""
         if not self.id.startswith(JobKind.FLEET_TEST.value + "/"):
