@@ -72,6 +72,7 @@ class ConductorWorkflow:
         self._best: ArtifactRef | None = None
         self._report: VerifierReport | None = None
         self._speed = ""
+        self._speedup: float | None = None
         self._tokens = TokenUsage()
         self._routing = ("config", TokenUsage())
         """How the next agent was chosen, and what the analysis that chose it cost."""
@@ -209,7 +210,7 @@ class ConductorWorkflow:
         res = done[shown]
         self._report, self._speed = res.report, res.speed or self._speed
         if winner is not None:
-            self._best = cands[winner]
+            self._best, self._speedup = cands[winner], res.speedup
         passed = winner is not None
         summary = ("PASSED" + (f" ({res.speed})" if res.speed else "")) if passed else f"FAILED: {res.report.reason}"
         if len(cands) > 1:
@@ -266,7 +267,7 @@ class ConductorWorkflow:
             outcome=outcome, status=status, finish_reason=decision.reason,
             best_candidate=self._best or (self._candidates[0] if self._candidates else None),
             report=self._report, steps=self._state.step, trace=list(self._trace), trace_artifact=trace_ref,
-            tokens=self._tokens, speed=self._speed,
+            tokens=self._tokens, speed=self._speed, speedup=self._speedup,
         )
 
     async def _fail(self, error: ActivityError) -> KernelResult:

@@ -123,7 +123,8 @@ class KernelActivities:
 
     @activity.defn
     def verify(self, req: VerifyRequest) -> VerifyResult:
-        from activities.kernels.verifier import verify
+        """Correctness first; then, on a GPU and only for a passing candidate, the profiler's speedup."""
+        from activities.kernels.verifier import profile, verify
 
         try:
             source = self.store.get_bytes(req.candidate).decode("utf-8")
@@ -131,7 +132,12 @@ class KernelActivities:
             raise FleetforgeError(Err.VERIFIER_ERROR, f"candidate {req.candidate.uri} is not UTF-8 text") from e
         report = verify(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, trials=req.trials,
                         heartbeat=_heartbeat, gpu=not req.task.on_cpu)
-        return VerifyResult(report=report, speed=CPU_SPEED_NOTE if req.task.on_cpu else "")
+        if req.task.on_cpu:
+            return VerifyResult(report=report, speed=CPU_SPEED_NOTE)
+        if not report.passed:
+            return VerifyResult(report=report)
+        speedup, note = profile(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, heartbeat=_heartbeat)
+        return VerifyResult(report=report, speed=note, speedup=speedup)
 
     @activity.defn
     def record_trace(self, req: RecordTraceRequest) -> ArtifactRef:

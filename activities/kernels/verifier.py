@@ -8,6 +8,7 @@ resource limits with a timeout, in a throwaway directory, with the Triton interp
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import signal
@@ -89,6 +90,33 @@ def verify(
     return VerifierReport(passed=not reason, reason=reason, mismatches=mismatches, static=static, durations=durations)
 
 
+def profile(task_source: str, candidate_source: str, *, timeout_s: float, seed: int = 0,
+            heartbeat: Callable[[str], None] | None = None) -> tuple[float | None, str]:
+    """On a GPU, after verification passed: (reference median / candidate median, a note), timed in
+    a child with `triton.testing.do_bench` (warm-up, then medians). A profiler failure is a note
+    and no number; callers never call this on CPU (speed is not measurable there)."""
+    with tempfile.TemporaryDirectory(prefix="ff-profile-") as tmp:
+        root = Path(tmp)
+        (root / "task.py").write_text(task_source, encoding="utf-8")
+        (root / "candidate.py").write_text(candidate_source, encoding="utf-8")
+        child = _spawn(root, ["--profile", "task.py", "times.json", str(seed), "candidate.py"], gpu=True, timeout_s=timeout_s)
+        try:
+            error = _wait_all({"profiler": child}, timeout_s, heartbeat or (lambda _m: None))["profiler"][0]
+        finally:
+            if child.proc.poll() is None:
+                _kill(child.proc)
+        if error:
+            return None, f"speed not measured: profiler {error}"
+        try:
+            times = json.loads((root / "times.json").read_text(encoding="utf-8"))
+            ref, cand = float(times["reference_ms"]), float(times["candidate_ms"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            return None, f"speed not measured: profiler output unreadable ({e})"
+    if cand <= 0:
+        return None, f"speed not measured: candidate time {cand} ms"
+    return ref / cand, f"speedup {ref / cand:.2f}x (reference {ref:.4f} ms, candidate {cand:.4f} ms; do_bench medians)"
+
+
 # --- reference outputs cache ------------------------------------------------------------------
 
 
@@ -133,7 +161,9 @@ def _child_env(gpu: bool, cpu_s: int) -> dict[str, str]:
     env.update(PYTHONPATH=str(REPO_ROOT), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
                FLEETFORGE_CHILD_MEMORY_BYTES=str(MEMORY_LIMIT_BYTES), FLEETFORGE_CHILD_CPU_S=str(cpu_s),
                FLEETFORGE_CHILD_PARENT_PID=str(os.getpid()))
-    if not gpu:
+    if gpu:  # CUDA reserves far more address space than it uses: no RLIMIT_AS there
+        env.update(FLEETFORGE_CHILD_DEVICE="cuda", FLEETFORGE_CHILD_MEMORY_BYTES="0")
+    else:
         env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     return env
 
@@ -148,13 +178,16 @@ class _Child:
 
 
 def _start(workdir: Path, seed: int, trials: int, *, candidate: bool, gpu: bool, timeout_s: float) -> _Child:
-    argv = [sys.executable, "-m", "activities.kernels._child", "task.py", "out.pt", str(seed), str(trials)]
-    if candidate:
-        argv.append("candidate.py")
+    args = ["task.py", "out.pt", str(seed), str(trials)] + (["candidate.py"] if candidate else [])
+    return _spawn(workdir, args, gpu=gpu, timeout_s=timeout_s)
+
+
+def _spawn(workdir: Path, args: list[str], *, gpu: bool, timeout_s: float) -> _Child:
     log = workdir / "child.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            argv, cwd=workdir, env=_child_env(gpu, int(timeout_s) + 10), stdin=subprocess.DEVNULL, stdout=out,
+            [sys.executable, "-m", "activities.kernels._child", *args], cwd=workdir,
+            env=_child_env(gpu, int(timeout_s) + 10), stdin=subprocess.DEVNULL, stdout=out,
             stderr=subprocess.STDOUT, start_new_session=True,
         )
     return _Child(proc, log)

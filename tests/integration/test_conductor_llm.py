@@ -140,6 +140,7 @@ async def test_unparsable_coder_answer_is_retried(temporal_env, tmp_path, file_s
     assert [e.provider for e in result.trace[:2]] == ["openai", "openai"]
 
 
+@pytest.mark.slow
 async def test_max_step_ends_with_max_steps_and_the_full_trace(temporal_env, tmp_path, file_store):
     script = [code_answer(MASKING_BUG), code_answer(MASKING_BUG)]
     with ScriptedOpenAIServer(script) as server:
@@ -158,6 +159,7 @@ async def test_max_step_ends_with_max_steps_and_the_full_trace(temporal_env, tmp
     assert result.tokens.total == 2 * 140
 
 
+@pytest.mark.slow
 async def test_invalid_analysis_decision_falls_back_to_the_deterministic_rule(temporal_env, tmp_path, file_store):
     script = [design_answer(), code_answer(MASKING_BUG), decision("banana", "peel it"), code_answer(GOOD)]
     with ScriptedOpenAIServer(script) as server:

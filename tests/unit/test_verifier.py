@@ -8,7 +8,7 @@ import pytest
 
 from activities.kernels import llm_agents, offline_coder
 from activities.kernels.static_checks import static_check
-from activities.kernels.verifier import compare, verify
+from activities.kernels.verifier import compare, profile, verify
 from contracts.kernel import KernelTask
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
@@ -190,3 +190,11 @@ def test_compare_in_process_tolerances_and_inf_positions():
     h = e.half()
     assert compare([[h]], [[h + 5e-3]])[0] == "", "fp16 uses 1e-2"
     assert "outputs" in compare([[e]], [[e, e]])[0]
+
+
+def test_profiler_without_a_gpu_reports_no_number():
+    # The GPU profiling child (do_bench on cuda) cannot run here: the result is a note, never a speedup.
+    task = KernelTask(op_name="relu", task_desc=RELU, task_id="relu", arch="a100")
+    speedup, note = profile(RELU, offline_coder.code(task), timeout_s=TIMEOUT_S)
+    assert speedup is None
+    assert note.startswith("speed not measured: profiler crashed: exit code 1"), note
