@@ -270,9 +270,31 @@ def parse_sets(pairs: list[str]) -> dict[str, str]:
     return parsed
 
 
+def rerun_request(store: ArtifactStore, run_id: str, given: dict[str, Any]) -> dict[str, Any]:
+    """For `--rerun`: the earlier conversion's model and targets (the plan's args change only
+    through --set); a MODEL given on the command line must be that model."""
+    from activities.experiments import RunStore
+
+    try:
+        record = RunStore(store).get(run_id)
+    except FleetforgeError as e:
+        if e.code is Err.RUN_NOT_FOUND:
+            raise FleetforgeError(Err.BAD_INPUT, f"{e.message}; --rerun takes the run id a conversion printed") from e
+        raise
+    earlier = record.request if isinstance(record.request, dict) else {}
+    if record.kind is not JobKind.CONVERT or not earlier.get("model"):
+        raise FleetforgeError(Err.BAD_INPUT, f"run {run_id} is not a conversion; --rerun takes a convert run id")
+    if given["model"] is not None and given["model"] != earlier["model"]:
+        raise FleetforgeError(Err.BAD_INPUT, f"run {run_id} converted {earlier['model']}, not {given['model']}; "
+                                             "drop MODEL or start a new conversion")
+    keep = ("model", "target_soc", "precision", "output", "toolchain", "preset", "calibration")
+    return {k: earlier[k] for k in keep if k in earlier}
+
+
 @app.command()
 def convert(
-    model: Annotated[str, typer.Argument(help="Model path, file:// or s3:// URI, or catalog name.")],
+    model: Annotated[Optional[str], typer.Argument(help="Model path, file:// or s3:// URI, or catalog name "
+                                                        "(with --rerun: the earlier run's model).")] = None,
     soc: Annotated[Optional[str], typer.Option("--soc", help="Target SoC, e.g. sm8550 (omitted: the job asks).")] = None,
     precision: Annotated[Optional[Precision], typer.Option("--precision", help="omitted: the job asks.")] = None,
     output: Annotated[OutputKind, typer.Option("--output")] = OutputKind.QNN_CONTEXT_BINARY,
@@ -295,19 +317,20 @@ def convert(
         problems = answer_problems(ProvideInput(soc=soc))
         if problems:
             raise FleetforgeError(Err.BAD_INPUT, "; ".join(problems))
+    if model is None and not rerun:
+        raise FleetforgeError(Err.BAD_INPUT, "missing MODEL (or --rerun RUN_ID to rerun an earlier conversion)")
     fields: dict[str, Any] = {"model": model, "target_soc": soc, "precision": precision, "output": output,
                               "toolchain": toolchain, "preset": preset, "calibration": calibration}
-    if rerun:
-        fields.update(rerun_of=rerun, overrides=overrides)
-    request = ConversionRequest(**fields)
 
     async def go() -> int:
         s = settings()
         store = open_store(s)
-        if not rerun:
-            precheck_model(model, s, store)
+        if rerun:
+            fields.update(rerun_request(store, rerun, fields), rerun_of=rerun, overrides=overrides)
+        else:
+            precheck_model(str(model), s, store)
         fc = await client_for(s, store)
-        return await finish(fc, await fc.start_convert(request), wait)
+        return await finish(fc, await fc.start_convert(ConversionRequest(**fields)), wait)
 
     return run_sync(go())
 

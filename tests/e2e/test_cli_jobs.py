@@ -43,6 +43,38 @@ def test_convert_without_soc_needs_input_then_answer_completes_it(stack: Stack, 
     assert json.loads(good.stdout)["status"] == "COMPLETED"
 
 
+def test_convert_wait_shows_progress_and_a_result_table_then_rerun_with_overrides(stack: Stack, model: Path):  # noqa: F811
+    done = ff("convert", str(model), "--soc", "sm8550", "--precision", "fp16", "--wait", env=stack.env, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    # live progress: the job's step as it changes (polled, so a fast step may be skipped), in order
+    steps = [line.split(": ", 1)[1] for line in done.stderr.splitlines() if " convert/" in line and ": " in line]
+    order = ["resolve", "create run", "workspace", "plan", "compile", "run context_binary", "evaluate", "attach", "completed"]
+    assert "run context_binary" in steps and set(steps) <= set(order), done.stderr
+    assert steps == sorted(steps, key=order.index), done.stderr
+    table = done.stdout.splitlines()
+    run_id = table[0].split()[1].rstrip(":")
+    assert table[0] == f"run {run_id}: COMPLETED"
+    assert table[1].split() == ["step", "source", "max_abs", "mean_abs", "cosine"]
+    assert table[2].split()[0] == "context_binary" and table[3].split()[0] == "evaluate"
+    assert float(table[3].split()[-1]) > 0.999, "the cosine of the fp16 binary against fp32"
+    assert "converted/tiny_fp16_sm8550_ctx_qnn.bin" in done.stdout and "sha256 " in done.stdout
+
+    rerun = ff("convert", "--rerun", run_id, "--set", "soc=sm8650", "--wait", "--json", env=stack.env, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    result = json.loads(rerun.stdout)
+    assert result["status"] == "COMPLETED" and result["executed_steps"] == ["context_binary"], result
+    assert result["run_id"] != run_id
+    same = ff("convert", "--rerun", run_id, "--set", "precision=fp16", "--wait", "--json", env=stack.env, timeout=120)
+    assert same.returncode == 0, same.stderr
+    assert json.loads(same.stdout)["cached_steps"] == ["context_binary"], "the same plan again: nothing runs"
+    bad = ff("convert", "--rerun", run_id, "--set", "turbo=1", "--wait", "--json", env=stack.env, timeout=120)
+    assert bad.returncode == 1 and json.loads(bad.stdout)["failure"]["code"] == "BAD_INPUT", bad.stdout
+    assert bad.stderr.splitlines()[-1].startswith("error: ") and "turbo" in bad.stderr.splitlines()[-1]
+    assert_one_line_error(ff("convert", str(model), "--set", "soc=sm8650", env=stack.env), 2, "--rerun")
+    assert_one_line_error(ff("convert", "--rerun", "no-such-run", env=stack.env), 2, "no-such-run")
+
+
 def test_answer_to_unknown_job_and_bad_pair_exit_2(stack: Stack):  # noqa: F811
     assert_one_line_error(ff("answer", "convert/nope-0000", "soc=sm8550", env=stack.env), 2)
     assert_one_line_error(ff("answer", "convert/nope-0000", "soc", env=stack.env), 2, "key=value")
