@@ -45,6 +45,7 @@ class ContextBinaryParams(BaseModel, frozen=True):
     soc: str
     output: str
     precision: Literal["fp16", "int8", "w8a16"] = "fp16"
+    graph_optimization: Literal["default", "fast", "max"] = "default"
     dump_dlc: bool = False
     dlc_dir: str | None = None
 
@@ -142,11 +143,18 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
     return StepOutput(outputs=[params.output], seconds=time.monotonic() - t0, details={"activation_type": activation.name})
 
 
-def context_provider_options(soc_name: str, precision: str) -> dict[str, str]:
+GRAPH_FINALIZATION_MODE = {"fast": "1", "max": "3"}
+"""graph_optimization → the QNN EP's htp_graph_finalization_optimization_mode ("default": not set).
+Mode 1 compiles light_squeezenet int8 in ~0.5 s where the backend default takes ~45 s here."""
+
+
+def context_provider_options(soc_name: str, precision: str, graph_optimization: str = "default") -> dict[str, str]:
     soc = lookup_soc(soc_name)
     opts = {"backend_type": "htp", "soc_model": str(soc.soc_model), "htp_arch": str(soc.htp_arch)}
     if precision == "fp16":
         opts["enable_htp_fp16_precision"] = "1"
+    if graph_optimization in GRAPH_FINALIZATION_MODE:
+        opts["htp_graph_finalization_optimization_mode"] = GRAPH_FINALIZATION_MODE[graph_optimization]
     return opts
 
 
@@ -216,7 +224,7 @@ def _context_binary(root_s: str, params: ContextBinaryParams) -> StepOutput:
     src, out = safe_join(root, params.model), safe_join(root, params.output)
     if out.suffix != ".onnx":
         raise FleetforgeError(Err.BAD_INPUT, f"context model output must end in .onnx, got {params.output!r}")
-    opts = context_provider_options(params.soc, params.precision)
+    opts = context_provider_options(params.soc, params.precision, params.graph_optimization)
     outputs = [params.output, params.output[: -len(".onnx")] + "_qnn.bin"]
     out.parent.mkdir(parents=True, exist_ok=True)
     for stale in (out, out.with_name(out.stem + "_qnn.bin")):

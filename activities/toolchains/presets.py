@@ -14,12 +14,14 @@ PRESET_ARGS: dict[str, dict[str, dict[str, JsonValue]]] = {
     "fast": {
         "onnx.quantize_static": {"calibrate_method": "minmax", "calibration_samples": 2},
         "ortqnn.quantize_qdq": {"calibration_samples": 2},
+        "ortqnn.context_binary": {"graph_optimization": "fast"},
         "onnx.to_ort": {"optimization_level": "basic"},
     },
     "balanced": {},
     "max_perf": {
         "onnx.quantize_static": {"calibrate_method": "minmax", "per_channel": True, "calibration_samples": 16},
         "ortqnn.quantize_qdq": {"calibration_samples": 16},
+        "ortqnn.context_binary": {"graph_optimization": "max"},
         "onnx.to_ort": {"optimization_level": "all"},
     },
 }

@@ -1,7 +1,8 @@
 """The converter's end-to-end acceptance through the workflow: real models (the seeded tiny CNN and
 `light_squeezenet.onnx` from the onnx wheel), the real onnxruntime-qnn compiler, the S3 store over
 HTTP (moto server). Each case converts twice: the first run compiles, the second identical run is
-restored from the step cache without running any tool.
+restored from the step cache without running any tool. Preset `fast` (quickest HTP graph
+finalization): the backend's default finalization takes ~45 s for light_squeezenet int8 here.
 
 One dev server, one bucket and one worker for the whole module (the compiles dominate)."""
 
@@ -63,7 +64,7 @@ async def bench(temporal_env, s3_endpoint: str, tmp_path_factory: pytest.TempPat
 
 async def convert(b: Bench, model: Path, precision: Precision) -> ConversionResult:
     req = ConversionRequest(model=str(model), target_soc="sm8550", precision=precision, queues=b.queues,
-                            run_id=uuid.uuid4().hex[:8])
+                            run_id=uuid.uuid4().hex[:8], preset="fast")
     handle = await b.client.start_workflow(
         ConverterWorkflow.run, req, id=f"convert-e2e/{req.run_id}", task_queue=b.queues.workflows,
         search_attributes=start_attributes(JobKind.CONVERT, req.model, "SM8550"))

@@ -109,7 +109,8 @@ def test_valid_multi_step_plan_compiles_in_dependency_order(ws: Path) -> None:
     assert by["ort"].inputs == ["converted/fp16.onnx"]  # normalised
     assert by["ctx"].outputs == ["converted/m_ctx.onnx", "converted/m_ctx_qnn.bin", "converted/dlc"]
     assert by["ctx"].params == {"model": "converted/q.onnx", "soc": "sm8550", "output": "converted/m_ctx.onnx",
-                                "precision": "int8", "dump_dlc": True, "dlc_dir": "converted/dlc"}
+                                "precision": "int8", "graph_optimization": "default", "dump_dlc": True,
+                                "dlc_dir": "converted/dlc"}
     assert by["quant"].params["calibration_samples"] == 8  # defaults filled in
     assert all(s.argv is None and s.tool_version == "1.0" for s in result.steps)  # in-process tools: typed params
 

@@ -42,6 +42,8 @@ def test_presets_change_the_plans_args_and_the_warning():
     assert best.steps[0].optional_args["calibration_samples"] == 16
     assert "2 seeded synthetic" in fast.intent["warnings"][0]
     assert _plan("max_perf", OutputKind.ORT).steps[-1].optional_args == {"optimization_level": "all"}
+    ctx = [p.steps[1].optional_args.get("graph_optimization") for p in (fast, balanced, best)]
+    assert ctx == ["fast", None, "max"], "the HTP graph finalization effort follows the preset"
 
 
 def test_unknown_preset_is_rejected_by_the_request():
