@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer
@@ -63,6 +64,9 @@ async def test_missing_soc_waits_for_input_rejects_bad_answers_and_completes(tem
         progress = await assert_eventually(waiting, timeout=30, message="the job never asked for input")
         assert len(progress.questions) == 1 and "SoC" in progress.questions[0]
         assert RunStore(store).get(req.run_id).status is JobStatus.NEEDS_INPUT
+        assert (await handle.describe()).typed_search_attributes.get(STATUS) == "NEEDS_INPUT"
+        meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        assert "needs input" in meta.current_details and "fleetforge answer" in meta.current_details, meta.current_details
 
         for bad, why in ((ProvideInput(soc="sm9999"), "unknown SoC"), (ProvideInput(), "empty"),
                          (ProvideInput(precision="int4"), "unknown precision")):
