@@ -61,7 +61,9 @@ def build_registry(settings: Settings, store: ArtifactStore) -> Registry:
     kernels = KernelActivities(store, settings, llm)
     reg.by_kind["llm"] += [kernels.design, kernels.code, kernels.analyze]  # kernel agents: offline templates or the LLM
     reg.by_kind["kernels"] += [kernels.verify, kernels.record_trace]
-    reg.by_kind["containers"] += ContainerActivities(store, settings).all()
+    containers = ContainerActivities(store, settings)
+    reg.by_kind["containers"] += containers.all()
+    reg.by_kind["workflows"] += containers.local()  # local activities run on the workflow's own worker
     return reg
 
 
@@ -86,7 +88,7 @@ def build_workers(
         wfs, acts = per_queue.setdefault(q, ([], []))
         if kind == "workflows":
             wfs += list(workflows)
-        acts += registry.by_kind[kind]
+        acts += [a for a in registry.by_kind[kind] if a not in acts]  # kinds sharing a queue share activities
     return [
         Worker(
             client, task_queue=q, workflows=wfs, activities=acts, activity_executor=executor,

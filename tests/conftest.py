@@ -94,9 +94,10 @@ def artifacts_dir() -> Path:
     return ARTIFACTS_DIR
 
 
-MODEL_SERVER_IMAGE = "fleetforge-test/model-server:1"
-"""busybox with /www/health and /www/v1/models; its default command serves /www with httpd on
-127.0.0.1:$PORT (host network), i.e. a stand-in for an OpenAI-compatible model server."""
+MODEL_SERVER_IMAGE = "fleetforge-test/model-server:2"
+"""busybox with /www/health and /www/v1/models; its default command waits $DELAY seconds (a model
+loading), then serves /www with httpd on 127.0.0.1:$PORT (host network): a stand-in for an
+OpenAI-compatible model server. Change the tag when the image changes (an existing tag is reused)."""
 
 
 @pytest.fixture(scope="session")
@@ -127,7 +128,7 @@ def docker_image(tmp_path_factory: pytest.TempPathFactory) -> str:
     (root / "www" / "v1" / "models").write_text('{"object": "list", "data": [{"id": "fleetforge-test"}]}\n')
     tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
     imported = subprocess.run(
-        ["docker", "import", "--change", 'CMD ["/bin/sh", "-c", "exec httpd -f -p 127.0.0.1:${PORT:-8000} -h /www"]',
+        ["docker", "import", "--change", 'CMD ["/bin/sh", "-c", "sleep ${DELAY:-0}; exec httpd -f -p 127.0.0.1:${PORT:-8000} -h /www"]',
          "-", MODEL_SERVER_IMAGE], stdin=tar.stdout, capture_output=True, text=True, timeout=120)
     tar.wait(timeout=60)
     if imported.returncode != 0:

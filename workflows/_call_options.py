@@ -50,3 +50,9 @@ CONTAINER = CallOptions(
     start_to_close=timedelta(hours=1), heartbeat=timedelta(seconds=30),
     retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=[Err.POLICY_REJECTED, Err.RUNNER_UNAVAILABLE]),
 )
+
+LOCAL = CallOptions(
+    start_to_close=timedelta(seconds=30), heartbeat=None,
+    retry=RetryPolicy(maximum_attempts=5, non_retryable_error_types=[str(e) for e in _NON_RETRYABLE_INPUT]),
+)
+"""Local activities: quick bookkeeping on the workflow's own worker (a fleet row's write/check/classify)."""

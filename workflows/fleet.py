@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.messages import ChatResult
     from workflows import _visibility as ui
     from workflows import presentation
-    from workflows._call_options import CONTAINER, STORAGE
+    from workflows._call_options import CONTAINER, LOCAL, STORAGE
     from workflows._llm import ask, total_usage
     from workflows.failures import failure_from
     from workflows.fleet_policy import (
@@ -39,6 +39,13 @@ with workflow.unsafe.imports_passed_through():
 def _cheap(summary: str) -> dict:
     return dict(summary=summary, start_to_close_timeout=STORAGE.start_to_close,
                 heartbeat_timeout=STORAGE.heartbeat, retry_policy=STORAGE.retry)
+
+
+def _local(summary: str) -> dict:
+    """Options of the per-attempt bookkeeping steps (write, check, classify): local activities on the
+    workflow's own worker, recorded in history like any activity but without a task-queue round trip,
+    which is most of a fleet row's orchestration cost."""
+    return dict(summary=summary, start_to_close_timeout=LOCAL.start_to_close, retry_policy=LOCAL.retry)
 
 
 @workflow.defn
@@ -81,11 +88,11 @@ class ModelTestWorkflow:
 
     async def _write(self, req: ModelTestRequest, attempt: int, history: list[Classification]) -> WriteCommandResult:
         self._show(f"writing command, attempt {attempt}")
-        written = await workflow.execute_activity_method(
+        written = await workflow.execute_local_activity_method(
             ContainerActivities.write_command,
             WriteCommandRequest(manifest=req.manifest, row=req.row, hardware=req.hardware, runner=req.runner,
                                 attempt=attempt, history=history),
-            task_queue=req.queues.containers, **_cheap(f"row {req.row}: write command, attempt {attempt}"))
+            **_local(f"row {req.row}: write command, attempt {attempt}"))
         if not self._model:
             self._model = written.model_name
             ui.set_model(written.model_name)
@@ -122,10 +129,10 @@ class ModelTestWorkflow:
         """One attempt; None when it passed, else the failure the writer sees next."""
         command = written.command or ""
         t0 = workflow.now()
-        verdict = await workflow.execute_activity_method(
+        verdict = await workflow.execute_local_activity_method(
             ContainerActivities.check_policy,
             PolicyCheckRequest(command=command, runner=req.runner, hardware=req.hardware),
-            task_queue=req.queues.containers, **_cheap(f"{self._model}: policy check, attempt {attempt}"))
+            **_local(f"{self._model}: policy check, attempt {attempt}"))
         if not verdict.accepted:
             return self._record(attempt, written, t0, rejection(verdict.reason))
         if req.require_approval and not (approval := await self._await_approval(attempt, command)).approved:
@@ -133,10 +140,10 @@ class ModelTestWorkflow:
         outcome = await self._run(req, attempt, command, written.probe_url)
         if outcome.passed:
             return self._record(attempt, written, t0, None, outcome)
-        failure = await workflow.execute_activity_method(
+        failure = await workflow.execute_local_activity_method(
             ContainerActivities.classify,
             ClassifyRequest(exit_code=outcome.exit_code, log_tail=outcome.log_tail, phase=outcome.phase),
-            task_queue=req.queues.containers, **_cheap(f"{self._model}: classify failure, attempt {attempt}"))
+            **_local(f"{self._model}: classify failure, attempt {attempt}"))
         return self._record(attempt, written, t0, failure, outcome)
 
     async def _run(self, req: ModelTestRequest, attempt: int, command: str, probe_url: str | None) -> TestOutcome:

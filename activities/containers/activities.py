@@ -165,3 +165,7 @@ class ContainerActivities:
     def all(self) -> list:
         return [self.plan_fleet, self.write_command, self.check_policy, self.run_test, self.classify,
                 self.save_verdicts, self.finish_fleet]
+
+    def local(self) -> list:
+        """What ModelTestWorkflow runs as local activities: the worker that runs the workflow needs them."""
+        return [self.write_command, self.check_policy, self.classify]

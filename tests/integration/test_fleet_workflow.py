@@ -212,24 +212,57 @@ async def _history_sizes(client: Client, wid: str) -> list[int]:
 
 
 @pytest.mark.slow
-async def test_large_fleet_continues_as_new_and_records_every_row_once(temporal_env, file_store, tmp_path: Path):
-    n = 400
-    rows = [(f"org/m-{i}", "", "true" if i % 7 else "false") for i in range(n)]
-    acts = ContainerActivities(file_store, Settings(state_dir=tmp_path / "s"), process_programs=("python", "true", "false"))
+async def test_2000_row_fleet_continues_as_new_reports_progress_and_records_every_row_once(
+        temporal_env, file_store, tmp_path: Path):
+    n, every, failing = 2000, 500, lambda i: i % 7 == 0
+    rows = [(f"org/m-{i}", "", "false" if failing(i) else "true") for i in range(n)]
+    queues, client = fresh_queues(), temporal_env.client
+    acts = ContainerActivities(file_store, Settings(state_dir=tmp_path / "s"), process_programs=("true", "false"))
     t0 = time.monotonic()
-    result, progress, wid = await run_fleet(temporal_env.client, file_store, Settings(state_dir=tmp_path / "s"),
-                                            manifest(rows), acts=acts, concurrency=32, continue_every=150, max_attempts=1)
+    async with new_worker(client, workflows=[FleetTestWorkflow, ModelTestWorkflow], activities=acts.all(),
+                          task_queue=queues.workflows):
+        wid = f"fleet/{uuid.uuid4().hex[:8]}"
+        handle = await client.start_workflow(
+            FleetTestWorkflow.run, FleetTestRequest(manifest=upload_manifest(file_store, manifest(rows)), queues=queues,
+                                                    runner=RunnerKind.PROCESS, concurrency=32, max_attempts=1,
+                                                    continue_every=every),
+            id=wid, task_queue=queues.workflows, search_attributes=start_attributes(JobKind.FLEET_TEST))
+
+        async def in_second_run() -> FleetProgress | None:
+            p = await handle.query(FleetTestWorkflow.progress)
+            return p if p.runs >= 2 and p.done > every else None
+
+        live = await assert_eventually(in_second_run, timeout=300, interval=0.5, message="fleet in its second run")
+        await handle.signal(FleetTestWorkflow.pause)  # drain, so the numbers can be checked exactly
+
+        async def drained() -> FleetProgress | None:
+            p = await handle.query(FleetTestWorkflow.progress)
+            return p if p.paused and p.running == 0 else None
+
+        paused = await assert_eventually(drained, timeout=60, message="paused and drained")
+        await handle.signal(FleetTestWorkflow.resume)
+        result = await handle.result()
+        final = await handle.query(FleetTestWorkflow.progress)
     elapsed = time.monotonic() - t0
-    sizes = await _history_sizes(temporal_env.client, wid)
+    sizes = await _history_sizes(client, wid)
     print(f"\nfleet of {n} rows: {elapsed:.1f}s, {result.runs} runs, history events per run {sizes}")
-    failing = sum(1 for i in range(n) if i % 7 == 0)
-    assert result.status is JobStatus.COMPLETED and result.runs == len(sizes) >= 3
+
+    assert live.total == n and live.running <= 32 and live.eta_s is not None and live.done == live.passed + live.failed
+    # rows start in CSV order, so a drained fleet has finished exactly its first `done` rows
+    assert every < paused.done < n
+    assert (paused.passed, paused.failed) == (sum(not failing(i) for i in range(paused.done)),
+                                              sum(failing(i) for i in range(paused.done)))
+    assert result.status is JobStatus.COMPLETED and result.runs == len(sizes) >= 4
     assert max(sizes) < 10_000
-    assert (result.passed, result.failed) == (n - failing, failing)
-    assert (progress.done, progress.passed) == (n, n - failing), "no row ran twice across runs"
+    n_failing = sum(failing(i) for i in range(n))
+    assert (result.passed, result.failed) == (n - n_failing, n_failing)
+    assert (final.done, final.passed, final.running) == (n, n - n_failing, 0), "no row ran twice across runs"
     out = read_csv(file_store, result)
-    assert [r["model_name"] for r in out] == [r[0] for r in rows]
-    assert [r["status"] for r in out] == ["No" if i % 7 == 0 else "Yes" for i in range(n)]
+    assert [r["model_name"] for r in out] == [r[0] for r in rows], "every row exactly once, in order"
+    assert [r["status"] for r in out] == ["No" if failing(i) else "Yes" for i in range(n)]
+    assert result.table is not None
+    table = list(csv.DictReader(io.StringIO(file_store.get_bytes(result.table).decode())))
+    assert [int(r["row"]) for r in table] == list(range(n)) and table[1]["commands"] == '["true"]'
 
 
 async def test_pause_stops_new_children_and_resume_finishes_the_fleet(temporal_env, file_store, tmp_path: Path):
