@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+import jinja2
 from pydantic import BaseModel, ValidationError
 
 from contracts.errors import Err, FleetforgeError
@@ -22,18 +23,19 @@ from contracts.messages import ChatRequest, ChatResult, Message, TextBlock
 M = TypeVar("M", bound=BaseModel)
 
 PROMPTS = Path(__file__).resolve().parent / "prompts"
+_ENV = jinja2.Environment(
+    loader=jinja2.DictLoader({p.name: p.read_text() for p in sorted(PROMPTS.glob("*.j2"))}),
+    undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+)
+_TEMPLATES = {name: _ENV.get_template(name) for name in _ENV.list_templates()}
+"""Read and compiled once at import: workflows render the repair prompt (ask_structured), and workflow
+code may do no file I/O, no compile and create no lock; a replay renders exactly what the run rendered."""
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 
 
 def render(template: str, **context: Any) -> str:
     """Render a prompt template from activities/llm/prompts (StrictUndefined: a missing key is a bug)."""
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(PROMPTS), undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-        autoescape=False,
-    )
-    return env.get_template(template).render(**context)
+    return _TEMPLATES[template].render(**context)
 
 
 def _first_balanced(text: str) -> str | None:

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         Scripted, ScriptedOpenAIServer, chunk, cut_stream, error, json_reply, text_stream,
     )
     from tests.helpers import assert_eventually, new_worker
+    from workflows._llm import ask_structured, total_usage
 
 _RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=0.1), backoff_coefficient=1.0, maximum_attempts=4,
@@ -80,6 +81,23 @@ class CancellableChatTestWorkflow:
             heartbeat_timeout=timedelta(seconds=1), retry_policy=RetryPolicy(maximum_attempts=1),
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
+
+
+class VerdictWithUsage(BaseModel):
+    verdict: Verdict
+    calls: int
+    usage: TokenUsage
+
+
+@workflow.defn
+class AskStructuredTestWorkflow:
+    """Sandboxed, as job workflows are: the repair prompt is rendered in workflow code."""
+
+    @workflow.run
+    async def run(self, req: ChatRequest) -> VerdictWithUsage:
+        verdict, calls = await ask_structured(req, Verdict, queue=workflow.info().task_queue)
+        usage, _ = total_usage(calls)
+        return VerdictWithUsage(verdict=verdict, calls=len(calls), usage=usage)
 
 
 def _acts(tmp_path: Path, server: ScriptedOpenAIServer, **kw) -> tuple[LLMActivities, FileStore]:
@@ -271,6 +289,21 @@ async def test_malformed_structured_output_is_repaired_once(temporal_env, tmp_pa
     assert second["messages"][2] == {"role": "assistant", "content": '{"name": "a", "score": '}
     repair = second["messages"][3]["content"]
     assert second["messages"][3]["role"] == "user" and "invalid JSON" in repair and "ONLY one JSON object" in repair
+
+
+async def test_ask_structured_in_a_workflow_repairs_once_and_sums_usage(temporal_env, tmp_path: Path):
+    script = [json_reply("I think the name is a"), json_reply('{"name": "a", "score": 3}')]
+    with ScriptedOpenAIServer(script) as server:
+        llm, _ = _acts(tmp_path, server)
+        async with new_worker(temporal_env.client, workflows=[AskStructuredTestWorkflow],
+                              activities=[llm.complete_chat]) as w:
+            out = await temporal_env.client.execute_workflow(
+                AskStructuredTestWorkflow.run, _req(stream=False), id=f"llm-test/{uuid.uuid4().hex[:8]}",
+                task_queue=w.task_queue, execution_timeout=timedelta(seconds=30),
+            )
+    assert out == VerdictWithUsage(verdict=Verdict(name="a", score=3), calls=2,
+                                   usage=TokenUsage(prompt=20, completion=10, total=30))
+    assert "ONLY one JSON object" in server.requests[1]["messages"][-1]["content"]
 
 
 async def test_structured_output_invalid_twice_fails_typed(temporal_env, tmp_path: Path):
