@@ -3,6 +3,8 @@
 `AsyncOpenAI(max_retries=0)`: Temporal owns retries. Provider errors become ApplicationErrors with
 stable types (408/409/429/5xx and connection errors retryable, honouring retry-after; 401/403 and
 other 4xx not). Heartbeats while waiting for the first token and on every streamed chunk.
+An endpoint that rejects `response_format` json_schema is asked again with the schema as plain
+instructions (and this worker keeps doing so).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.llm.converters import OpenAIConverter, dump_response, require_openai, to_openai_messages
+from activities.llm.structured import render
 from activities.storage import ArtifactStore
 from contracts.common import ArtifactRef
 from contracts.errors import Err, FleetforgeError
@@ -89,6 +92,20 @@ def map_openai_error(e: Exception) -> Exception:
     return e
 
 
+def rejects_response_format(error: ApplicationError, kw: dict[str, Any]) -> bool:
+    """The endpoint refused our `response_format` (no json_schema support): worth asking again with plain
+    instructions, unlike any other 400."""
+    return "response_format" in kw and error.type == Err.LLM_BAD_REQUEST and "response_format" in error.message
+
+
+def with_plain_json_instructions(kw: dict[str, Any]) -> dict[str, Any]:
+    """The same request without `response_format`: the schema goes into a leading system instruction."""
+    schema = json.dumps(kw["response_format"]["json_schema"]["schema"], sort_keys=True)
+    instruction = {"role": "system", "content": render("json_instructions.j2", schema=schema)}
+    plain = {k: v for k, v in kw.items() if k != "response_format"}
+    return {**plain, "messages": [instruction, *kw["messages"]]}
+
+
 def _transcript(store: ArtifactStore, *, agent: str, provider: str, attempt: int, request: dict[str, Any],
                 response: dict[str, Any], latency_s: float) -> ArtifactRef:
     doc = {"agent": agent, "provider": provider, "attempt": attempt, "latency_s": round(latency_s, 3),
@@ -119,6 +136,8 @@ class LLMActivities:
         self.converter = OpenAIConverter()
         self._client: Any = None
         self._client_lock = threading.Lock()
+        self._json_schema_supported = True
+        """Cleared the first time the endpoint rejects response_format; later calls use plain instructions."""
 
     def _openai(self) -> Any:
         """The shared client, created on first use (importing `openai` takes a second or more: it runs in a
@@ -151,6 +170,8 @@ class LLMActivities:
                 "type": "json_schema",
                 "json_schema": {"name": req.agent.replace("-", "_") or "answer", "schema": req.response_schema},
             }
+        if req.response_schema is not None and not self._json_schema_supported:
+            kw = with_plain_json_instructions(kw)
         if req.stream:
             kw["stream"] = True
             kw["stream_options"] = {"include_usage": True}
@@ -210,7 +231,14 @@ class LLMActivities:
         kw = self._kwargs(req)
         attempt = _attempt()
         started = time.monotonic()
-        message = await self._call(kw, req.stream)
+        try:
+            message = await self._call(kw, req.stream)
+        except ApplicationError as e:
+            if not rejects_response_format(e, kw):
+                raise
+            self._json_schema_supported = False
+            kw = with_plain_json_instructions(kw)
+            message = await self._call(kw, req.stream)
         latency = time.monotonic() - started
         usage = message.usage or TokenUsage()
         message.metadata.setdefault("provider", "openai")

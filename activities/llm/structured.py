@@ -1,7 +1,7 @@
 """LLM text → validated pydantic model, or a typed rejection (STYLE G10).
 
-`complete_structured` asks (with response_format json_schema when the request carries a schema),
-validates, and on failure re-asks once with the validation error and a stricter instruction
+`complete_structured` asks (response_format json_schema; the activity falls back to plain
+instructions, prompts/json_instructions.j2, when the endpoint rejects response_format), validates, and on failure re-asks once with the validation error and a stricter instruction
 (prompts/repair_json.j2); a second failure raises FleetforgeError(LLM_OUTPUT_INVALID).
 """
 

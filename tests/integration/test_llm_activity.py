@@ -306,6 +306,24 @@ async def test_ask_structured_in_a_workflow_repairs_once_and_sums_usage(temporal
     assert "ONLY one JSON object" in server.requests[1]["messages"][-1]["content"]
 
 
+async def test_endpoint_without_json_schema_support_gets_plain_instructions(temporal_env, tmp_path: Path):
+    script = [error(400, "response_format 'json_schema' is not supported by this model"),
+              json_reply('{"name": "b", "score": 2}'), json_reply('{"name": "c", "score": 3}')]
+    with ScriptedOpenAIServer(script) as server:
+        llm, _ = _acts(tmp_path, server)
+        first = await _run_verdict(temporal_env.client, llm, _req(stream=False))
+        later = await _run_verdict(temporal_env.client, llm, _req(stream=False))
+    assert (first, later) == (Verdict(name="b", score=2), Verdict(name="c", score=3))
+    assert len(server.requests) == 3, "one refused request, then plain instructions (remembered for the next call)"
+    assert server.requests[0]["response_format"]["type"] == "json_schema"
+    for sent in server.requests[1:]:
+        assert "response_format" not in sent
+        instruction = sent["messages"][0]
+        assert instruction["role"] == "system" and "ONLY one JSON object" in instruction["content"]
+        assert json.loads(instruction["content"].split("\n")[1])["required"] == ["name", "score"]
+        assert sent["messages"][1:] == server.requests[0]["messages"]
+
+
 async def test_structured_output_invalid_twice_fails_typed(temporal_env, tmp_path: Path):
     script = [json_reply("no idea"), json_reply('{"name": "a", "score": "high"}'), json_reply('{"name": "a", "score": 1}')]
     with ScriptedOpenAIServer(script) as server:
