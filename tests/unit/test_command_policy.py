@@ -211,3 +211,28 @@ def test_answer_without_a_command_is_invalid_llm_output() -> None:
     with pytest.raises(FleetforgeError) as info:
         extract_command("I cannot help with that.\n```python\nprint('docker')\n```")
     assert info.value.code == Err.LLM_OUTPUT_INVALID
+
+
+def test_llm_writer_answer_is_a_command_or_a_typed_rejection() -> None:
+    from activities.containers.llm_writer import Unusable, Usable, parse_answer
+
+    assert parse_answer("```bash\ndocker run --network host img:1 \\\n  serve\n```") == Usable("docker run --network host img:1 serve")
+    assert parse_answer("docker run img:1") == Usable("docker run img:1")
+    assert isinstance(parse_answer("I cannot help with that."), Unusable)
+
+
+def test_llm_writer_prompt_carries_earlier_commands_errors_and_log_tails() -> None:
+    from activities.containers.llm_writer import LOG_TAIL_CHARS, chat_request
+    from contracts.fleet import HardwareProfile
+    from contracts.fleet_job import CommandWriterContext, ManifestRow, PreviousAttempt, RunnerKind
+
+    log = "x" * 5000 + "\nCUDA out of memory. Tried to allocate 2.00 GiB"
+    ctx = CommandWriterContext(row=ManifestRow(row=0, model_name="org/m", max_model_len=8192), hardware=HardwareProfile(),
+                               runner=RunnerKind.DOCKER, attempt=2,
+                               previous=[PreviousAttempt(command="docker run img:1", category="CUDA_OOM",
+                                                         reason="GPU memory too small", log_tail=log)])
+    system, user = (m.text for m in chat_request(ctx).messages)
+    assert "--privileged" in system and "/models/hf-cache" in system
+    assert "Model: org/m" in user and "Max model length: 8192" in user and "attempt 2" in user
+    assert "Attempt 1: docker run img:1" in user and "Error: CUDA_OOM: GPU memory too small" in user
+    assert "Tried to allocate 2.00 GiB" in user and "x" * (LOG_TAIL_CHARS + 1) not in user, "only the log's tail"
