@@ -202,10 +202,14 @@ async def follow(fc: FleetforgeClient, handle: JobHandle[Any], *, stop_at_input:
     waiting = asyncio.ensure_future(handle.result())
     fleet = handle.id.startswith(JobKind.FLEET_TEST.value + "/")
     asked = False
+    steps_seen = 0
     try:
         with out.progress(handle.id, every_s=10.0 if fleet else 0.0) as update:
             while not waiting.done():
                 p = await handle.progress()
+                for step in p.steps_done[steps_seen:] if p is not None else []:
+                    update(f"run {step}")  # a step that finished between two polls still shows on the timeline
+                steps_seen = len(p.steps_done) if p is not None else steps_seen
                 needs_input = p is not None and p.status is JobStatus.NEEDS_INPUT
                 if needs_input and not asked:
                     if stop_at_input and out.json_mode():
@@ -356,7 +360,7 @@ def answer(
             out.contract(progress)
         else:
             out.line(f"{workflow_id}: answer accepted")
-            out.hint(f"follow it with: fleetforge show {workflow_id} --wait   (Web UI: {fc.ui_url(workflow_id)})")
+            out.hint(f"follow it with: fleetforge watch {workflow_id} (Web UI: {fc.ui_url(workflow_id)})")
         return 0
 
     return run_sync(go())

@@ -57,6 +57,8 @@ class AgentCall(BaseModel, frozen=True):
     prompt: ArtifactRef | None = None
     output: ArtifactRef | None = None
     usage: TokenUsage = Field(default_factory=TokenUsage)
+    transcript: ArtifactRef | None = None
+    """The call's transcript (request and normalised answer), the same shape for every provider."""
 
 
 class DesignRequest(BaseModel, frozen=True):
@@ -163,6 +165,8 @@ class TraceEntry(BaseModel, frozen=True):
     provider: Provider | None = None
     prompt: ArtifactRef | None = None
     output: ArtifactRef | None = None
+    transcript: ArtifactRef | None = None
+    """The agent call's transcript (the same shape for the offline provider and an LLM)."""
     parse_error: str = ""
     candidates: list[ArtifactRef] = Field(default_factory=list)
     """Every candidate of a parallel round (coder) or verified in this step (verifier)."""

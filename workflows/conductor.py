@@ -158,7 +158,7 @@ class ConductorWorkflow:
         return (AgentRecord(agent=go.agent, step=go.step, parsed_ok=res.parsed_ok, suggestion=go.suggestion),
                 TraceEntry(step=go.step, agent=go.agent, summary=note + summary, ok=res.parsed_ok, artifact=res.artifact,
                            provider=res.call.provider, prompt=res.call.prompt, output=res.call.output,
-                           parse_error=res.reason, tokens=res.call.usage))
+                           transcript=res.call.transcript, parse_error=res.reason, tokens=res.call.usage))
 
     async def _code_step(self, go: Go, provider: Provider) -> tuple[AgentRecord, TraceEntry]:
         """One round: `num_candidates` concurrent coder attempts (the optimizer writes one)."""
@@ -183,7 +183,8 @@ class ConductorWorkflow:
         return (AgentRecord(agent=go.agent, step=go.step, parsed_ok=bool(good), suggestion=go.suggestion),
                 TraceEntry(step=go.step, agent=go.agent, summary=outcomes[0][1] + summary, ok=bool(good),
                            artifact=good[0] if good else None, candidates=good, provider=first.provider,
-                           prompt=first.prompt, output=first.output, parse_error=errors, tokens=usage))
+                           prompt=first.prompt, output=first.output, transcript=first.transcript, parse_error=errors,
+                           tokens=usage))
 
     async def _verify_step(self, go: Go) -> tuple[AgentRecord, TraceEntry]:
         """Verify the round's candidates concurrently; the first that passes wins, the rest are cancelled."""

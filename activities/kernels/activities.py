@@ -16,7 +16,7 @@ import json
 from temporalio import activity
 
 from activities.kernels import llm_agents, offline_coder
-from activities.llm.activity import LLMActivities
+from activities.llm.activity import LLMActivities, record_offline_answer
 from activities.llm.structured import Rejected
 from activities.storage import ArtifactStore
 from contracts.common import ArtifactRef
@@ -61,7 +61,8 @@ class KernelActivities:
     async def design(self, req: DesignRequest) -> DesignResult:
         base = f"kernels/{req.task.task_id}/designer-step{req.step}"
         if req.llm == "offline":
-            call, parsed = AgentCall(), offline_coder.design(req.task)
+            parsed = offline_coder.design(req.task)
+            call = await self._offline("designer", base, req, parsed.model_dump_json(indent=2))
             if parsed.family == "unknown":
                 parsed = Rejected(parsed.notes)
         else:
@@ -78,11 +79,9 @@ class KernelActivities:
         """The coder or the optimizer (`req.role`): one complete candidate, or an unusable answer."""
         base = f"kernels/{req.task.task_id}/{req.role}-step{req.step}-c{req.candidate_index}"
         if req.llm == "offline":
-            # The offline provider's "prompt" is its context; its answer uses the agreed format.
-            prompt = await self._put(req.model_dump_json(indent=2), JSON, f"{base}-context.json")
             source = offline_coder.code(req.task, req.design)
             text = offline_coder.render_answer(source) if source else f"no template for op '{req.task.op_name}'\n"
-            call = AgentCall(prompt=prompt, output=await self._put(text, MD, f"{base}-answer.md"))
+            call = await self._offline(req.role, base, req, text)
         else:
             sources = [await self._get_text(a.candidate) for a in req.attempts]
             text, call = await self._ask(req.role, base, llm_agents.code_prompt(req, sources))
@@ -110,7 +109,18 @@ class KernelActivities:
                                                  response_schema=schema))
         text = result.message.text
         output_ref = await self._put(text, MD, f"{base}-answer.md")
-        return text, AgentCall(provider="openai", prompt=prompt_ref, output=output_ref, usage=result.usage)
+        return text, AgentCall(provider="openai", prompt=prompt_ref, output=output_ref, usage=result.usage,
+                               transcript=result.transcript)
+
+    async def _offline(self, agent: str, base: str, context: DesignRequest | CodeRequest, text: str) -> AgentCall:
+        """The offline provider's answer, recorded exactly like an LLM answer (transcript, usage zero).
+        Its "prompt" is the typed context it decided from; its answer uses the agreed format."""
+        prompt_ref = await self._put(context.model_dump_json(indent=2), JSON, f"{base}-context.json")
+        output_ref = await self._put(text, MD, f"{base}-answer.md")
+        result = await asyncio.to_thread(record_offline_answer, self.store, f"kernel-{agent}",
+                                         context.model_dump(mode="json"), text)
+        return AgentCall(provider="offline", prompt=prompt_ref, output=output_ref, usage=result.usage,
+                         transcript=result.transcript)
 
     async def _put(self, text: str, media_type: str, name: str) -> ArtifactRef:
         return await asyncio.to_thread(self.store.put_bytes, text.encode("utf-8"), media_type=media_type, name=name)

@@ -123,6 +123,8 @@ async def test_masking_bug_feedback_reaches_the_coder_and_the_second_candidate_v
 
     assert file_store.get_bytes(result.best_candidate).decode() == GOOD
     assert result.trace[1].provider == "openai" and result.trace[1].tokens.total == 140
+    transcript = json.loads(file_store.get_bytes(result.trace[1].transcript))
+    assert (transcript["provider"], transcript["agent"]) == ("openai", "kernel-coder")
     assert result.trace[3].tokens.total == 280, "the coder's tokens plus the analysis that chose it"
     assert result.tokens.total == 4 * 140
     assert len(server.requests) == 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -84,6 +85,12 @@ async def test_all_eight_examples_end_verified_offline_through_one_worker(tempor
         source = file_store.get_bytes(result.best_candidate).decode()
         assert "@triton.jit" in source and "class ModelNew" in source
         assert [e["agent"] for e in read_trace(file_store, result.trace_artifact)] == ["designer", "coder", "verifier"]
+        for entry in result.trace[:2]:  # offline answers are recorded exactly like LLM answers
+            assert entry.transcript is not None, entry
+            transcript = json.loads(file_store.get_bytes(entry.transcript))
+            assert (transcript["provider"], transcript["agent"]) == ("offline", f"kernel-{entry.agent}")
+            assert transcript["response"]["usage"]["total"] == 0
+            assert transcript["response"]["content"][0]["text"] == file_store.get_bytes(entry.output).decode()
     assert first_trace == results[0].trace
 
 
