@@ -15,13 +15,16 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.storage import FileStore
 from client.binaries import temporal_binary
-from contracts.common import JobKind
+from contracts.common import JobKind, JobStatus
+from contracts.convert import Precision
+from contracts.convert_job import ConversionRequest, ProvideInput
 from contracts.inspect import InspectRequest
 from contracts.settings import Settings
 from examples.tiny_model import build_tiny_cnn
-from tests.helpers import fresh_queues, new_worker
+from tests.helpers import assert_eventually, fresh_queues, new_worker
 from worker import build_registry
 from workflows._visibility import SEARCH_ATTRIBUTES, start_attributes
+from workflows.converter import ConverterWorkflow
 from workflows.inspect import InspectModelWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -44,6 +47,32 @@ async def record_inspect(env: WorkflowEnvironment, tmp: Path) -> None:
     (HISTORIES / "inspect_completed.json").write_text(history.to_json())
 
 
+async def record_convert(env: WorkflowEnvironment, tmp: Path) -> None:
+    """An int8 conversion that first waits for its SoC (NEEDS_INPUT → provide_input → plan → compile → run)."""
+    settings = Settings(state_dir=tmp / "state")
+    store = FileStore(tmp / "artifacts")
+    queues = fresh_queues()
+    model = build_tiny_cnn(tmp / "tiny.onnx")
+    async with new_worker(env.client, workflows=[ConverterWorkflow],
+                          activities=build_registry(settings, store).by_kind["toolchain"], task_queue=queues.workflows):
+        handle = await env.client.start_workflow(
+            ConverterWorkflow.run, ConversionRequest(model=str(model), precision=Precision.INT8, preset="fast",
+                                                     queues=queues, run_id="replay"),
+            id=f"convert/{uuid.uuid4().hex[:8]}", task_queue=queues.workflows,
+            search_attributes=start_attributes(JobKind.CONVERT, "tiny.onnx"),
+        )
+
+        async def waiting() -> bool:
+            return (await handle.query(ConverterWorkflow.status)).status is JobStatus.NEEDS_INPUT
+
+        await assert_eventually(waiting, timeout=30)
+        await handle.execute_update(ConverterWorkflow.provide_input, ProvideInput(soc="sm8550"))
+        result = await handle.result()
+        assert result.status is JobStatus.COMPLETED, result.failure
+    history = await handle.fetch_history()
+    (HISTORIES / "convert_needs_input_int8.json").write_text(history.to_json())
+
+
 async def main() -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
@@ -52,6 +81,7 @@ async def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             await record_inspect(env, Path(tmp))
+            await record_convert(env, Path(tmp))
     finally:
         await env.shutdown()
 

@@ -9,10 +9,11 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from workflows.converter import ConverterWorkflow
 from workflows.inspect import InspectModelWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
-WORKFLOWS = {"inspect": InspectModelWorkflow}
+WORKFLOWS = {"inspect": InspectModelWorkflow, "convert": ConverterWorkflow}
 
 
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
