@@ -129,7 +129,7 @@ class ToolchainActivities:
                                                  "start a new conversion instead of a rerun")
         doc = json.loads(p.read_text())
         doc.pop("attempt", None)
-        return apply_overrides(ConversionPlan.model_validate(doc), req.overrides)
+        return apply_overrides(ConversionPlan.model_validate(doc), req.overrides, self.registry)
 
     @activity.defn
     def planner_tool(self, req: PlannerToolRequest) -> PlannerToolResult:

@@ -23,6 +23,7 @@ from contracts.models import ModelFormat, ModelRef
 
 QNN_OUTPUTS = frozenset({OutputKind.QNN_CONTEXT_BINARY, OutputKind.DLC})
 """Outputs compiled for one SoC (the planner must know which)."""
+QUANTIZED = frozenset({Precision.INT8, Precision.W8A16})
 SYNTHETIC_SAMPLES = 8
 SYNTHETIC_SEED = 0
 
@@ -68,7 +69,7 @@ def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegi
     intent: dict[str, JsonValue] = {
         "model": model.name, "output": request.output.value, "precision": request.precision.value,
         "soc": lookup_soc(request.target_soc).name if request.target_soc and request.output in QNN_OUTPUTS else None,
-        "reference": b.source, "evaluate": candidate, "warnings": list(b.warnings),
+        "reference": b.source, "evaluate": candidate, "warnings": list(b.warnings), "preset": request.preset,
     }
     rationale = " → ".join(s.tool_name for s in b.steps)
     if feedback:
@@ -129,17 +130,9 @@ class _Builder:
 
 def _plan_qnn(b: _Builder, request: ConversionRequest) -> str:
     soc = lookup_soc(request.target_soc or "").name.lower()
-    precision = request.precision
-    model = b.source
-    if precision in (Precision.INT8, Precision.W8A16):
-        qdq = f"converted/{b.stem}_{precision.value}_qdq.onnx"
-        b.add("quantize", "ortqnn.quantize_qdq", {"model": model, "output": qdq, "precision": precision.value},
-              b.calibration("ortqnn.quantize_qdq", request))
-        model, ctx_precision = qdq, precision.value
-    else:
-        if precision is Precision.FP32:
-            b.warnings.append("the HTP backend has no fp32 math: compiled at fp16 precision")
-        ctx_precision = Precision.FP16.value
+    assert request.precision is not None
+    model = _precision_stage(b, request, request.output)
+    ctx_precision = htp_precision(request.precision).value
     out = f"converted/{b.stem}_{ctx_precision}_{soc}_ctx.onnx"
     optional: dict[str, JsonValue] = {"precision": ctx_precision}
     if request.output is OutputKind.DLC:
@@ -149,28 +142,61 @@ def _plan_qnn(b: _Builder, request: ConversionRequest) -> str:
 
 
 def _plan_onnx_qdq(b: _Builder, request: ConversionRequest) -> str:
-    precision = request.precision
-    out = f"converted/{b.stem}_{precision.value}_qdq.onnx"
-    if precision is Precision.INT8:
-        b.add("quantize", "onnx.quantize_static", {"model": b.source, "output": out}, b.calibration("onnx.quantize_static", request))
-    elif precision is Precision.W8A16:
-        b.add("quantize", "ortqnn.quantize_qdq", {"model": b.source, "output": out, "precision": precision.value},
-              b.calibration("ortqnn.quantize_qdq", request))
-    else:
-        raise FleetforgeError(Err.BAD_INPUT, f"onnx_qdq output needs int8 or w8a16 precision, not {precision.value}")
-    return out
+    return _precision_stage(b, request, OutputKind.ONNX_QDQ)
 
 
 def _plan_ort(b: _Builder, request: ConversionRequest) -> str | None:
-    precision = request.precision
-    model = b.source
-    if precision is Precision.FP16:
-        model = f"converted/{b.stem}_fp16.onnx"
-        b.add("fp16", "onnx.fp16", {"model": b.source, "output": model})
-    elif precision is Precision.INT8:
-        model = f"converted/{b.stem}_int8_qdq.onnx"
-        b.add("quantize", "onnx.quantize_static", {"model": b.source, "output": model}, b.calibration("onnx.quantize_static", request))
-    elif precision is Precision.W8A16:
-        raise FleetforgeError(Err.BAD_INPUT, "ort output supports fp32, fp16 or int8, not w8a16")
-    b.add("to_ort", "onnx.to_ort", {"model": model, "output": f"converted/{b.stem}_{precision.value}.ort"})
+    assert request.precision is not None
+    model = _precision_stage(b, request, OutputKind.ORT)
+    b.add("to_ort", "onnx.to_ort", {"model": model, "output": f"converted/{b.stem}_{request.precision.value}.ort"})
     return model if model != b.source else None  # an .ort file itself is not evaluated
+
+
+def htp_precision(precision: Precision) -> Precision:
+    """What the HTP backend computes in: quantized stays quantized, float becomes fp16 (no fp32 math)."""
+    return precision if precision in QUANTIZED else Precision.FP16
+
+
+def _precision_stage(b: _Builder, request: ConversionRequest, output: OutputKind) -> str:
+    """Add the steps that bring the source model to `request.precision` for `output` (none when the
+    source already is what the next step takes); returns the model path the next step reads."""
+    precision = request.precision
+    assert precision is not None
+    if output in QNN_OUTPUTS:  # the HTP compiler takes fp32 (computed at fp16) or a QDQ model
+        if precision in QUANTIZED:
+            return _quantize(b, request, "ortqnn.quantize_qdq")
+        if precision is Precision.FP32:
+            b.warnings.append("the HTP backend has no fp32 math: compiled at fp16 precision")
+        return b.source
+    if output is OutputKind.ONNX_QDQ:
+        if precision not in QUANTIZED:
+            raise FleetforgeError(Err.BAD_INPUT, f"onnx_qdq output needs int8 or w8a16 precision, not {precision.value}")
+        return _quantize(b, request, "onnx.quantize_static" if precision is Precision.INT8 else "ortqnn.quantize_qdq")
+    if precision is Precision.W8A16:
+        raise FleetforgeError(Err.BAD_INPUT, "ort output supports fp32, fp16 or int8, not w8a16")
+    if precision is Precision.FP16:
+        out = f"converted/{b.stem}_fp16.onnx"
+        b.add("fp16", "onnx.fp16", {"model": b.source, "output": out})
+        return out
+    if precision is Precision.INT8:
+        return _quantize(b, request, "onnx.quantize_static")
+    return b.source
+
+
+def _quantize(b: _Builder, request: ConversionRequest, tool: str) -> str:
+    assert request.precision is not None
+    out = f"converted/{b.stem}_{request.precision.value}_qdq.onnx"
+    required: dict[str, JsonValue] = {"model": b.source, "output": out}
+    if tool == "ortqnn.quantize_qdq":
+        required["precision"] = request.precision.value
+    b.add("quantize", tool, required, b.calibration(tool, request))
+    return out
+
+
+def precision_stage(registry: ToolRegistry, request: ConversionRequest, source: str,
+                    output: OutputKind) -> tuple[list[PlanStep], str, list[str]]:
+    """The offline planner's precision steps for `source` (steps, the model they leave, warnings):
+    what a rerun with a precision override puts in place of the earlier plan's."""
+    b = _Builder(registry, source, _stem(source), request.preset)
+    model = _precision_stage(b, request, output)
+    return b.steps, model, b.warnings

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,12 @@ from workflows.converter import ConverterWorkflow
 pytest.importorskip("onnxruntime_qnn")
 
 
-async def test_rerun_reuses_the_plan_with_overrides_and_skips_the_planner(temporal_env, tmp_path: Path):
+Run = Callable[..., Awaitable[tuple[ConversionResult, list[str]]]]
+
+
+@pytest.fixture
+async def converter(temporal_env, tmp_path: Path) -> AsyncIterator[Run]:
+    """`await run(**request fields)` → (result, scheduled activity types), on a worker of its own."""
     settings, store = Settings(state_dir=tmp_path / "state"), FileStore(tmp_path / "artifacts")
     model = build_tiny_cnn(tmp_path / "hub" / "tiny.onnx")
     queues = fresh_queues()
@@ -39,9 +45,14 @@ async def test_rerun_reuses_the_plan_with_overrides_and_skips_the_planner(tempor
         return result, kinds
 
     async with new_worker(client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"], task_queue=queues.workflows):
-        first, _ = await run(target_soc="sm8550", precision=Precision.FP16)
-        rerun, kinds = await run(rerun_of=first.run_id, overrides={"soc": "sm8650"})
-        bad, _ = await run(rerun_of=first.run_id, overrides={"turbo": "true"})
+        yield run
+
+
+async def test_rerun_reuses_the_plan_with_overrides_and_skips_the_planner(converter: Run):
+    run = converter
+    first, _ = await run(target_soc="sm8550", precision=Precision.FP16)
+    rerun, kinds = await run(rerun_of=first.run_id, overrides={"soc": "sm8650"})
+    bad, _ = await run(rerun_of=first.run_id, overrides={"turbo": "true"})
 
     assert first.status is JobStatus.COMPLETED, first.failure
     assert rerun.status is JobStatus.COMPLETED, rerun.failure
@@ -54,3 +65,22 @@ async def test_rerun_reuses_the_plan_with_overrides_and_skips_the_planner(tempor
     assert rerun.evaluation is not None and rerun.evaluation.cosine > 0.999
     assert bad.status is JobStatus.FAILED and bad.failure is not None and bad.failure.code == "BAD_INPUT"
     assert "turbo" in bad.failure.message and "soc" in bad.failure.message
+
+
+async def test_rerun_of_an_int8_run_at_fp16_drops_the_quantizer_and_compiles_fp16(converter: Run):
+    run = converter
+    first, _ = await run(target_soc="sm8550", precision=Precision.INT8, preset="fast")
+    rerun, kinds = await run(rerun_of=first.run_id, overrides={"precision": "fp16"})
+    fresh, _ = await run(target_soc="sm8550", precision=Precision.FP16, preset="fast")
+
+    assert first.status is JobStatus.COMPLETED and first.executed_steps == ["quantize", "context_binary"], first.failure
+    assert rerun.status is JobStatus.COMPLETED, rerun.failure
+    assert "plan_offline" not in kinds and "load_plan" in kinds, kinds
+    assert rerun.executed_steps == ["context_binary"] and rerun.cached_steps == [], "the quantizer did not run"
+    assert not any("synthetic" in w for w in rerun.warnings), rerun.warnings
+    # the fp16 binary: exactly the step a fresh fp16 conversion runs (same tool, params, input: a cache hit)
+    assert "converted/tiny_fp16_sm8550_ctx_qnn.bin" in {a.name for a in rerun.artifacts}
+    assert fresh.status is JobStatus.COMPLETED and fresh.cached_steps == ["context_binary"] and fresh.executed_steps == []
+    assert {a.sha256 for a in fresh.artifacts} == {a.sha256 for a in rerun.artifacts}
+    assert rerun.evaluation is not None and rerun.evaluation.candidate == "converted/tiny_fp16_sm8550_ctx.onnx"
+    assert rerun.evaluation.cosine > first.evaluation.cosine, "fp16 is closer to fp32 than int8"

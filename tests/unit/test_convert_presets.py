@@ -53,11 +53,11 @@ def test_unknown_preset_is_rejected_by_the_request():
 
 def test_overrides_are_typed_and_an_unknown_arg_is_an_error():
     plan = _plan("balanced")
-    out = apply_overrides(plan, {"soc": "sm8650", "calibration_samples": "4"})
+    out = apply_overrides(plan, {"soc": "sm8650", "calibration_samples": "4"}, default_registry())
     assert out.steps[1].required_args["soc"] == "sm8650" and out.steps[0].optional_args["calibration_samples"] == 4
     assert out.intent["soc"] == "sm8650"
     with pytest.raises(FleetforgeError, match="calibration_samples") as e:
-        apply_overrides(plan, {"calibration_samples": "many"})
+        apply_overrides(plan, {"calibration_samples": "many"}, default_registry())
     assert e.value.code == "BAD_INPUT"
     with pytest.raises(FleetforgeError, match="turbo"):
-        apply_overrides(plan, {"turbo": "1"})
+        apply_overrides(plan, {"turbo": "1"}, default_registry())
