@@ -30,7 +30,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows._init_steps import RunContext, run_id_for
     from workflows._llm import ask, total_usage
     from workflows.converter_policy import (
-        Evaluate, Execute, GiveUp, Replan, answer_problems, apply_answer, next_after_compile, next_after_execution,
+        Evaluate, Execute, GiveUp, Replan, answer_hint, answer_problems, apply_answer, next_after_compile,
+        next_after_execution, wait_summary,
     )
     from workflows.failures import failure_from
 
@@ -231,8 +232,9 @@ class ConverterWorkflow:
         ui.set_status(JobStatus.NEEDS_INPUT)
         self._show("needs input")
         try:
-            await workflow.wait_condition(lambda: self._answer is not None,
-                                          timeout=timedelta(seconds=self._request.needs_input_timeout_s))
+            timeout_s = self._request.needs_input_timeout_s
+            await workflow.wait_condition(lambda: self._answer is not None, timeout=timedelta(seconds=timeout_s),
+                                          timeout_summary=wait_summary(timeout_s, workflow.info().workflow_id))
         except asyncio.TimeoutError:
             self._waiting = False
             return False
@@ -349,7 +351,7 @@ class ConverterWorkflow:
             "step": step, "run": run_id, "attempt": attempt, "replans": self._progress.replans,
             "target": self._req.target_soc if self._req else "", "done": ", ".join(self._progress.steps_done),
             "questions": " / ".join(self._progress.questions),
-            "waiting for": (f"an answer: `fleetforge answer {workflow.info().workflow_id} soc=... precision=...`"
+            "waiting for": (f"an answer: `{answer_hint(workflow.info().workflow_id)}`"
                             if self._progress.questions else ""),
             "last error": self._progress.last_error,
         })

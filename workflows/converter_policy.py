@@ -95,6 +95,26 @@ def answer_problems(answer: ProvideInput) -> list[str]:
     return problems
 
 
+def answer_hint(workflow_id: str) -> str:
+    """The command that answers a waiting job (the details and the timer summary show it)."""
+    return f"fleetforge answer {workflow_id} soc=... precision=..."
+
+
+def wait_summary(timeout_s: int, workflow_id: str) -> str:
+    """The NEEDS_INPUT timer's summary, in words a person reads in the Web UI's timeline."""
+    return f"waiting up to {_duration(timeout_s)} for an answer: {answer_hint(workflow_id)}"
+
+
+def _duration(seconds: int) -> str:
+    """604800 → "7 days", 5400 → "1 h 30 min", 90 → "1 min 30 s" (the two largest units)."""
+    if seconds % 86400 == 0:
+        days = seconds // 86400
+        return f"{days} day{'s' if days != 1 else ''}"
+    parts = [(seconds // 86400, "d"), (seconds % 86400 // 3600, "h"), (seconds % 3600 // 60, "min"), (seconds % 60, "s")]
+    shown = [f"{n} {unit}" for n, unit in parts if n][:2]
+    return " ".join(shown) or "0 s"
+
+
 def apply_answer(request: ConversionRequest, answer: ProvideInput) -> ConversionRequest:
     """The request with the answered facts filled in (unanswered ones unchanged)."""
     update: dict[str, object] = {}

@@ -10,7 +10,7 @@ from contracts.convert_job import ConversionRequest, ProvideInput
 from contracts.errors import Err
 from workflows.converter_policy import (
     Evaluate, Execute, GiveUp, Replan, answer_problems, apply_answer, fingerprint, next_after_compile,
-    next_after_execution,
+    next_after_execution, wait_summary,
 )
 
 STEP = CompiledStep(step_id="quantize", tool_name="ortqnn.quantize_qdq", tool_version="1.0",
@@ -87,3 +87,10 @@ def test_good_answer_fills_in_only_what_was_answered():
     assert updated.target_soc == "SM8550" and updated.precision is Precision.FP16
     updated = apply_answer(updated, ProvideInput(precision="INT8"))
     assert updated.precision is Precision.INT8 and updated.target_soc == "SM8550"
+
+
+@pytest.mark.parametrize(("seconds", "words"), [(604800, "7 days"), (86400, "1 day"), (5400, "1 h 30 min"),
+                                                 (90061, "1 d 1 h"), (90, "1 min 30 s"), (1, "1 s")])
+def test_the_needs_input_wait_summary_says_how_long_and_how_to_answer(seconds: int, words: str):
+    assert wait_summary(seconds, "convert/r-1") == \
+        f"waiting up to {words} for an answer: fleetforge answer convert/r-1 soc=... precision=..."
