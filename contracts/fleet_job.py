@@ -41,7 +41,8 @@ class ManifestRow(BaseModel, frozen=True):
     command: str | None = None
     """A fixed command for the row (a person's, or the process runner's); `{attempt}` is replaced."""
     probe_url: str | None = None
-    """Process runner: URL that must answer 2xx after the command exits 0."""
+    """The row's own probe: a URL that must answer a GET with 2xx once the server is up (process runner:
+    after the command exits 0; docker runner: instead of `/v1/models` + a one-token completion)."""
 
     @property
     def tested(self) -> bool:

@@ -94,10 +94,41 @@ def artifacts_dir() -> Path:
     return ARTIFACTS_DIR
 
 
-MODEL_SERVER_IMAGE = "fleetforge-test/model-server:2"
-"""busybox with /www/health and /www/v1/models; its default command waits $DELAY seconds (a model
-loading), then serves /www with httpd on 127.0.0.1:$PORT (host network): a stand-in for an
-OpenAI-compatible model server. Change the tag when the image changes (an existing tag is reused)."""
+MODEL_SERVER_IMAGE = "fleetforge-test/model-server:3"
+"""busybox with a shell HTTP server (MODEL_SERVER_SH): its default command waits $DELAY seconds (a
+model loading), then serves GET /health, GET /v1/models and POST /v1/completions on $PORT (host
+network; `COMPLETIONS=fail` makes the completion answer 500): a stand-in for an OpenAI-compatible
+model server. busybox httpd could serve the GETs but routes a POST only under /cgi-bin/, hence the
+shell server; busybox nc cannot bind one address, so it listens on every interface of the host
+network while a test runs (tests only connect to 127.0.0.1). Change the tag when the image changes
+(an existing tag is reused)."""
+
+MODEL_SERVER_SH = r"""#!/bin/sh
+# One HTTP request on stdin/stdout (`nc -ll -e` runs this per connection); a line per request on stderr.
+read -r method path _
+len=0
+while read -r line; do
+  line=$(printf '%s' "$line" | tr -d '\r')
+  [ -z "$line" ] && break
+  case "$line" in [Cc]ontent-[Ll]ength:*) len=$(( ${line#*:} )) ;; esac
+done
+body=$(head -c "$len")
+reply() {
+  printf 'HTTP/1.0 %s\r\nContent-Type: application/json\r\nContent-Length: %s\r\nConnection: close\r\n\r\n%s' "$1" "${#2}" "$2"
+  echo "$method $path -> $1" >&2
+}
+case "$method $path" in
+  "GET /health") reply "200 OK" '{"status":"ok"}' ;;
+  "GET /v1/models") reply "200 OK" "{\"object\":\"list\",\"data\":[{\"id\":\"${MODEL_NAME:-fleetforge-test}\"}]}" ;;
+  "POST /v1/completions")
+    case "$COMPLETIONS:$body" in
+      fail:*) reply "500 Internal Server Error" '{"error":{"message":"the engine failed to generate"}}' ;;
+      *'"max_tokens"'*) reply "200 OK" '{"object":"text_completion","choices":[{"index":0,"text":"!","finish_reason":"length"}]}' ;;
+      *) reply "400 Bad Request" '{"error":{"message":"max_tokens is required"}}' ;;
+    esac ;;
+  *) reply "404 Not Found" '{"error":{"message":"not found"}}' ;;
+esac
+"""
 
 
 @pytest.fixture(scope="session")
@@ -121,14 +152,14 @@ def docker_image(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = tmp_path_factory.mktemp("rootfs")
     (root / "bin").mkdir()
     shutil.copy2(busybox, root / "bin" / "busybox")
-    for applet in ("sh", "httpd", "sleep", "cat", "echo", "false", "true"):
+    for applet in ("sh", "nc", "tr", "head", "sleep", "cat", "echo", "false", "true"):
         (root / "bin" / applet).symlink_to("busybox")
-    (root / "www" / "v1").mkdir(parents=True)
-    (root / "www" / "health").write_text("ok\n")
-    (root / "www" / "v1" / "models").write_text('{"object": "list", "data": [{"id": "fleetforge-test"}]}\n')
+    (root / "srv").mkdir()
+    (root / "srv" / "serve.sh").write_text(MODEL_SERVER_SH)
     tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
     imported = subprocess.run(
-        ["docker", "import", "--change", 'CMD ["/bin/sh", "-c", "sleep ${DELAY:-0}; exec httpd -f -p 127.0.0.1:${PORT:-8000} -h /www"]',
+        ["docker", "import", "--change",
+         'CMD ["/bin/sh", "-c", "sleep ${DELAY:-0}; exec nc -ll -p ${PORT:-8000} -e /bin/sh /srv/serve.sh"]',
          "-", MODEL_SERVER_IMAGE], stdin=tar.stdout, capture_output=True, text=True, timeout=120)
     tar.wait(timeout=60)
     if imported.returncode != 0:

@@ -11,7 +11,9 @@ import asyncio
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.exceptions import (
+    ActivityError, ChildWorkflowError, WorkflowAlreadyStartedError, is_cancelled_exception,
+)
 
 with workflow.unsafe.imports_passed_through():
     from activities.containers import llm_writer
@@ -77,6 +79,8 @@ class ModelTestWorkflow:
                     case Retry(failure):
                         history.append(failure)
         except ActivityError as e:
+            if is_cancelled_exception(e):  # the row was cancelled: its container is gone, end cancelled
+                raise
             failure = failure_from(e, where=f"attempt {len(self._attempts) + 1}")
             finish = Finish(passed=False, category=ErrorCategory.TRANSIENT.value, reason=f"{failure.code}: {failure.message}")
         assert finish is not None
@@ -154,7 +158,9 @@ class ModelTestWorkflow:
                            runner=req.runner, hardware=req.hardware, probe_url=probe_url, timeout_s=req.test_timeout_s),
             task_queue=req.queues.containers, summary=f"{self._model}: {req.runner.value} test, attempt {attempt}",
             start_to_close_timeout=max(CONTAINER.start_to_close, timedelta(seconds=req.test_timeout_s + 300)),
-            heartbeat_timeout=CONTAINER.heartbeat, retry_policy=CONTAINER.retry)
+            heartbeat_timeout=CONTAINER.heartbeat, retry_policy=CONTAINER.retry,
+            # a cancelled row ends only after the runner removed its container
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
 
     async def _await_approval(self, attempt: int, command: str) -> ApprovalRequest:
         """Durable wait for `approve_command` (no timer: the fleet waits for a person)."""
@@ -212,6 +218,7 @@ class FleetTestWorkflow:
         self._carry = FleetCarry()
         self._plan = FleetPlan(total=0, pending=[], skipped=0)
         self._running: set[int] = set()
+        self._children: dict[int, asyncio.Task[None]] = {}
         self._verdicts: list[RowVerdict] = []
         self._paused = False
 
@@ -228,6 +235,9 @@ class FleetTestWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(req.model_copy(update={"carry": self._next_carry(cursor, batches)}))
             return await self._finish(req, fleet_id, batches)
+        except asyncio.CancelledError:
+            await self._stop_children(fleet_id)
+            raise
         except ActivityError as e:
             failure = failure_from(e, where="fleet")
             ui.set_status(JobStatus.FAILED)
@@ -263,7 +273,17 @@ class FleetTestWorkflow:
 
     def _start_child(self, req: FleetTestRequest, fleet_id: str, row: int) -> None:
         self._running.add(row)
-        asyncio.create_task(self._child(req, fleet_id, row))
+        self._children[row] = asyncio.create_task(self._child(req, fleet_id, row))
+
+    async def _stop_children(self, fleet_id: str) -> None:
+        """The fleet was cancelled. Only run() receives the cancellation, and a parent that simply ended
+        would terminate its children (no cleanup): cancel each running child instead and wait until it
+        has ended (its test activity removes its container first), then the fleet ends cancelled."""
+        ui.details("fleet test", {"fleet": fleet_id, "step": "cancelling", "running": len(self._running)})
+        running = [task for row, task in self._children.items() if row in self._running]
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
     async def _child(self, req: FleetTestRequest, fleet_id: str, row: int) -> None:
         child = ModelTestRequest(fleet_id=fleet_id, manifest=req.manifest, row=row, hardware=req.hardware,
@@ -284,6 +304,7 @@ class FleetTestWorkflow:
             "passed": self._carry.passed + verdict.passed, "failed": self._carry.failed + (not verdict.passed),
             "categories": merge_categories(self._carry.categories, verdict.passed, verdict.category)})
         self._running.discard(row)
+        self._children.pop(row, None)
 
     async def _save_batch(self, req: FleetTestRequest, fleet_id: str) -> list[ArtifactRef]:
         if not self._verdicts:

@@ -4,8 +4,11 @@
   docker policy, program on an allowlist), run with no shell. Pass = exit 0 before the deadline,
   then the row's probe URL (if any) answers 2xx.
 * DockerRunner: a `docker run` re-parsed against the policy, rendered with our deterministic name
-  and `fleetforge.run` label, health-polled and probed on `/v1/models`; the container is always
-  removed (`docker rm -f`), also on cancellation and timeout.
+  and `fleetforge.run` label, health-polled, then probed: the row's probe URL if it has one, else the
+  OpenAI-compatible pair `GET /v1/models` + a one-token `POST /v1/completions` (the legacy completions
+  endpoint, not chat: it needs no chat template, so base and chat models answer it alike). The
+  container is always removed (`docker rm -f`), also on cancellation and timeout; every wait beats,
+  so a cancellation reaches the activity within its heartbeat timeout.
 * ScriptRunner: the original `test_models.sh <model> <command>` contract (0 pass, 1 fail, 2 timeout).
 
 Every runner stores the full log in the artifact store and returns its tail. Runners never raise
@@ -24,9 +27,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from activities.containers.offline_writer import writer_policy
 from activities.containers.policy import _split as split_command  # the shared shell-operator check
@@ -39,7 +42,13 @@ from contracts.fleet_job import RunTestRequest, TestOutcome
 Heartbeat = Callable[[str], None]
 DEFAULT_PROGRAMS: tuple[str, ...] = ("python", "python3")
 TAIL_CHARS = 4000
-HEARTBEAT_S = 5.0
+HEARTBEAT_S = 2.0
+"""Longest pause between heartbeats while a runner waits (a quarter of the CONTAINER heartbeat timeout, or less)."""
+PROBE_PROMPT = {"prompt": "Hello", "max_tokens": 1, "temperature": 0}
+"""The tiny completion every OpenAI-compatible server must answer (one token)."""
+COMPLETION_TIMEOUT_S = 60.0
+"""A first completion may compile kernels or warm caches: generous, and the wait heartbeats."""
+T = TypeVar("T")
 
 
 class Runner(Protocol):
@@ -97,16 +106,34 @@ async def _run_argv(argv: Sequence[str], timeout_s: float, heartbeat: Heartbeat,
     return (None if timed_out else proc.returncode), text
 
 
-def _http_get(url: str, timeout_s: float) -> tuple[int, str]:
+def _http(url: str, timeout_s: float, payload: dict | None = None) -> tuple[int, str]:
+    """(HTTP status or 0 when unreachable, body or error text): a GET, or a JSON POST of `payload`."""
     if not url.startswith(("http://", "https://")):
         return 0, f"probe URL {url!r} must be http(s)"
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 (scheme checked above)
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 (scheme checked above)
             return resp.status, resp.read(65536).decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
-        return e.code, f"HTTP {e.code} from {url}"
+        return e.code, f"HTTP {e.code} from {url}: {e.read(300).decode('utf-8', 'replace').strip()}"
     except (urllib.error.URLError, OSError, TimeoutError) as e:
-        return 0, f"GET {url} failed: {getattr(e, 'reason', e)}"
+        return 0, f"{'POST' if data else 'GET'} {url} failed: {getattr(e, 'reason', e)}"
+
+
+async def _beating(aw: Awaitable[T], heartbeat: Heartbeat, what: str) -> T:
+    """Await `aw`, heartbeating every HEARTBEAT_S meanwhile (a slow probe must not look like a dead worker)."""
+    task = asyncio.ensure_future(aw)
+    try:
+        while not (await asyncio.wait({task}, timeout=HEARTBEAT_S))[0]:
+            heartbeat(what)
+        return task.result()
+    finally:
+        task.cancel()
+
+
+async def _probe_get(url: str, heartbeat: Heartbeat, timeout_s: float = 10.0) -> tuple[int, str]:
+    return await _beating(asyncio.to_thread(_http, url, timeout_s), heartbeat, f"probing {url}")
 
 
 class _Base:
@@ -139,7 +166,7 @@ class ProcessRunner(_Base):
         if code != 0:
             return await self._outcome(req, started, log, passed=False, phase=TestPhase.START, exit_code=code)
         if req.probe_url:
-            status, body = await asyncio.to_thread(_http_get, req.probe_url, 10.0)
+            status, body = await _probe_get(req.probe_url, heartbeat)
             if not 200 <= status < 300:
                 return await self._outcome(req, started, log + f"\n[fleetforge] probe: {body}", passed=False,
                                            phase=TestPhase.PROBE)
@@ -176,57 +203,86 @@ class DockerRunner(_Base):
         name = container_name(req.fleet_id, f"{req.row}-{req.model_name}", req.attempt)
         labels = run_labels(req.fleet_id, key=str(req.row), attempt=req.attempt)
         started = time.monotonic()
-        code, out = await self._docker("image", "inspect", "--format", "{{.Id}}", spec.image)
+        code, out = await self._docker("image", "inspect", "--format", "{{.Id}}", spec.image, heartbeat=heartbeat)
         if code != 0:
             log = out if "No such image" in out or "daemon" in out else f"No such image: {spec.image}\n{out}"
             return await self._outcome(req, started, log, passed=False, phase=TestPhase.START)
-        await self._docker("rm", "-f", name)  # a stale container of a crashed earlier attempt
-        logs = ""
+        await self._docker("rm", "-f", name, heartbeat=heartbeat)  # a stale container of a crashed earlier attempt
         try:
             code, out = await self._docker(*render_argv(spec, name, labels)[1:], heartbeat=heartbeat)
             if code != 0:
                 return await self._outcome(req, started, out, passed=False, phase=TestPhase.START, exit_code=code)
             phase, exit_code = await self._wait_healthy(name, spec, started + req.timeout_s, heartbeat)
-            probe = ""
+            problem = ""
             if phase is TestPhase.PROBE:
-                status, body = await asyncio.to_thread(
-                    _http_get, f"http://127.0.0.1:{server_port(spec)}/v1/models", 30.0)
-                if 200 <= status < 300 and _lists_models(body):
-                    logs = await self._logs(name)
-                    return await self._outcome(req, started, logs, passed=True, phase=TestPhase.PROBE, exit_code=0)
-                probe = f"\n[fleetforge] probe /v1/models: {body[:300]}"
-            logs = await self._logs(name)
-            return await self._outcome(req, started, logs + probe, passed=False, phase=phase, exit_code=exit_code)
+                problem = await self._probe(f"http://127.0.0.1:{server_port(spec)}", req.probe_url, heartbeat)
+            logs = await self._docker_logs(name, heartbeat)
+            if phase is TestPhase.PROBE and not problem:
+                return await self._outcome(req, started, logs, passed=True, phase=TestPhase.PROBE, exit_code=0)
+            return await self._outcome(req, started, logs + (f"\n[fleetforge] probe: {problem}" if problem else ""),
+                                       passed=False, phase=phase, exit_code=exit_code)
         finally:
             await asyncio.shield(self._docker("rm", "-f", name, timeout_s=60.0))  # also on cancel/timeout
+
+    async def _probe(self, server: str, probe_url: str | None, heartbeat: Heartbeat) -> str:
+        """What is wrong with the healthy server's answers ("" = it serves): the row's probe URL must
+        answer a GET with 2xx; without one, `/v1/models` must list a model and that model must answer a
+        one-token completion (PROBE_PROMPT) with at least one choice."""
+        if probe_url:
+            status, body = await _probe_get(probe_url, heartbeat)
+            return "" if 200 <= status < 300 else f"GET {probe_url}: {body[:300]}"
+        status, body = await _probe_get(f"{server}/v1/models", heartbeat)
+        model = _first_model(body) if 200 <= status < 300 else None
+        if model is None:
+            return f"GET /v1/models lists no model: {body[:300]}"
+        url = f"{server}/v1/completions"
+        status, body = await _beating(asyncio.to_thread(_http, url, COMPLETION_TIMEOUT_S,
+                                                        {"model": model, **PROBE_PROMPT}), heartbeat, f"probing {url}")
+        if 200 <= status < 300 and _has_choices(body):
+            return ""
+        return f"POST /v1/completions (model {model}, 1 token): {body[:300]}"
 
     async def _wait_healthy(self, name: str, spec: DockerRunSpec, deadline: float,
                             heartbeat: Heartbeat) -> tuple[TestPhase, int | None]:
         """PROBE when healthy; START with the exit code when the container stopped; HEALTH at the deadline."""
         url = f"http://127.0.0.1:{server_port(spec)}{self.health_path}"
         while time.monotonic() < deadline:
-            code, state = await self._docker("inspect", "--format", "{{.State.Running}} {{.State.ExitCode}}", name)
+            code, state = await self._docker("inspect", "--format", "{{.State.Running}} {{.State.ExitCode}}", name,
+                                             heartbeat=heartbeat)
             parts = state.split()
             if code == 0 and parts and parts[0] == "false":
                 return TestPhase.START, int(parts[1]) if len(parts) > 1 and parts[1].lstrip("-").isdigit() else None
-            status, _ = await asyncio.to_thread(_http_get, url, 5.0)
+            status, _ = await _probe_get(url, heartbeat, timeout_s=5.0)
             if 200 <= status < 300:
                 return TestPhase.PROBE, None
             heartbeat(f"waiting for {url}")
             await asyncio.sleep(min(self.poll_s, max(0.0, deadline - time.monotonic())))
         return TestPhase.HEALTH, None
 
-    async def _logs(self, name: str) -> str:
-        _, out = await self._docker("logs", name, timeout_s=60.0)
+    async def _docker_logs(self, name: str, heartbeat: Heartbeat) -> str:
+        _, out = await self._docker("logs", name, timeout_s=60.0, heartbeat=heartbeat)
         return out
 
 
-def _lists_models(body: str) -> bool:
+def _json(body: str) -> object:
     try:
-        data = json.loads(body)
+        return json.loads(body)
     except ValueError:
-        return False
-    return isinstance(data, dict) and isinstance(data.get("data"), list)
+        return None
+
+
+def _first_model(body: str) -> str | None:
+    """The first model id of an OpenAI `/v1/models` answer."""
+    data = _json(body)
+    models = data.get("data") if isinstance(data, dict) else None
+    if isinstance(models, list) and models and isinstance(models[0], dict) and isinstance(models[0].get("id"), str):
+        return models[0]["id"]
+    return None
+
+
+def _has_choices(body: str) -> bool:
+    data = _json(body)
+    return isinstance(data, dict) and isinstance(data.get("choices"), list) and bool(data["choices"])
 
 
 class ScriptRunner(_Base):

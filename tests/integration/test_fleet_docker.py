@@ -1,8 +1,9 @@
 """ModelTestWorkflow with the docker runner on the REAL docker engine (no fake CLI): a local busybox
 image serving the probe on a loopback port passes; a container that exits 137 is `crashed`; a busy
 port is `port in use` and the offline writer's retry on the next port passes; the LLM writer (a
-scripted OpenAI-compatible server) gets the classified error and the log tail on its retry. Every
-test leaves no container behind. Without a running engine these tests fail (tests/conftest.py)."""
+scripted OpenAI-compatible server) gets the classified error and the log tail on its retry; a
+cancelled fleet cancels its rows and removes their containers. Every test leaves no container
+behind. Without a running engine these tests fail (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,24 +14,26 @@ import io
 import socket
 import threading
 import uuid
+from datetime import timedelta
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.containers.activities import ContainerActivities, upload_manifest
 from activities.containers.runners import DockerRunner
 from activities.llm.activity import LLMActivities
 from activities.storage import ArtifactStore
+from client.sdk import FleetforgeClient, JobCancelled
 from contracts.common import TaskQueues
 from contracts.fleet import ErrorCategory, HardwareProfile
 from contracts.fleet_job import CommandSource, ModelTestRequest, ModelTestResult, RunnerKind
 from contracts.settings import Settings
 from tests.conftest import fleet_containers
 from tests.doubles.openai_server import ScriptedOpenAIServer, json_reply
-from tests.helpers import fresh_queues, new_worker
-from workflows.fleet import ModelTestWorkflow
+from tests.helpers import assert_eventually, fresh_queues, new_worker
+from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
 
 pytestmark = pytest.mark.docker
 
@@ -184,3 +187,39 @@ async def test_unusable_llm_answer_falls_back_to_the_offline_writer_and_says_so(
     assert attempt.writer_note.startswith("unusable LLM answer (the answer contains no `docker run` command)")
     assert result.tokens.calls == 1
     assert fleet_containers(fleet_id) == []
+
+
+def _running(fleet_id: str) -> list[str]:
+    import subprocess
+
+    r = subprocess.run(["docker", "ps", "-q", "--filter", f"label=fleetforge.run={fleet_id}"],
+                       capture_output=True, text=True, timeout=30)
+    return r.stdout.split()
+
+
+@pytest.mark.slow
+async def test_cancelling_a_fleet_cancels_every_row_and_removes_their_containers(
+        temporal_env, file_store, tmp_path: Path, docker_image: str):
+    """`fleetforge cancel fleet-test/ID` (FleetforgeClient.cancel) while two rows' containers are
+    loading a model (DELAY=300): every child ends CANCELLED, then the fleet, and nothing is left."""
+    rows = [{"model_name": f"org/slow-{i}", "command": f"docker run --network host -e PORT={port} -e DELAY=300 {docker_image}"}
+            for i, port in enumerate((free_port_pair(), free_port_pair()))]
+    settings = Settings(state_dir=tmp_path / "s", queue_prefix=f"test-{uuid.uuid4().hex[:10]}")
+    ff = FleetforgeClient(temporal_env.client, settings)
+    acts = containers(file_store, tmp_path)
+    q = settings.queues
+    async with new_worker(temporal_env.client, workflows=[FleetTestWorkflow, ModelTestWorkflow], task_queue=q.workflows,
+                          activities=acts.local()), \
+            new_worker(temporal_env.client, task_queue=q.containers, activities=acts.all()):
+        handle = await ff.start_fleet_test(manifest(rows), store=file_store, runner=RunnerKind.DOCKER, concurrency=4,
+                                           max_attempts=1, test_timeout_s=120, hardware=HardwareProfile(gpu_count=0))
+        fleet_id = handle.id.removeprefix("fleet-test/")
+        await assert_eventually(lambda: len(_running(fleet_id)) == 2, timeout=30, message="both rows' containers running")
+        await ff.cancel(handle.id)
+        with pytest.raises(JobCancelled):
+            await handle.result(timeout=timedelta(seconds=60))
+
+    statuses = [(await temporal_env.client.get_workflow_handle(wid).describe()).status
+                for wid in (handle.id, f"fleet/{fleet_id}/0", f"fleet/{fleet_id}/1")]
+    assert statuses == [WorkflowExecutionStatus.CANCELED] * 3, statuses
+    await assert_eventually(lambda: fleet_containers(fleet_id) == [], timeout=30, message="no container left")

@@ -155,3 +155,45 @@ def test_rejected_docker_command_never_reaches_the_engine(tmp_path: Path):
     with pytest.raises(FleetforgeError) as e:
         asyncio.run(runner.run(request("docker run --privileged vllm/vllm-openai:latest", RunnerKind.DOCKER), print))
     assert e.value.code is Err.POLICY_REJECTED
+
+
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@pytest.mark.docker
+async def test_docker_runner_probes_models_then_a_one_token_completion_or_the_rows_probe(tmp_path: Path, docker_image: str):
+    """Healthy is not enough: the server must list a model and answer a tiny completion (or the row's
+    own probe URL). Four real containers at once: serves, completion fails, row probe ok, row probe 404."""
+    fleet = f"t-{uuid.uuid4().hex[:6]}"
+    ports = _free_ports(4)
+    runner = DockerRunner(FileStore(tmp_path / "a"), poll_s=0.2)
+
+    def run(row: int, env: str = "", probe: str | None = None):
+        command = f"docker run --network host -e PORT={ports[row]} -e MODEL_NAME=org/m {env} {docker_image}"
+        return runner.run(request(command, RunnerKind.DOCKER, fleet_id=fleet, row=row, timeout_s=30,
+                                  probe_url=probe and f"http://127.0.0.1:{ports[row]}{probe}"), print)
+
+    served, broken, own_ok, own_bad = await asyncio.gather(
+        run(0), run(1, "-e COMPLETIONS=fail"), run(2, "-e COMPLETIONS=fail", probe="/health"), run(3, probe="/nope"))
+
+    assert served.passed and served.phase is TestPhase.PROBE, served.log_tail
+    assert "GET /v1/models -> 200 OK" in served.log_tail and "POST /v1/completions -> 200 OK" in served.log_tail
+    assert not broken.passed and broken.phase is TestPhase.PROBE
+    assert "POST /v1/completions (model org/m, 1 token): HTTP 500" in broken.log_tail
+    assert "the engine failed to generate" in broken.log_tail, "the server's own error goes into the log"
+    verdict = classify(broken.exit_code, broken.log_tail, broken.phase)
+    assert verdict.category is ErrorCategory.PROBE_FAILED, verdict
+    assert own_ok.passed and "/v1/completions" not in own_ok.log_tail, "the row's probe replaces the default one"
+    assert not own_bad.passed and classify(own_bad.exit_code, own_bad.log_tail, own_bad.phase).category is ErrorCategory.PROBE_FAILED
+    assert "HTTP 404" in own_bad.log_tail
+    assert fleet_containers(fleet) == []
