@@ -108,6 +108,9 @@ class ConversionResult(BaseModel):
     """Step ids whose tool actually ran."""
     warnings: list[str] = Field(default_factory=list)
     tokens: TokenTotals = Field(default_factory=TokenTotals)
+    """Every planner answer, LLM or offline (an offline answer is a call with zero tokens)."""
+    transcripts: list[ArtifactRef] = Field(default_factory=list)
+    """The planner answers' transcripts in the store, in order (provider "offline" or the LLM's)."""
     finished_at: datetime | None = None
 
 

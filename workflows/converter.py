@@ -36,6 +36,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.failures import failure_from
 
 
+OFFLINE_ANSWER = "offline-planner-answer"
+"""Patch: the offline plan comes as a recorded answer (offline_planner_answer), not a bare plan."""
+
+
 @workflow.defn
 class ConverterWorkflow:
     def __init__(self) -> None:
@@ -143,14 +147,23 @@ class ConverterWorkflow:
                 self._warnings = plan_warnings(llm_plan)
                 return llm_plan
             feedback = ""  # the offline planner starts fresh
-        plan = await workflow.execute_activity_method(
-            ToolchainActivities.plan_offline,
-            PlanRequest(request=self._request, model=self._model, attempt=attempt, feedback=feedback),
-            task_queue=self._request.queues.toolchain, summary=f"offline planner, attempt {attempt}",
-            start_to_close_timeout=TOOLCHAIN.start_to_close, retry_policy=TOOLCHAIN.retry,
-        )
+        plan = await self._plan_offline(PlanRequest(request=self._request, model=self._model, attempt=attempt,
+                                                    feedback=feedback), f"offline planner, attempt {attempt}")
         self._warnings = plan_warnings(plan)
         return plan
+
+    async def _plan_offline(self, req: PlanRequest, summary: str) -> ConversionPlan:
+        """The offline planner's answer, counted and kept like an LLM answer (a call, zero tokens)."""
+        queue = self._request.queues.toolchain
+        if not workflow.patched(OFFLINE_ANSWER):  # a run started before offline answers were recorded
+            return await workflow.execute_activity_method(
+                ToolchainActivities.plan_offline, req, task_queue=queue, summary=summary,
+                start_to_close_timeout=TOOLCHAIN.start_to_close, retry_policy=TOOLCHAIN.retry)
+        result = await workflow.execute_activity_method(
+            ToolchainActivities.offline_planner_answer, req, task_queue=queue, summary=summary,
+            start_to_close_timeout=TOOLCHAIN.start_to_close, retry_policy=TOOLCHAIN.retry)
+        self._llm_calls.append(result)
+        return ConversionPlan.model_validate_json(result.message.text)
 
     async def _load_rerun_plan(self) -> ConversionPlan:
         req = self._request
@@ -328,6 +341,7 @@ class ConverterWorkflow:
             cached_steps=[s.step_id for s in self._steps if s.cached],
             executed_steps=[s.step_id for s in self._steps if not s.cached],
             warnings=self._planner_warnings + self._warnings, tokens=self._tokens(),
+            transcripts=[c.transcript for c in self._llm_calls],
             finished_at=workflow.now(), **kw,  # type: ignore[arg-type]
         )
 

@@ -31,6 +31,7 @@ from contracts.convert_job import (
     PlanRequest, RerunRequest, StepResult,
 )
 from contracts.errors import Err, FleetforgeError
+from contracts.messages import ChatResult
 from contracts.runs import WorkspaceRef
 from contracts.settings import Settings
 
@@ -110,8 +111,20 @@ class ToolchainActivities:
         return Workspace(self.store, self.settings.cache_dir, ref)
 
     @activity.defn
+    def offline_planner_answer(self, req: PlanRequest) -> ChatResult:
+        """The deterministic rule-based plan (or a NEEDS_INPUT plan with questions) as the offline
+        provider's answer, recorded exactly like an LLM's: the plan JSON as the text, a transcript
+        of the request it decided from, usage zero."""
+        from activities.llm.activity import record_offline_answer
+        from activities.toolchains.llm_planner import AGENT
+
+        plan = plan_offline_fn(req.request, req.model, self.registry, feedback=req.feedback)
+        return record_offline_answer(self.store, AGENT, req.model_dump(mode="json"), plan.model_dump_json())
+
+    @activity.defn
     def plan_offline(self, req: PlanRequest) -> ConversionPlan:
-        """The deterministic rule-based plan (or a NEEDS_INPUT plan with questions)."""
+        """The plan without a recorded answer: only for runs started before `offline_planner_answer`
+        (their histories schedule this one); remove with the workflow's OFFLINE_ANSWER patch."""
         return plan_offline_fn(req.request, req.model, self.registry, feedback=req.feedback)
 
     @activity.defn

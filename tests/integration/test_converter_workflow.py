@@ -4,6 +4,7 @@ test_converter_e2e.py.)"""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from pathlib import Path
@@ -88,6 +89,12 @@ async def test_missing_soc_waits_for_input_rejects_bad_answers_and_completes(tem
     assert RunStore(store).get(result.run_id).status is JobStatus.COMPLETED
     attrs = (await handle.describe()).typed_search_attributes
     assert attrs.get(STATUS) == "COMPLETED" and attrs.get(TARGET) == "SM8650"
+    # both offline planner answers (the questions, then the plan) are counted and kept like LLM answers
+    assert result.tokens.calls == 2 and result.tokens.total_tokens == 0 and len(result.transcripts) == 2
+    asked, planned = (json.loads(store.get_bytes(ref)) for ref in result.transcripts)
+    assert asked["provider"] == planned["provider"] == "offline" and planned["agent"] == "converter-planner"
+    assert planned["request"]["request"]["target_soc"] == "SM8650", "the answered request is what it planned from"
+    assert json.loads(planned["response"]["content"][0]["text"])["steps"][0]["tool_name"] == "ortqnn.context_binary"
     # the recorded history (update, durable wait, activities) replays deterministically
     replayer = Replayer(workflows=[ConverterWorkflow], data_converter=client.data_converter)
     await replayer.replay_workflow(await handle.fetch_history())
