@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,10 @@ from tests.e2e.test_cli import model, stack  # noqa: F401  (module fixtures)
 from tests.helpers import wait_until
 
 
-def test_convert_wait_json_compiles_the_tiny_model_for_sm8550_int8(stack: Stack, model: Path):  # noqa: F811
-    done = ff("convert", str(model), "--soc", "sm8550", "--precision", "int8", "--wait", "--json",
+def test_convert_wait_json_compiles_the_tiny_model_for_sm8550_int8_then_reruns_it_at_fp16(stack: Stack, model: Path,  # noqa: F811
+                                                                                         tmp_path: Path):
+    own = Path(shutil.copy(model, tmp_path / "tiny8.onnx"))  # file names of its own: no cache hits across tests
+    done = ff("convert", str(own), "--soc", "sm8550", "--precision", "int8", "--wait", "--json",
               env=stack.env, timeout=120)
 
     assert done.returncode == 0, done.stderr
@@ -22,6 +25,17 @@ def test_convert_wait_json_compiles_the_tiny_model_for_sm8550_int8(stack: Stack,
     assert result["status"] == "COMPLETED", result.get("failure")
     assert result["artifacts"] and all(len(a["sha256"]) == 64 for a in result["artifacts"])
     assert result["evaluation"]["samples"] > 0
+    assert result["executed_steps"] == ["quantize", "context_binary"] and result["tokens"]["calls"] == 1
+
+    # the issue's own example: the int8 plan at fp16 drops the quantizer (no planner call)
+    fp16 = ff("convert", "--rerun", result["run_id"], "--set", "precision=fp16", "--wait", "--json",
+              env=stack.env, timeout=120)
+    assert fp16.returncode == 0, fp16.stderr
+    rerun = json.loads(fp16.stdout)
+    assert rerun["status"] == "COMPLETED" and rerun["executed_steps"] == ["context_binary"], rerun
+    assert rerun["tokens"]["calls"] == 0 and not any("synthetic" in w for w in rerun["warnings"]), rerun
+    assert "converted/tiny8_fp16_sm8550_ctx_qnn.bin" in {a["name"] for a in rerun["artifacts"]}
+    assert rerun["evaluation"]["cosine"] > result["evaluation"]["cosine"], "fp16 is closer to fp32 than int8"
 
 
 def test_convert_without_soc_needs_input_then_answer_completes_it(stack: Stack, model: Path):  # noqa: F811
