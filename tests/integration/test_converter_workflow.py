@@ -68,7 +68,8 @@ async def test_missing_soc_waits_for_input_rejects_bad_answers_and_completes(tem
         assert (await handle.describe()).typed_search_attributes.get(STATUS) == "NEEDS_INPUT"
         meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
         assert "needs input" in meta.current_details and "fleetforge answer" in meta.current_details, meta.current_details
-        timers = [ev.user_metadata.summary async for ev in handle.fetch_history_events() if ev.HasField("timer_started_event_attributes")]
+        timers = [ev.user_metadata.summary async for ev in handle.fetch_history_events()
+                  if ev.HasField("timer_started_event_attributes")]
         assert [client.data_converter.payload_converter.from_payload(t, str) for t in timers] == [
             f"waiting up to 7 days for an answer: fleetforge answer {handle.id} soc=... precision=..."]
 
