@@ -79,6 +79,8 @@ class RowVerdict(BaseModel, frozen=True):
     """Per attempt: the ErrorCategory value, or PASSED."""
     duration_s: float = 0.0
     tokens: int = 0
+    calls: int = 0
+    """Command-writer answers recorded for the row (LLM calls and offline decisions; offline ones cost 0 tokens)."""
 
 
 class AttemptRecord(BaseModel, frozen=True):
@@ -92,6 +94,8 @@ class AttemptRecord(BaseModel, frozen=True):
     source: CommandSource = CommandSource.OFFLINE
     writer_note: str = ""
     """Why the LLM's answer was not used (the offline writer's command ran instead)."""
+    transcript: ArtifactRef | None = None
+    """The writer's answer that gave `command` (LLM or offline, same artifact shape); None for a fixed command."""
 
 
 class PreviousAttempt(BaseModel, frozen=True):
@@ -143,6 +147,9 @@ class WriteCommandResult(BaseModel, frozen=True):
     """Why the LLM's answer was not used (set by the workflow when it fell back to this command)."""
     row: ManifestRow | None = None
     """The manifest row (the LLM writer's prompt is rendered from it)."""
+    transcript: ArtifactRef | None = None
+    """The offline writer's decision, recorded like an LLM answer (activities/llm record_offline_answer):
+    set when the offline writer wrote `command`. Only the ref crosses into history."""
 
 
 class PolicyCheckRequest(BaseModel, frozen=True):
@@ -247,7 +254,7 @@ class ModelTestResult(BaseModel, frozen=True):
                           reason=self.reason, attempts=len(self.attempts),
                           commands=[a.command for a in self.attempts],
                           categories=[a.category.value if a.category else "PASSED" for a in self.attempts],
-                          duration_s=self.duration_s, tokens=self.tokens.total_tokens)
+                          duration_s=self.duration_s, tokens=self.tokens.total_tokens, calls=self.tokens.calls)
 
 
 class FleetCarry(BaseModel, frozen=True):

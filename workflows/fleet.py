@@ -60,6 +60,8 @@ class ModelTestWorkflow:
         self._previous: list[PreviousAttempt] = []
         """Failed attempts with their log tails: what the LLM writer is told on a retry."""
         self._llm_calls: list[ChatResult] = []
+        self._offline_answers = 0
+        """Offline writer decisions that gave an attempt's command (recorded like LLM answers, 0 tokens)."""
 
     @workflow.run
     async def run(self, req: ModelTestRequest) -> ModelTestResult:
@@ -101,7 +103,9 @@ class ModelTestWorkflow:
             self._model = written.model_name
             ui.set_model(written.model_name)
         if req.llm == "openai" and written.source is not CommandSource.FIXED and req.runner is not RunnerKind.PROCESS:
-            return await self._ask_llm(req, attempt, written)
+            written = await self._ask_llm(req, attempt, written)
+        if written.source is CommandSource.OFFLINE and written.transcript is not None:
+            self._offline_answers += 1
         return written
 
     async def _ask_llm(self, req: ModelTestRequest, attempt: int, offline: WriteCommandResult) -> WriteCommandResult:
@@ -119,14 +123,15 @@ class ModelTestWorkflow:
         self._llm_calls.append(result)
         match llm_writer.parse_answer(result.message.text):
             case llm_writer.Usable(command):
-                return offline.model_copy(update={"command": command, "source": CommandSource.LLM, "reason": ""})
+                return offline.model_copy(update={"command": command, "source": CommandSource.LLM, "reason": "",
+                                                  "transcript": result.transcript})
             case llm_writer.Unusable(reason):
                 return offline.model_copy(update={"note": f"unusable LLM answer ({reason}); offline writer used"})
         raise AssertionError("unreachable")
 
     def _tokens(self) -> TokenTotals:
         usage, latency = total_usage(self._llm_calls)
-        return TokenTotals(calls=len(self._llm_calls), prompt_tokens=usage.prompt, completion_tokens=usage.completion,
+        return TokenTotals(calls=len(self._llm_calls) + self._offline_answers, prompt_tokens=usage.prompt, completion_tokens=usage.completion,
                            total_tokens=usage.total, latency_s=round(latency, 3))
 
     async def _attempt(self, req: ModelTestRequest, attempt: int, written: WriteCommandResult) -> Classification | None:
@@ -179,7 +184,8 @@ class ModelTestWorkflow:
         self._attempts.append(AttemptRecord(
             attempt=attempt, command=command, category=failure.category if failure else None,
             reason=failure.reason if failure else "", log=outcome.log if outcome else None,
-            duration_s=round((workflow.now() - t0).total_seconds(), 3), source=written.source, writer_note=written.note))
+            duration_s=round((workflow.now() - t0).total_seconds(), 3), source=written.source, writer_note=written.note,
+            transcript=written.transcript))
         if failure is not None:
             self._previous.append(PreviousAttempt(command=command, category=failure.category.value, reason=failure.reason,
                                                   log_tail=outcome.log_tail if outcome else ""))

@@ -1,7 +1,8 @@
 """ContainerActivities: the fleet test's side effects (manifest I/O, command writing, policy check,
 running one test, classifying its failure, writing the verdict CSV). Built once by the worker.
 
-`write_command` is the offline templater; the LLM writer runs in the workflow through the LLM layer
+`write_command` is the offline templater (each decision recorded like an LLM answer: a transcript
+artifact, provider "offline", zero usage); the LLM writer runs in the workflow through the LLM layer
 (activities/containers/llm_writer.py) with this activity's command as its fallback. A row's
 `command` column is a fixed command (used as is, `{attempt}` substituted), which is also how the
 process runner gets its commands.
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from temporalio import activity
 
+from activities.containers.llm_writer import AGENT as WRITER_AGENT
 from activities.containers.manifest import apply_verdicts, model_table, parse_manifest, pending_rows
 from activities.containers.offline_writer import write_command as offline_write_command
 from activities.containers.offline_writer import writer_policy
@@ -26,6 +28,7 @@ from activities.containers.runners import (
     DEFAULT_PROGRAMS, DockerRunner, ProcessRunner, Runner, ScriptRunner, process_argv,
 )
 from activities.containers.taxonomy import classify as classify_failure
+from activities.llm.activity import record_offline_answer
 from activities.storage import ArtifactStore
 from contracts.common import ArtifactRef
 from contracts.errors import Err, FleetforgeError
@@ -105,7 +108,15 @@ class ContainerActivities:
         if command is None:
             last = req.history[-1].category.value if req.history else "?"
             return base.model_copy(update={"reason": f"no rule-based repair for {last}"})
-        return base.model_copy(update={"command": command})
+        return base.model_copy(update={"command": command, "transcript": self._record_offline(req, row, command)})
+
+    def _record_offline(self, req: WriteCommandRequest, row: ManifestRow, command: str) -> ArtifactRef:
+        """The offline decision as a transcript like an LLM call's; its request is what the offline writer
+        decided from (the row, the host and the earlier failures), since it has no prompt."""
+        request = {"writer": "offline", "runner": req.runner.value, "attempt": req.attempt,
+                   "row": row.model_row().model_dump(mode="json"), "hardware": req.hardware.model_dump(mode="json"),
+                   "history": [c.model_dump(mode="json") for c in req.history]}
+        return record_offline_answer(self.store, WRITER_AGENT, request, command).transcript
 
     @activity.defn(name="containers.check_policy")
     def check_policy(self, req: PolicyCheckRequest) -> PolicyCheckResult:

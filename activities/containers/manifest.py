@@ -117,16 +117,16 @@ def apply_verdicts(original_csv_text: str, verdicts: Iterable[RowVerdict]) -> st
     return buf.getvalue()
 
 
-TABLE_COLUMNS = ("row", "model_name", "verdict", "attempts", "categories", "duration_s", "tokens", "commands")
+TABLE_COLUMNS = ("row", "model_name", "verdict", "attempts", "categories", "duration_s", "calls", "tokens", "commands")
 
 
 def model_table(verdicts: Iterable[RowVerdict]) -> str:
     """The per-model table as CSV: one line per tested row; `categories` per attempt joined with
-    ` > `, `commands` as a JSON list (one command per attempt)."""
+    ` > `, `calls` = command-writer answers (LLM and offline), `commands` as a JSON list (one per attempt)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(TABLE_COLUMNS)
     for v in verdicts:
         writer.writerow([v.row, v.model_name, "passed" if v.passed else f"failed: {v.category}", v.attempts,
-                         " > ".join(v.categories), f"{v.duration_s:.3f}", v.tokens, json.dumps(v.commands)])
+                         " > ".join(v.categories), f"{v.duration_s:.3f}", v.calls, v.tokens, json.dumps(v.commands)])
     return buf.getvalue()

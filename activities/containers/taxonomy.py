@@ -26,6 +26,10 @@ def _rule(category: ErrorCategory, remedy: Remedy, reason: str, *patterns: str) 
     return Rule(category, remedy, re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE), reason)
 
 
+RERUN = "then rerun fleetforge fleet-test on this CSV (passed rows are skipped)"
+"""How a person retries the rows they fixed: the verdicts are in the CSV, so a new fleet tests only the rest."""
+
+
 RULES: tuple[Rule, ...] = (
     _rule(C.IMAGE_NOT_FOUND, R.NEW_COMMAND, "image not found",
           r"Unable to find image", r"pull access denied", r"manifest (?:for \S+ )?unknown",
@@ -33,7 +37,7 @@ RULES: tuple[Rule, ...] = (
     _rule(C.TRANSIENT, R.TEMPORAL_RETRY, "infrastructure hiccup",
           r"Cannot connect to the Docker daemon", r"toomanyrequests", r"TLS handshake timeout",
           r"Connection reset by peer"),
-    _rule(C.AUTH, R.HUMAN, "model access denied (gated or private repository)",
+    _rule(C.AUTH, R.HUMAN, f"gated model: set HF_TOKEN (with access) for the containers worker, restart it, {RERUN}",
           r"Cannot access gated repo", r"GatedRepoError", r"\b40[13] Client Error",
           r"Access to model \S+ is restricted", r"You are trying to access a gated repo",
           r"Invalid (?:user )?token", r"RepositoryNotFoundError"),
@@ -41,7 +45,7 @@ RULES: tuple[Rule, ...] = (
           r"requires you to execute the (?:configuration|modeling) file",
           r"contains custom code which must be executed",
           r"(?:set the option|pass the argument) `?trust_remote_code=True"),
-    _rule(C.UNSUPPORTED_ARCH, R.HUMAN, "model architecture not supported by this runtime",
+    _rule(C.UNSUPPORTED_ARCH, R.HUMAN, f"architecture not supported: set the row's runtime/image to one that does, {RERUN}",
           r"Model architectures? \[[^\]]*\] (?:are|is) not supported",
           r"architectures? \[[^\]]*\] (?:are|is) not supported",
           r"Unsupported model type", r"does not recognize this architecture",
@@ -101,7 +105,11 @@ def classify(exit_code: int | None, log_tail: str, phase: TestPhase | str) -> Cl
     for rule in RULES:
         if rule.pattern.search(log):
             line = _first_line(log, rule.pattern)
-            reason = f"{rule.reason}: {line}" if line else rule.reason
+            if rule.remedy is R.HUMAN:  # what to do first (CSV notes are cut at 200 characters), then the evidence
+                evidence = line[rule.pattern.search(line).start():] if line else ""  # type: ignore[union-attr]
+                reason = f"{rule.reason} (log: {evidence[:210 - len(rule.reason)]})" if line else rule.reason
+            else:
+                reason = f"{rule.reason}: {line}" if line else rule.reason
             return Classification(category=rule.category, remedy=rule.remedy, reason=reason,
                                   facts=_facts(rule.category, log))
     if exit_code in _EXIT_REASONS:

@@ -11,6 +11,7 @@ import asyncio
 import csv
 import http.server
 import io
+import json
 import socket
 import threading
 import uuid
@@ -131,6 +132,15 @@ async def test_docker_serve_passes_exit_137_is_crashed_busy_port_retries_on_the_
     assert f"PORT={squatter}" in busy.attempts[0].command and f"PORT={squatter + 1}" in busy.attempts[1].command
     assert file_store.get_bytes(busy.attempts[0].log).decode().count("in use") >= 1, "the full log is stored"
 
+    # every offline decision is recorded like an LLM answer: a transcript per attempt, a call, 0 tokens
+    for attempt in busy.attempts:
+        transcript = json.loads(file_store.get_bytes(attempt.transcript))
+        assert (transcript["agent"], transcript["provider"]) == ("fleet-command-writer", "offline")
+        assert transcript["response"]["content"][0]["text"] == attempt.command
+    assert json.loads(file_store.get_bytes(busy.attempts[1].transcript))["request"]["history"][0]["category"] == "PORT_IN_USE"
+    assert (busy.tokens.calls, busy.tokens.total_tokens) == (2, 0) and (busy.verdict().calls, busy.verdict().tokens) == (2, 0)
+    assert killed.attempts[0].transcript is None and killed.tokens.calls == 0, "a fixed command is nobody's answer"
+
     assert fleet_containers(fleet_id) == [], "every container is removed"
 
 
@@ -155,6 +165,7 @@ async def test_llm_writer_retries_with_the_classified_error_and_log_tail(
     assert [(a.source, a.category) for a in result.attempts] == [
         (CommandSource.LLM, ErrorCategory.CRASHED), (CommandSource.LLM, None)]
     assert result.attempts[1].command == second
+    assert [json.loads(file_store.get_bytes(a.transcript))["provider"] for a in result.attempts] == ["openai"] * 2
     retry_prompt = llm.requests[1]["messages"][-1]["content"]
     assert "CRASHED: container exited with code 1" in retry_prompt
     assert "can't open '/models/org/chat/config.json'" in retry_prompt, "the log tail goes back to the LLM"
@@ -185,7 +196,8 @@ async def test_unusable_llm_answer_falls_back_to_the_offline_writer_and_says_so(
     [attempt] = result.attempts
     assert attempt.source is CommandSource.OFFLINE and f"PORT={port}" in attempt.command
     assert attempt.writer_note.startswith("unusable LLM answer (the answer contains no `docker run` command)")
-    assert result.tokens.calls == 1
+    assert json.loads(file_store.get_bytes(attempt.transcript))["provider"] == "offline", "the command's own answer"
+    assert (result.tokens.calls, result.tokens.total_tokens) == (2, 15), "the LLM call and the offline decision"
     assert fleet_containers(fleet_id) == []
 
 

@@ -95,6 +95,9 @@ async def test_process_fleet_records_every_row_once_with_status_and_note(tempora
     assert by_kind["fail"] == {("No", "CRASHED")}
     assert by_kind["oom"] == {("No", "CUDA_OOM")}
     assert by_kind["gated"] == {("No", "AUTH")}
+    gated_note = next(r["note"] for r in out if "gated" in r["model_name"])
+    assert gated_note.startswith("AUTH: gated model: set HF_TOKEN (with access) for the containers worker, restart it, "
+                                 "then rerun fleetforge fleet-test on this CSV"), "a person reads what to do"
     assert out[20]["status"] == "Yes" and out[20]["note"] == "", "a tested row is not touched"
     assert (progress.done, progress.passed, progress.failed, progress.running) == (20, 8, 12, 0)
     await _replays(temporal_env.client, [wid, f"{wid}/4"])  # the parent and a child that retried

@@ -75,12 +75,12 @@ async def test_fleet_survives_a_worker_kill_with_containers_alive(temporal_env, 
                         return False
                 except RPCError:  # the child is not started yet
                     return False
-            return len(_running_containers(fleet_id)) >= SLOW
+            return len(_running_containers(fleet_id, SLOW)) >= SLOW
 
         await assert_eventually(slow_rows_alive, timeout=60, interval=0.2, message="slow rows' containers running")
-        stale = _running_containers(fleet_id)
+        stale = _running_containers(fleet_id, SLOW)  # fast rows' containers may come and go meanwhile
         worker.kill()
-        assert set(stale) <= set(_running_containers(fleet_id)), "the containers outlive the killed worker"
+        assert set(stale) <= set(_running_containers(fleet_id, SLOW)), "the containers outlive the killed worker"
         await worker.start()
         result = await handle.result()
         progress = await handle.query(FleetTestWorkflow.progress)
@@ -97,10 +97,11 @@ async def test_fleet_survives_a_worker_kill_with_containers_alive(temporal_env, 
     assert fleet_containers(fleet_id) == [], "no orphan containers"
 
 
-def _running_containers(fleet_id: str) -> list[str]:
-    r = subprocess.run(["docker", "ps", "-q", "--filter", f"label=fleetforge.run={fleet_id}"],
-                       capture_output=True, text=True, timeout=30)
-    return r.stdout.split()
+def _running_containers(fleet_id: str, rows: int) -> list[str]:
+    """Running containers of the fleet's first `rows` rows."""
+    r = subprocess.run(["docker", "ps", "--filter", f"label=fleetforge.run={fleet_id}",
+                        "--format", '{{.ID}} {{.Label "fleetforge.key"}}'], capture_output=True, text=True, timeout=30)
+    return [cid for cid, key in (line.split() for line in r.stdout.splitlines()) if int(key) < rows]
 
 
 async def _run_test_attempts(client, workflow_id: str) -> int:
