@@ -112,7 +112,7 @@ def show_convert(result: ConversionResult, ui_url: str) -> None:
     for a in result.attempts:
         out.line(f"attempt {a.attempt}: {a.outcome}" + (f" - {a.feedback.splitlines()[0]}" if a.feedback else ""))
     t = result.tokens
-    out.line(f"tokens: {t.total_tokens} ({t.prompt_tokens} prompt, {t.completion_tokens} completion) in {t.calls} LLM calls")
+    out.line(f"tokens: {t.total_tokens} ({t.prompt_tokens} prompt, {t.completion_tokens} completion) in {t.calls} planner answer(s) ({t.latency_s:.1f} s of LLM time)")
     for w in result.warnings:
         out.hint(f"warning: {w}")
     out.line(f"Web UI: {ui_url}")
@@ -202,14 +202,13 @@ async def follow(fc: FleetforgeClient, handle: JobHandle[Any], *, stop_at_input:
     waiting = asyncio.ensure_future(handle.result())
     fleet = handle.id.startswith(JobKind.FLEET_TEST.value + "/")
     asked = False
-    steps_seen = 0
+    seen = 0
     try:
         with out.progress(handle.id, every_s=10.0 if fleet else 0.0) as update:
-            while not waiting.done():
-                p = await handle.progress()
-                for step in p.steps_done[steps_seen:] if p is not None else []:
-                    update(f"run {step}")  # a step that finished between two polls still shows on the timeline
-                steps_seen = len(p.steps_done) if p is not None else steps_seen
+            while True:
+                done = waiting.done()  # one more snapshot after the end shows the last steps too
+                snap = await handle.snapshot()
+                p = snap.convert
                 needs_input = p is not None and p.status is JobStatus.NEEDS_INPUT
                 if needs_input and not asked:
                     if stop_at_input and out.json_mode():
@@ -219,22 +218,17 @@ async def follow(fc: FleetforgeClient, handle: JobHandle[Any], *, stop_at_input:
                     if stop_at_input:
                         return None
                 asked = needs_input
-                update(await step_text(handle, p))
+                for step in snap.finished[seen:]:  # steps finished between two polls still show
+                    update(step)
+                seen = len(snap.finished)
+                fp = snap.fleet
+                update(bar(fp.done, fp.total) + f" passed {fp.passed} failed {fp.failed} running {fp.running}"
+                       + (" PAUSED" if fp.paused else "") if fp is not None and fp.total else snap.step)
+                if done:
+                    return waiting.result()
                 await asyncio.wait({waiting}, timeout=0.5)
-        return waiting.result()
     finally:
         waiting.cancel()
-
-
-async def step_text(handle: JobHandle[Any], convert: ConversionProgress | None) -> str:
-    """One line saying where a job is: a convert job's step and replans, a fleet's bar, else its step."""
-    if convert is not None:
-        return convert.step + (f" (attempt {convert.attempt}, replans {convert.replans})" if convert.replans else "")
-    fp = await handle.fleet_progress()
-    if fp is not None:
-        return (bar(fp.done, fp.total) + f" passed {fp.passed} failed {fp.failed} running {fp.running}"
-                + (" PAUSED" if fp.paused else ""))
-    return await handle.step()
 
 
 class NeedsInput(BaseModel):

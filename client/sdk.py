@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio.client import (
     Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle, WorkflowQueryFailedError,
     WorkflowQueryRejectedError, WorkflowUpdateFailedError,
@@ -97,6 +97,17 @@ def _not_found(e: RPCError) -> bool:
     return e.status == RPCStatusCode.NOT_FOUND
 
 
+class JobSnapshot(BaseModel):
+    """A running job as a follower sees it (`JobHandle.snapshot`)."""
+
+    step: str = ""
+    finished: list[str] = Field(default_factory=list)
+    """The steps it has passed, oldest first (convert: executed steps; kernel: one per trace entry)."""
+    convert: ConversionProgress | None = None
+    """A convert job's `status` (NEEDS_INPUT and its questions live here)."""
+    fleet: FleetProgress | None = None
+
+
 class JobHandle(Generic[ResultT]):
     """A started job. `id` is its workflow id (`<kind>/<run_id>`)."""
 
@@ -128,27 +139,31 @@ class JobHandle(Generic[ResultT]):
         return _summary(desc.id, desc.status, desc.typed_search_attributes, desc.start_time, desc.close_time)
 
     async def step(self) -> str:
-        """What the job is doing now (the workflow's `step` query, or the `step` of its `status`
-        query for a convert job); empty when it cannot say."""
+        """What the job is doing now; empty when it cannot say (no worker answers yet)."""
+        return (await self.snapshot()).step
+
+    async def snapshot(self) -> JobSnapshot:
+        """Where the job is, from one query: its current step, the steps it has finished (so a
+        follower misses none between two polls) and, for a fleet, its counts."""
         try:
             if self.id.startswith(JobKind.FLEET_TEST.value + "/"):
                 fp = await self.fleet_progress()
                 if fp is None:
-                    return ""
-                return (f"{fp.done}/{fp.total} tested ({fp.passed} passed, {fp.failed} failed, {fp.running} running)"
-                        + (" PAUSED" if fp.paused else ""))
+                    return JobSnapshot()
+                return JobSnapshot(fleet=fp, step=f"{fp.done}/{fp.total} tested ({fp.passed} passed, {fp.failed} failed, "
+                                                  f"{fp.running} running)" + (" PAUSED" if fp.paused else ""))
             if self.id.startswith(JobKind.KERNEL.value + "/"):
-                trace = await self.trace()
-                return f"step {len(trace)}: {_entry_text(trace[-1])}" if trace else ""
+                lines = [f"step {e.step}: {_entry_text(e)}" for e in await self.trace()]
+                return JobSnapshot(step=lines[-1] if lines else "", finished=lines)
             if self.id.startswith(JobKind.CONVERT.value + "/"):
-                progress = await self.progress()
-                if progress is None:
-                    return ""
-                extra = f" (replans {progress.replans})" if progress.replans else ""
-                return f"{progress.step}{extra}"
-            return str(await self._handle.query("step", rpc_timeout=timedelta(seconds=2)))
+                p = await self.progress()
+                if p is None:
+                    return JobSnapshot()
+                extra = f" (attempt {p.attempt}, replans {p.replans})" if p.replans else ""
+                return JobSnapshot(step=p.step + extra, finished=[f"run {s}" for s in p.steps_done], convert=p)
+            return JobSnapshot(step=str(await self._handle.query("step", rpc_timeout=timedelta(seconds=2))))
         except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError, asyncio.TimeoutError):  # no worker yet
-            return ""
+            return JobSnapshot()
 
     async def progress(self) -> ConversionProgress | None:
         """A convert job's `status` query (None for other kinds or when no worker answers)."""
