@@ -301,7 +301,8 @@ class FleetforgeClient:
         from activities.containers.activities import upload_manifest
 
         run_id = run_id or new_run_id()
-        ref = upload_manifest(store or open_store(self.settings), csv_text, name=name)
+        runner = fields.get("runner", FleetTestRequest.model_fields["runner"].default)
+        ref = upload_manifest(store or open_store(self.settings), csv_text, name=name, runner=runner)
         base = FleetTestRequest(manifest=ref, fleet_id=run_id, queues=self.settings.queues, **fields)
         req = base.model_copy(update=_with_llm(FleetTestRequest, base, {}, self.settings))
         return await self._start(FleetTestWorkflow.run, req, kind=JobKind.FLEET_TEST, run_id=run_id,

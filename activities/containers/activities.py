@@ -20,7 +20,7 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.containers.llm_writer import AGENT as WRITER_AGENT
-from activities.containers.manifest import apply_verdicts, model_table, parse_manifest, pending_rows
+from activities.containers.manifest import apply_verdicts, model_table, parse_manifest, pending_rows, require_commands
 from activities.containers.offline_writer import write_command as offline_write_command
 from activities.containers.offline_writer import writer_policy
 from activities.containers.policy import check_command, to_command
@@ -43,9 +43,13 @@ from contracts.settings import Settings
 CSV_MEDIA = "text/csv"
 
 
-def upload_manifest(store: ArtifactStore, csv_text: str, name: str = "manifest.csv") -> ArtifactRef:
-    """Validate a manifest and put it in the store (what the client does before starting a fleet)."""
-    parse_manifest(csv_text)
+def upload_manifest(store: ArtifactStore, csv_text: str, name: str = "manifest.csv",
+                    runner: RunnerKind | None = None) -> ArtifactRef:
+    """Validate a manifest (for `runner`, when given) and put it in the store (what the client does
+    before starting a fleet, so a bad CSV is a one-line error and no job)."""
+    rows = parse_manifest(csv_text)
+    if runner is RunnerKind.PROCESS:
+        require_commands(rows)
     return store.put_bytes(csv_text.encode("utf-8"), media_type=CSV_MEDIA, name=name)
 
 

@@ -77,6 +77,15 @@ def parse_manifest(text: str) -> list[ManifestRow]:
     return out
 
 
+def require_commands(rows: Iterable[ManifestRow]) -> None:
+    """The process runner runs each row's own `command`: every row still to test needs one."""
+    missing = [r.row + 2 for r in rows if not r.tested and not r.command]  # CSV line numbers
+    if missing:
+        lines = ", ".join(map(str, missing[:10])) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        raise _invalid(f"the process runner runs each row's `command` column, and line(s) {lines} have none; "
+                       "add a command to those rows or use --runner docker")
+
+
 def pending_rows(rows: Iterable[ManifestRow]) -> list[int]:
     """Indices of the rows still to test (status is not Yes), in CSV order."""
     return [r.row for r in rows if not r.tested]

@@ -160,3 +160,7 @@ def test_fleet_test_bad_inputs_exit_2(stack: Stack, tmp_path: Path):  # noqa: F8
     hw.write_text("a: [\n")
     assert_one_line_error(ff("fleet-test", str(EXAMPLES / "models.csv"), "--hardware", str(hw), env=stack.env), 2, "hw.yaml")
     assert_one_line_error(ff("watch", "fleet-test/nope-0000", env=stack.env), 2)
+    # the shipped example has no `command` column values: the process runner cannot run it
+    no_commands = ff("fleet-test", str(EXAMPLES / "models.csv"), "--runner", "process", env=stack.env)
+    assert_one_line_error(no_commands, 2, "line(s) 2, 3, 5")
+    assert "--runner docker" in no_commands.stderr

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from activities.containers.manifest import apply_verdicts, parse_manifest, pending_rows, verdict_note
+from activities.containers.manifest import apply_verdicts, parse_manifest, pending_rows, require_commands, verdict_note
 from contracts.errors import Err, FleetforgeError
 from contracts.fleet_job import RowVerdict
 
@@ -42,6 +42,15 @@ def test_bad_manifests_are_manifest_invalid_with_the_line(text, fragment):
         parse_manifest(text)
     assert e.value.code is Err.MANIFEST_INVALID
     assert fragment in e.value.message
+
+
+def test_process_runner_needs_a_command_on_every_row_still_to_test():
+    text = "model_name,status,note,command\na,,,true\nb,Yes,,\nc,,,\nd,No,,\n"
+    with pytest.raises(FleetforgeError) as e:
+        require_commands(parse_manifest(text))
+    assert e.value.code is Err.MANIFEST_INVALID
+    assert "line(s) 4, 5 have none" in e.value.message, "b is tested already (Yes); c and d still need commands"
+    require_commands(parse_manifest("model_name,status,note,command\na,,,true\nb,Yes,,\n"))
 
 
 def test_apply_verdicts_sets_status_and_note_and_keeps_everything_else():
