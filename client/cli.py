@@ -270,9 +270,10 @@ def parse_sets(pairs: list[str]) -> dict[str, str]:
     return parsed
 
 
-def rerun_request(store: ArtifactStore, run_id: str, given: dict[str, Any]) -> dict[str, Any]:
-    """For `--rerun`: the earlier conversion's model and targets (the plan's args change only
-    through --set); a MODEL given on the command line must be that model."""
+def rerun_request(store: ArtifactStore, run_id: str, given: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:
+    """For `--rerun`: the earlier conversion's model and targets, with the --set overrides that are
+    also request fields (soc, precision) applied, so the new run's record says what it builds; a
+    MODEL given on the command line must be that model."""
     from activities.experiments import RunStore
 
     try:
@@ -288,7 +289,11 @@ def rerun_request(store: ArtifactStore, run_id: str, given: dict[str, Any]) -> d
         raise FleetforgeError(Err.BAD_INPUT, f"run {run_id} converted {earlier['model']}, not {given['model']}; "
                                              "drop MODEL or start a new conversion")
     keep = ("model", "target_soc", "precision", "output", "toolchain", "preset", "calibration")
-    return {k: earlier[k] for k in keep if k in earlier}
+    request = {k: earlier[k] for k in keep if k in earlier}
+    for arg, field in (("soc", "target_soc"), ("precision", "precision")):
+        if arg in overrides:
+            request[field] = overrides[arg]
+    return request
 
 
 @app.command()
@@ -326,7 +331,7 @@ def convert(
         s = settings()
         store = open_store(s)
         if rerun:
-            fields.update(rerun_request(store, rerun, fields), rerun_of=rerun, overrides=overrides)
+            fields.update(rerun_request(store, rerun, fields, overrides), rerun_of=rerun, overrides=overrides)
         else:
             precheck_model(str(model), s, store)
         fc = await client_for(s, store)
