@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -49,6 +50,18 @@ def wait_until(check: Callable[[], Any], *, timeout: float = 20.0, interval: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"{message} within {timeout}s")
         time.sleep(interval)
+
+
+def free_ports(n: int = 1) -> list[int]:
+    """`n` distinct free TCP ports on 127.0.0.1 (held together while chosen, then released)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def fresh_queues() -> TaskQueues:

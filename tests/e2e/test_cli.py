@@ -16,15 +16,9 @@ from pathlib import Path
 import pytest
 
 from examples.tiny_model import build_tiny_cnn
-from tests.helpers import wait_until
+from tests.helpers import free_ports, wait_until
 
 FLEETFORGE = str(Path(sys.executable).parent / "fleetforge")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def port_open(port: int) -> bool:
@@ -43,10 +37,10 @@ class Stack:
 
 
 def stack_env(state_dir: Path, port: int | None = None) -> Stack:
-    port = port or free_port()
+    port = port or free_ports()[0]
     env = {
         **os.environ, "FLEETFORGE_STATE_DIR": str(state_dir), "FLEETFORGE_TEMPORAL_ADDRESS": f"127.0.0.1:{port}",
-        "FLEETFORGE_UI_PORT": str(free_port()), "FLEETFORGE_QUEUE_PREFIX": f"e2e-{uuid.uuid4().hex[:8]}",
+        "FLEETFORGE_UI_PORT": str(free_ports()[0]), "FLEETFORGE_QUEUE_PREFIX": f"e2e-{uuid.uuid4().hex[:8]}",
         "FLEETFORGE_LLM": "offline",
     }
     env.pop("FLEETFORGE_STORE_URL", None)

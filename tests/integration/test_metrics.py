@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import socket
 
 import httpx
 
 from activities.connection import connect
 from contracts.settings import Settings
-from tests.helpers import assert_eventually
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.helpers import assert_eventually, free_ports
 
 
 async def test_metrics_endpoint_serves_prometheus_text(temporal_env, tmp_path):
-    port = free_port()
+    port = free_ports()[0]
     target = temporal_env.client.service_client.config.target_host
     client = await connect(Settings(state_dir=tmp_path, temporal_address=target, metrics_port=port))
     await client.count_workflows()

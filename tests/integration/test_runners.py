@@ -23,7 +23,7 @@ from contracts.errors import Err, FleetforgeError
 from contracts.fleet import ErrorCategory, HardwareProfile, TestPhase
 from contracts.fleet_job import RunnerKind, RunTestRequest
 from tests.conftest import fleet_containers
-from tests.helpers import assert_eventually
+from tests.helpers import assert_eventually, free_ports
 
 
 def request(command: str, runner: RunnerKind = RunnerKind.PROCESS, **kw) -> RunTestRequest:
@@ -157,25 +157,12 @@ def test_rejected_docker_command_never_reaches_the_engine(tmp_path: Path):
     assert e.value.code is Err.POLICY_REJECTED
 
 
-def _free_ports(n: int) -> list[int]:
-    import socket
-
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 @pytest.mark.docker
 async def test_docker_runner_probes_models_then_a_one_token_completion_or_the_rows_probe(tmp_path: Path, docker_image: str):
     """Healthy is not enough: the server must list a model and answer a tiny completion (or the row's
     own probe URL). Four real containers at once: serves, completion fails, row probe ok, row probe 404."""
     fleet = f"t-{uuid.uuid4().hex[:6]}"
-    ports = _free_ports(4)
+    ports = free_ports(4)
     runner = DockerRunner(FileStore(tmp_path / "a"), poll_s=0.2)
 
     def run(row: int, env: str = "", probe: str | None = None):

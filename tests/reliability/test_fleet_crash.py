@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import socket
 import subprocess
 import uuid
 from pathlib import Path
@@ -22,7 +21,7 @@ from contracts.common import JobStatus
 from contracts.fleet import HardwareProfile
 from contracts.fleet_job import FleetTestRequest, RunnerKind
 from tests.conftest import fleet_containers
-from tests.helpers import assert_eventually
+from tests.helpers import assert_eventually, free_ports
 from tests.reliability.worker_process import WorkerProcess, running_activity
 from workflows.fleet import FleetTestWorkflow
 
@@ -30,17 +29,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 ROWS, SLOW = 10, 2
 """The first SLOW rows serve only after a delay, so their containers are alive when the worker dies."""
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def manifest(image: str, ports: list[int]) -> str:
