@@ -21,28 +21,14 @@ import time
 import uuid
 from pathlib import Path
 
+from bench._history import activity_times
+
 
 def find_model() -> tuple[Path | None, str]:
     import onnx
 
     p = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_resnet50.onnx"
     return (p, "light_resnet50") if p.is_file() else (None, "")
-
-
-async def activity_times(handle) -> list[tuple[str, str, float]]:
-    """(activity type, summary-less id, seconds from scheduled to closed) for every activity."""
-    scheduled: dict[int, tuple[str, float]] = {}
-    out = []
-    async for ev in handle.fetch_history_events():
-        t = ev.event_time.ToDatetime().timestamp()
-        if ev.HasField("activity_task_scheduled_event_attributes"):
-            scheduled[ev.event_id] = (ev.activity_task_scheduled_event_attributes.activity_type.name, t)
-        for field in ("activity_task_completed_event_attributes", "activity_task_failed_event_attributes"):
-            if ev.HasField(field):
-                sid = getattr(ev, field).scheduled_event_id
-                name, t0 = scheduled[sid]
-                out.append((name, str(sid), t - t0))
-    return out
 
 
 async def main_async(model_arg: str | None, workdir: Path) -> None:

@@ -27,6 +27,8 @@ import time
 import uuid
 from pathlib import Path
 
+from bench._history import activity_times
+
 TARGET_BYTES_PER_STEP = 20 * 1024
 EXAMPLES = ["relu", "leaky_relu", "gelu", "softmax", "log_softmax", "sum_dim", "rmsnorm", "matmul"]
 PADDING = "Notes on the approach. " * 360
@@ -38,20 +40,6 @@ async def history_bytes(handle) -> int:
 
     history = await handle.fetch_history()
     return History(events=history.events).ByteSize()
-
-
-async def verify_times(handle) -> list[float]:
-    scheduled: dict[int, tuple[str, float]] = {}
-    out = []
-    async for ev in handle.fetch_history_events():
-        t = ev.event_time.ToDatetime().timestamp()
-        if ev.HasField("activity_task_scheduled_event_attributes"):
-            scheduled[ev.event_id] = (ev.activity_task_scheduled_event_attributes.activity_type.name, t)
-        if ev.HasField("activity_task_completed_event_attributes"):
-            name, t0 = scheduled[ev.activity_task_completed_event_attributes.scheduled_event_id]
-            if name == "verify":
-                out.append(t - t0)
-    return out
 
 
 async def main_async(workdir: Path) -> int:
@@ -107,7 +95,7 @@ async def main_async(workdir: Path) -> int:
                 handles = [await start(t, "offline") for t in tasks]
                 results = [await h.result() for h in handles]
                 wall = time.monotonic() - t0
-                verifies = [s for h in handles for s in await verify_times(h)]
+                verifies = [s for h in handles for s in [t for name, _, t in await activity_times(h) if name == "verify"]]
                 for t, h, r in zip(tasks, handles, results):
                     runs.append((f"offline {t.op_name}", r, await history_bytes(h)))
 

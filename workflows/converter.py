@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._llm import ask, total_usage
     from workflows.converter_policy import (
         Evaluate, Execute, GiveUp, Replan, answer_hint, answer_problems, apply_answer, next_after_compile,
-        next_after_execution, wait_summary,
+        next_after_execution, rerun_gives_up, wait_summary,
     )
     from workflows.failures import failure_from
 
@@ -81,6 +81,8 @@ class ConverterWorkflow:
                     failure = await self._execute(verdict.steps, ws)
                     verdict = next_after_execution(failure, attempt=attempt, replans=self._progress.replans,
                                                    max_replans=req.max_replans)
+                if isinstance(verdict, Replan) and req.rerun_of:
+                    verdict = rerun_gives_up(verdict, req.rerun_of, req.overrides)
                 match verdict:
                     case Evaluate(record):
                         self._attempts.append(record)
@@ -88,14 +90,7 @@ class ConverterWorkflow:
                     case GiveUp(failure, record):
                         self._attempts.append(record)
                         return await self._fail(ctx, failure)
-                    case Replan(feedback, record) if req.rerun_of:
-                        self._attempts.append(record)
-                        return await self._fail(ctx, Failure(
-                            code=Err.COMPILER_ERROR if record.outcome == "compile_rejected" else Err.EXECUTOR_ERROR,
-                            where=feedback.split("]", 1)[-1].split(":", 1)[0].strip() or "rerun",
-                            message=f"the rerun of {req.rerun_of} with {req.overrides} failed (a rerun is not "
-                                    f"replanned; change the overrides or start a new conversion): {feedback}"))
-                    case Replan(feedback, record):
+                    case Replan(feedback, record, _):
                         plan = await self._replan(feedback, record, attempt + 1)
             report = await self._evaluate(plan, ws)
             return await self._complete(ctx, ws, report)

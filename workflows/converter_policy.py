@@ -27,6 +27,8 @@ class Execute:
 class Replan:
     feedback: str
     record: AttemptRecord
+    where: str = "compile"
+    """Where the attempt failed: "compile", or the failing step."""
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,17 @@ def next_after_execution(failure: Failure | None, *, attempt: int, replans: int,
     if failure.code in NOT_REPLANNABLE:
         return GiveUp(failure, record)
     if replans < max_replans:
-        return Replan(feedback=feedback, record=record)
+        return Replan(feedback=feedback, record=record, where=failure.where)
     return GiveUp(Failure(code=Err.REPLANS_EXHAUSTED, where=failure.where,
                           message=f"execution still failed after {replans} replan(s): {feedback}"), record)
+
+
+def rerun_gives_up(replan: Replan, rerun_of: str, overrides: dict[str, str]) -> GiveUp:
+    """A rerun reuses an earlier plan and is never replanned: its failure says what to change."""
+    code = Err.COMPILER_ERROR if replan.record.outcome == "compile_rejected" else Err.EXECUTOR_ERROR
+    return GiveUp(Failure(code=code, where=replan.where,
+                          message=f"the rerun of {rerun_of} with {overrides} failed (a rerun is not replanned; change "
+                                  f"the overrides or start a new conversion): {replan.feedback}"), replan.record)
 
 
 def answer_problems(answer: ProvideInput) -> list[str]:

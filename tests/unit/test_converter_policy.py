@@ -9,7 +9,7 @@ from contracts.convert import CompiledStep, CompileResult, Precision
 from contracts.convert_job import ConversionRequest, ProvideInput
 from contracts.errors import Err
 from workflows.converter_policy import (
-    Evaluate, Execute, GiveUp, Replan, answer_problems, apply_answer, fingerprint, next_after_compile,
+    Evaluate, Execute, GiveUp, Replan, answer_problems, apply_answer, fingerprint, next_after_compile, rerun_gives_up,
     next_after_execution, wait_summary,
 )
 
@@ -61,6 +61,16 @@ def test_executor_failure_replans_then_gives_up():
     last = next_after_execution(f, attempt=1, replans=1, max_replans=1)
     assert isinstance(last, GiveUp) and last.failure.code == Err.REPLANS_EXHAUSTED
     assert last.failure.where == "context_binary"
+
+
+def test_a_rerun_gives_up_instead_of_replanning_and_names_the_failing_step():
+    f = Failure(code=Err.EXECUTOR_ERROR, message="QNN compile failed", where="context_binary")
+    replan = next_after_execution(f, attempt=0, replans=0, max_replans=2)
+    assert isinstance(replan, Replan) and replan.where == "context_binary"
+    verdict = rerun_gives_up(replan, "run-1", {"soc": "sm8650"})
+    assert verdict.failure.code == Err.EXECUTOR_ERROR and verdict.failure.where == "context_binary"
+    assert "rerun of run-1 with {'soc': 'sm8650'}" in verdict.failure.message and "QNN compile failed" in verdict.failure.message
+    assert verdict.record == replan.record
 
 
 def test_missing_toolchain_is_not_replanned():
