@@ -118,7 +118,7 @@ async def main_async(workdir: Path) -> int:
         per_step = size / max(result.steps, 1)
         worst = max(worst, per_step)
         print(f"  {label:<38} {result.outcome.value:<9} steps={result.steps:<2} history={size / 1024:6.1f} KiB "
-              f"per step={per_step / 1024:5.2f} KiB  tokens={result.tokens.total}")
+              f"per step={per_step / 1024:5.2f} KiB  tokens={result.tokens.total_tokens}")
     ok = worst < TARGET_BYTES_PER_STEP and verified == len(EXAMPLES) and runs[-1][1].outcome is KernelOutcome.VERIFIED
     print(f"largest history per agent step: {worst / 1024:.2f} KiB (target < {TARGET_BYTES_PER_STEP // 1024} KiB): "
           f"{'PASS' if ok else 'FAIL'}")

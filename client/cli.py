@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from activities.storage import ArtifactStore, open_store
 from client import out
 from client.sdk import CANCELLED, FleetforgeClient, JobCancelled, JobHandle, JobSummary
-from contracts.common import JobKind, JobStatus
+from contracts.common import JobKind, JobStatus, TokenTotals
 from contracts.errors import Err, FleetforgeError
 from contracts.convert import OutputKind, Precision, Toolchain
 from contracts.convert_job import ConversionProgress, ConversionRequest, ConversionResult
@@ -111,11 +111,15 @@ def show_convert(result: ConversionResult, ui_url: str) -> None:
         out.line(f"evaluation: {ev.candidate} against {ev.reference}, {ev.samples} seeded samples on {ev.candidate_provider}")
     for a in result.attempts:
         out.line(f"attempt {a.attempt}: {a.outcome}" + (f" - {a.feedback.splitlines()[0]}" if a.feedback else ""))
-    t = result.tokens
-    out.line(f"tokens: {t.total_tokens} ({t.prompt_tokens} prompt, {t.completion_tokens} completion) in {t.calls} planner answer(s) ({t.latency_s:.1f} s of LLM time)")
+    show_tokens(result.tokens)
     for w in result.warnings:
         out.hint(f"warning: {w}")
     out.line(f"Web UI: {ui_url}")
+
+
+def show_tokens(t: TokenTotals) -> None:
+    out.line(f"tokens: {t.total_tokens} ({t.prompt_tokens} prompt, {t.completion_tokens} completion) in {t.calls} "
+             f"agent answer(s), {t.latency_s:.1f} s of LLM time")
 
 
 def show_kernel(result: KernelResult, ui_url: str) -> None:
@@ -129,7 +133,10 @@ def show_kernel(result: KernelResult, ui_url: str) -> None:
         a = result.best_candidate
         out.line(f"best candidate {a.uri}  sha256 {a.sha256}")
     if result.report is not None:
-        out.line(f"verifier: {'passed' if result.report.passed else 'failed'} - {result.report.reason}")
+        out.line(f"verifier: {'passed' if result.report.passed else 'failed'}"
+                 + (f": {result.report.reason}" if result.report.reason else ""))
+    out.line(f"speed: {result.speedup:.2f}x the reference" if result.speedup is not None else f"speed: {result.speed or '-'}")
+    show_tokens(result.tokens)
     out.line(f"Web UI: {ui_url}")
 
 

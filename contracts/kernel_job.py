@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from contracts.common import ArtifactRef, Failure, JobStatus, TaskQueues
+from contracts.common import ArtifactRef, Failure, JobStatus, TaskQueues, TokenTotals
 from contracts.kernel import ConductorConfig, FinishReason, KernelTask, LLMDecision, StaticReport
 from contracts.messages import TokenUsage
 
@@ -57,6 +57,7 @@ class AgentCall(BaseModel, frozen=True):
     prompt: ArtifactRef | None = None
     output: ArtifactRef | None = None
     usage: TokenUsage = Field(default_factory=TokenUsage)
+    latency_s: float = 0.0
     transcript: ArtifactRef | None = None
     """The call's transcript (request and normalised answer), the same shape for every provider."""
 
@@ -210,7 +211,8 @@ class KernelResult(BaseModel):
     trace: list[TraceEntry] = Field(default_factory=list)
     trace_artifact: ArtifactRef | None = None
     failure: Failure | None = None
-    tokens: TokenUsage = Field(default_factory=TokenUsage)
+    tokens: TokenTotals = Field(default_factory=TokenTotals)
+    """Every agent answer (LLM and offline) and the routing analyses: calls, tokens, LLM latency."""
     speedup: float | None = None
     """Only when measured (GPU); on CPU see `speed`."""
     speed: str = ""

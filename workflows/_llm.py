@@ -8,13 +8,15 @@ Prompts are rendered from jinja2 templates loaded at import time, so replays see
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.llm.structured import complete_structured
+    from contracts.common import TokenTotals
     from contracts.messages import ChatRequest, ChatResult, TokenUsage
     from workflows._call_options import LLM, CallOptions
 
@@ -40,9 +42,16 @@ async def ask_structured(
     return await complete_structured(lambda r: ask(r, queue=queue, summary=summary, options=options), req, model_cls)
 
 
-def total_usage(results: list[ChatResult]) -> tuple[TokenUsage, float]:
-    """Summed token usage and LLM latency (seconds) of a job's calls, for its result."""
-    usage = TokenUsage()
-    for r in results:
-        usage = usage + r.usage
-    return usage, sum(r.latency_s for r in results)
+class Costed(Protocol):
+    """An agent answer with its LLM cost (ChatResult, the kernel agents' AgentCall)."""
+
+    usage: TokenUsage
+    latency_s: float
+
+
+def token_totals(calls: Sequence[Costed], *, extra_calls: int = 0) -> TokenTotals:
+    """A job's LLM cost for its result: how many agent answers (`extra_calls`: answers recorded
+    elsewhere, e.g. offline decisions), their summed token usage and latency."""
+    usage = sum((c.usage for c in calls), TokenUsage())
+    return TokenTotals(calls=len(calls) + extra_calls, prompt_tokens=usage.prompt, completion_tokens=usage.completion,
+                       total_tokens=usage.total, latency_s=round(sum(c.latency_s for c in calls), 3))

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         Go,
     )
     from contracts.kernel_job import (
+        AgentCall,
         AnalyzeRequest,
         AnalyzeResult,
         Attempt,
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.messages import TokenUsage
     from workflows import _visibility as ui
     from workflows._call_options import KERNEL, LLM
+    from workflows._llm import token_totals
     from workflows.conductor_policy import apply_llm_decision, get_next_agent, provider_for, recent_attempts
     from workflows.failures import failure_from
 
@@ -73,7 +75,8 @@ class ConductorWorkflow:
         self._report: VerifierReport | None = None
         self._speed = ""
         self._speedup: float | None = None
-        self._tokens = TokenUsage()
+        self._calls: list[AgentCall] = []
+        """Every agent answer and routing analysis, for the result's token/latency totals."""
         self._routing = ("config", TokenUsage())
         """How the next agent was chosen, and what the analysis that chose it cost."""
         self._where = "starting"
@@ -117,9 +120,9 @@ class ConductorWorkflow:
                                   recent=[f"step {e.step} {e.agent}: {e.summary}" for e in self._trace[-5:]])
             try:
                 result = await self._llm_call(KernelActivities.analyze, areq, f"conductor: route after {ask.agent}")
+                self._calls.append(result.call)
             except ActivityError as e:
                 result = AnalyzeResult(reason=f"LLM failed: {failure_from(e, where='analyze').message}")
-        self._tokens += result.call.usage
         decision = apply_llm_decision(result.decision, ask.options, self._state)
         if isinstance(decision, Go) and decision.fallback:
             why = result.reason or f"decision {result.decision.next_agent if result.decision else ''!r} not in {ask.options}"
@@ -153,7 +156,7 @@ class ConductorWorkflow:
         res, note = await self._agent(KernelActivities.design, dreq, f"designer step {go.step}")
         if res.parsed_ok:
             self._design = res.design
-        self._tokens += res.call.usage
+        self._calls.append(res.call)
         summary = f"design: {res.design.family}" if res.design else f"unusable answer: {res.reason}"
         return (AgentRecord(agent=go.agent, step=go.step, parsed_ok=res.parsed_ok, suggestion=go.suggestion),
                 TraceEntry(step=go.step, agent=go.agent, summary=note + summary, ok=res.parsed_ok, artifact=res.artifact,
@@ -173,7 +176,7 @@ class ConductorWorkflow:
             for i in range(n)))
         results: list[CodeResult] = [r for r, _ in outcomes]
         usage = sum((r.call.usage for r in results), TokenUsage())
-        self._tokens += usage
+        self._calls += [r.call for r in results]
         good = _unique([r.candidate for r in results if r.parsed_ok and r.candidate is not None])
         if good:
             self._candidates = good
@@ -268,7 +271,7 @@ class ConductorWorkflow:
             outcome=outcome, status=status, finish_reason=decision.reason,
             best_candidate=self._best or (self._candidates[0] if self._candidates else None),
             report=self._report, steps=self._state.step, trace=list(self._trace), trace_artifact=trace_ref,
-            tokens=self._tokens, speed=self._speed, speedup=self._speedup,
+            tokens=token_totals(self._calls), speed=self._speed, speedup=self._speedup,
         )
 
     async def _fail(self, error: ActivityError) -> KernelResult:
@@ -277,7 +280,7 @@ class ConductorWorkflow:
         self._show("failed", error=f"{failure.code}: {failure.message}")
         return KernelResult(outcome=KernelOutcome.FAILED, status=JobStatus.FAILED, best_candidate=self._best,
                             report=self._report, steps=self._state.step, trace=list(self._trace), failure=failure,
-                            tokens=self._tokens)
+                            tokens=token_totals(self._calls))
 
     def _show(self, step: str, error: str = "") -> None:
         last = self._trace[-1] if self._trace else None
@@ -285,7 +288,7 @@ class ConductorWorkflow:
             "step": step, "steps run": self._state.step,
             "last": f"{last.agent}: {last.summary}" if last else "",
             "last error": error or (self._report.reason if self._report and not self._report.passed else ""),
-            "tokens": self._tokens.total,
+            "tokens": token_totals(self._calls).total_tokens,
         })
 
 

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import _visibility as ui
     from workflows._call_options import TOOLCHAIN
     from workflows._init_steps import RunContext, run_id_for
-    from workflows._llm import ask, total_usage
+    from workflows._llm import ask, token_totals
     from workflows.converter_policy import (
         Evaluate, Execute, GiveUp, Replan, answer_hint, answer_problems, apply_answer, next_after_compile,
         next_after_execution, rerun_gives_up, wait_summary,
@@ -341,9 +341,7 @@ class ConverterWorkflow:
         )
 
     def _tokens(self) -> TokenTotals:
-        usage, latency = total_usage(self._llm_calls)
-        return TokenTotals(calls=len(self._llm_calls), prompt_tokens=usage.prompt, completion_tokens=usage.completion,
-                           total_tokens=usage.total, latency_s=latency)
+        return token_totals(self._llm_calls)
 
     @property
     def _request(self) -> ConversionRequest:

@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import _visibility as ui
     from workflows import presentation
     from workflows._call_options import CONTAINER, LOCAL, STORAGE
-    from workflows._llm import ask, total_usage
+    from workflows._llm import ask, token_totals
     from workflows.failures import failure_from
     from workflows.fleet_policy import (
         Finish, Retry, eta_seconds, merge_categories, model_result, next_after_attempt, rejection,
@@ -130,9 +130,7 @@ class ModelTestWorkflow:
         raise AssertionError("unreachable")
 
     def _tokens(self) -> TokenTotals:
-        usage, latency = total_usage(self._llm_calls)
-        return TokenTotals(calls=len(self._llm_calls) + self._offline_answers, prompt_tokens=usage.prompt, completion_tokens=usage.completion,
-                           total_tokens=usage.total, latency_s=round(latency, 3))
+        return token_totals(self._llm_calls, extra_calls=self._offline_answers)
 
     async def _attempt(self, req: ModelTestRequest, attempt: int, written: WriteCommandResult) -> Classification | None:
         """One attempt; None when it passed, else the failure the writer sees next."""

@@ -110,7 +110,7 @@ class KernelActivities:
         text = result.message.text
         output_ref = await self._put(text, MD, f"{base}-answer.md")
         return text, AgentCall(provider="openai", prompt=prompt_ref, output=output_ref, usage=result.usage,
-                               transcript=result.transcript)
+                               latency_s=result.latency_s, transcript=result.transcript)
 
     async def _offline(self, agent: str, base: str, context: DesignRequest | CodeRequest, text: str) -> AgentCall:
         """The offline provider's answer, recorded exactly like an LLM answer (transcript, usage zero).

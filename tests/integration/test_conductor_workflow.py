@@ -82,6 +82,7 @@ async def test_all_eight_examples_end_verified_offline_through_one_worker(tempor
         assert [(e.agent, e.ok, e.provider) for e in result.trace] == [
             ("designer", True, "offline"), ("coder", True, "offline"), ("verifier", True, None)]
         assert result.speed.startswith("speed not measurable on CPU") and result.speedup is None
+        assert (result.tokens.calls, result.tokens.total_tokens) == (2, 0), "designer + coder answers, offline"
         source = file_store.get_bytes(result.best_candidate).decode()
         assert "@triton.jit" in source and "class ModelNew" in source
         assert [e["agent"] for e in read_trace(file_store, result.trace_artifact)] == ["designer", "coder", "verifier"]

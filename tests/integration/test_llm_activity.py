@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.llm.activity import LLMActivities, first_token_heartbeat_interval, record_offline_answer, retry_after
     from activities.llm.structured import complete_structured
     from activities.storage import FileStore
+    from contracts.common import TokenTotals
     from contracts.errors import Err, FleetforgeError
     from contracts.messages import ChatRequest, ChatResult, Message, TokenUsage, ToolCallBlock, ToolDefinition
     from contracts.settings import Settings
@@ -26,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
         Scripted, ScriptedOpenAIServer, chunk, cut_stream, error, json_reply, text_stream,
     )
     from tests.helpers import assert_eventually, new_worker
-    from workflows._llm import ask_structured, total_usage
+    from workflows._llm import ask_structured, token_totals
 
 _RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=0.1), backoff_coefficient=1.0, maximum_attempts=4,
@@ -85,8 +86,7 @@ class CancellableChatTestWorkflow:
 
 class VerdictWithUsage(BaseModel):
     verdict: Verdict
-    calls: int
-    usage: TokenUsage
+    tokens: TokenTotals
 
 
 @workflow.defn
@@ -96,8 +96,7 @@ class AskStructuredTestWorkflow:
     @workflow.run
     async def run(self, req: ChatRequest) -> VerdictWithUsage:
         verdict, calls = await ask_structured(req, Verdict, queue=workflow.info().task_queue)
-        usage, _ = total_usage(calls)
-        return VerdictWithUsage(verdict=verdict, calls=len(calls), usage=usage)
+        return VerdictWithUsage(verdict=verdict, tokens=token_totals(calls))
 
 
 def _acts(tmp_path: Path, server: ScriptedOpenAIServer, **kw) -> tuple[LLMActivities, FileStore]:
@@ -301,8 +300,10 @@ async def test_ask_structured_in_a_workflow_repairs_once_and_sums_usage(temporal
                 AskStructuredTestWorkflow.run, _req(stream=False), id=f"llm-test/{uuid.uuid4().hex[:8]}",
                 task_queue=w.task_queue, execution_timeout=timedelta(seconds=30),
             )
-    assert out == VerdictWithUsage(verdict=Verdict(name="a", score=3), calls=2,
-                                   usage=TokenUsage(prompt=20, completion=10, total=30))
+    assert out.verdict == Verdict(name="a", score=3)
+    assert out.tokens.model_dump(exclude={"latency_s"}) == {"calls": 2, "prompt_tokens": 20, "completion_tokens": 10,
+                                                            "total_tokens": 30}
+    assert out.tokens.latency_s > 0
     assert "ONLY one JSON object" in server.requests[1]["messages"][-1]["content"]
 
 
