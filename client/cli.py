@@ -154,6 +154,7 @@ def show_fleet(result: FleetTestResult, ui_url: str) -> None:
         out.line(f"verdicts {result.csv.uri}  sha256 {result.csv.sha256}")
     if result.table is not None:
         out.line(f"per-model table {result.table.uri}  sha256 {result.table.sha256}")
+    show_tokens(result.tokens)
     out.line(f"Web UI: {ui_url}")
 
 

@@ -72,3 +72,9 @@ class TokenTotals(BaseModel):
     completion_tokens: int = 0
     total_tokens: int = 0
     latency_s: float = 0.0
+
+    def __add__(self, other: "TokenTotals") -> "TokenTotals":
+        return TokenTotals(calls=self.calls + other.calls, prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+                           completion_tokens=self.completion_tokens + other.completion_tokens,
+                           total_tokens=self.total_tokens + other.total_tokens,
+                           latency_s=round(self.latency_s + other.latency_s, 3))

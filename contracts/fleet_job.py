@@ -78,8 +78,8 @@ class RowVerdict(BaseModel, frozen=True):
     categories: list[str] = Field(default_factory=list)
     """Per attempt: the ErrorCategory value, or PASSED."""
     duration_s: float = 0.0
-    tokens: int = 0
-    calls: int = 0
+    tokens: TokenTotals = Field(default_factory=TokenTotals)
+    """The row's command-writer answers (LLM calls and offline decisions; offline ones cost 0 tokens)."""
     """Command-writer answers recorded for the row (LLM calls and offline decisions; offline ones cost 0 tokens)."""
 
 
@@ -254,7 +254,7 @@ class ModelTestResult(BaseModel, frozen=True):
                           reason=self.reason, attempts=len(self.attempts),
                           commands=[a.command for a in self.attempts],
                           categories=[a.category.value if a.category else "PASSED" for a in self.attempts],
-                          duration_s=self.duration_s, tokens=self.tokens.total_tokens, calls=self.tokens.calls)
+                          duration_s=self.duration_s, tokens=self.tokens)
 
 
 class FleetCarry(BaseModel, frozen=True):
@@ -269,6 +269,7 @@ class FleetCarry(BaseModel, frozen=True):
     started_at: datetime | None = None
     runs: int = 0
     paused: bool = False
+    tokens: TokenTotals = Field(default_factory=TokenTotals)
 
 
 class FleetTestRequest(BaseModel, frozen=True):
@@ -318,4 +319,6 @@ class FleetTestResult(BaseModel, frozen=True):
     runs: int = 1
     """Workflow runs the fleet took (continue-as-new count + 1)."""
     failure: Failure | None = None
+    tokens: TokenTotals = Field(default_factory=TokenTotals)
+    """Every row's command-writer answers: calls, tokens, LLM latency."""
 

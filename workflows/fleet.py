@@ -306,7 +306,8 @@ class FleetTestWorkflow:
         self._verdicts.append(verdict)
         self._carry = self._carry.model_copy(update={
             "passed": self._carry.passed + verdict.passed, "failed": self._carry.failed + (not verdict.passed),
-            "categories": merge_categories(self._carry.categories, verdict.passed, verdict.category)})
+            "categories": merge_categories(self._carry.categories, verdict.passed, verdict.category),
+            "tokens": self._carry.tokens + verdict.tokens})
         self._running.discard(row)
         self._children.pop(row, None)
 
@@ -332,7 +333,7 @@ class FleetTestWorkflow:
         return FleetTestResult(status=JobStatus.COMPLETED, fleet_id=fleet_id, csv=done.csv, table=done.table,
                                total=self._plan.total,
                                skipped=self._plan.skipped, passed=done.passed, failed=done.failed,
-                               categories=done.categories, runs=self._carry.runs + 1)
+                               categories=done.categories, runs=self._carry.runs + 1, tokens=self._carry.tokens)
 
     @workflow.signal
     def pause(self) -> None:

@@ -137,5 +137,6 @@ def model_table(verdicts: Iterable[RowVerdict]) -> str:
     writer.writerow(TABLE_COLUMNS)
     for v in verdicts:
         writer.writerow([v.row, v.model_name, "passed" if v.passed else f"failed: {v.category}", v.attempts,
-                         " > ".join(v.categories), f"{v.duration_s:.3f}", v.calls, v.tokens, json.dumps(v.commands)])
+                         " > ".join(v.categories), f"{v.duration_s:.3f}", v.tokens.calls, v.tokens.total_tokens,
+                         json.dumps(v.commands)])
     return buf.getvalue()

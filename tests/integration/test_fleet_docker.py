@@ -138,7 +138,7 @@ async def test_docker_serve_passes_exit_137_is_crashed_busy_port_retries_on_the_
         assert (transcript["agent"], transcript["provider"]) == ("fleet-command-writer", "offline")
         assert transcript["response"]["content"][0]["text"] == attempt.command
     assert json.loads(file_store.get_bytes(busy.attempts[1].transcript))["request"]["history"][0]["category"] == "PORT_IN_USE"
-    assert (busy.tokens.calls, busy.tokens.total_tokens) == (2, 0) and (busy.verdict().calls, busy.verdict().tokens) == (2, 0)
+    assert (busy.tokens.calls, busy.tokens.total_tokens) == (2, 0) and busy.verdict().tokens == busy.tokens
     assert killed.attempts[0].transcript is None and killed.tokens.calls == 0, "a fixed command is nobody's answer"
 
     assert fleet_containers(fleet_id) == [], "every container is removed"
@@ -172,7 +172,7 @@ async def test_llm_writer_retries_with_the_classified_error_and_log_tail(
     assert f"cat /models/org/chat/config.json" in retry_prompt, "and the failed command"
     assert "Attempt 1" not in llm.requests[0]["messages"][-1]["content"]
     assert (result.tokens.calls, result.tokens.total_tokens) == (2, 30)
-    assert result.verdict().tokens == 30
+    assert result.verdict().tokens == result.tokens
     assert fleet_containers(fleet_id) == []
 
 
@@ -235,3 +235,29 @@ async def test_cancelling_a_fleet_cancels_every_row_and_removes_their_containers
                 for wid in (handle.id, f"fleet/{fleet_id}/0", f"fleet/{fleet_id}/1")]
     assert statuses == [WorkflowExecutionStatus.CANCELED] * 3, statuses
     await assert_eventually(lambda: fleet_containers(fleet_id) == [], timeout=30, message="no container left")
+
+
+@pytest.mark.slow
+async def test_fleet_result_sums_every_rows_writer_answers_across_runs(
+        temporal_env, file_store, tmp_path: Path, docker_image: str):
+    """Three rows written by the offline writer, one continue-as-new between them: the fleet's
+    tokens count each row's recorded answer (0 tokens), carried through the new run; the per-model
+    table has the same calls per row."""
+    rows = [{"model_name": f"org/served-{i}", "runtime": "http", "image": docker_image, "port": str(free_port_pair())}
+            for i in range(3)]
+    settings = Settings(state_dir=tmp_path / "s", queue_prefix=f"test-{uuid.uuid4().hex[:10]}")
+    ff = FleetforgeClient(temporal_env.client, settings)
+    acts = containers(file_store, tmp_path)
+    q = settings.queues
+    async with new_worker(temporal_env.client, workflows=[FleetTestWorkflow, ModelTestWorkflow], task_queue=q.workflows,
+                          activities=acts.local()), \
+            new_worker(temporal_env.client, task_queue=q.containers, activities=acts.all()):
+        handle = await ff.start_fleet_test(manifest(rows), store=file_store, runner=RunnerKind.DOCKER, concurrency=2,
+                                           continue_every=2, test_timeout_s=60, hardware=HardwareProfile(gpu_count=0))
+        result = await handle.result(timeout=timedelta(seconds=120))
+
+    assert result.passed == 3 and result.runs == 2, result
+    assert (result.tokens.calls, result.tokens.total_tokens) == (3, 0)
+    table = list(csv.DictReader(io.StringIO(file_store.get_bytes(result.table).decode())))
+    assert [(r["calls"], r["tokens"]) for r in table] == [("1", "0")] * 3
+    assert fleet_containers(handle.id.removeprefix("fleet-test/")) == []
