@@ -155,6 +155,8 @@ class AgentRecord(BaseModel, frozen=True):
     parsed_ok: bool = True
     verifier_passed: bool | None = None
     """Set only for the verifier: did the candidate match the reference?"""
+    speedup: float | None = None
+    """Set only for a passing verification where speed is measurable (GPU): candidate vs reference."""
     suggestion: str = ""
     """The conductor's guidance this agent ran with."""
 

@@ -55,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import _visibility as ui
     from workflows._call_options import KERNEL, LLM
     from workflows._llm import token_totals
-    from workflows.conductor_policy import apply_llm_decision, get_next_agent, provider_for, recent_attempts
+    from workflows.conductor_policy import apply_llm_decision, faster, get_next_agent, provider_for, recent_attempts
     from workflows.failures import failure_from
 
 R = TypeVar("R")
@@ -213,13 +213,14 @@ class ConductorWorkflow:
         shown = winner if winner is not None else min(done)
         res = done[shown]
         self._report, self._speed = res.report, res.speed or self._speed
-        if winner is not None:
-            self._best, self._speedup = cands[winner], res.speedup
+        if winner is not None and (self._best is None or faster(res.speedup, self._speedup)):
+            self._best, self._speedup = cands[winner], res.speedup  # an optimizer's slower candidate never wins
         passed = winner is not None
         summary = ("PASSED" + (f" ({res.speed})" if res.speed else "")) if passed else f"FAILED: {res.report.reason}"
         if len(cands) > 1:
             summary += f" [{sum(r.report.passed for r in done.values())}/{len(cands)} candidates passed]"
-        return (AgentRecord(agent=go.agent, step=go.step, verifier_passed=passed, suggestion=go.suggestion),
+        return (AgentRecord(agent=go.agent, step=go.step, verifier_passed=passed, suggestion=go.suggestion,
+                            speedup=res.speedup if passed else None),
                 TraceEntry(step=go.step, agent=go.agent, summary=summary[:500], ok=passed, artifact=cands[shown],
                            candidates=cands, report=res.report, speed=res.speed))
 

@@ -99,6 +99,11 @@ def provider_for(agent: str, state: ConductorState, config: ConductorConfig, req
     return requested
 
 
+def faster(speedup: float | None, best: float | None) -> bool:
+    """Is a passing candidate with `speedup` better than the best so far (unmeasured never is)?"""
+    return speedup is not None and (best is None or speedup > best)
+
+
 def recent_attempts(attempts: list[Attempt]) -> list[Attempt]:
     """The bounded history the coder sees: the last CODER_HISTORY candidates, oldest first."""
     return attempts[-CODER_HISTORY:]
@@ -118,11 +123,16 @@ def _options(state: ConductorState, config: ConductorConfig) -> list[str]:
 
 
 def _optimizer_fits(state: ConductorState, config: ConductorConfig) -> bool:
-    """An optimizer round needs two steps: the optimizer and the verification of its candidate."""
-    return (
-        AgentName.OPTIMIZER in config.next_agents(AgentName.VERIFIER)
-        and state.step + 2 <= config.max_step
-    )
+    """An optimizer round needs two steps (the optimizer and the verification of its candidate) and
+    a measured speed to beat: on the CPU interpreter there is none, so a verified kernel finishes.
+    After an optimizer round, another one only if that round made the kernel faster."""
+    if AgentName.OPTIMIZER not in config.next_agents(AgentName.VERIFIER) or state.step + 2 > config.max_step:
+        return False
+    speeds = [r.speedup for r in state.history if r.agent == AgentName.VERIFIER and r.verifier_passed]
+    if speeds[-1] is None:
+        return False
+    earlier = [s for s in speeds[:-1] if s is not None]
+    return not earlier or speeds[-1] > max(earlier)
 
 
 def _parse_decision(decision: str | dict | LLMDecision | None) -> LLMDecision | None:

@@ -95,6 +95,15 @@ async def test_all_eight_examples_end_verified_offline_through_one_worker(tempor
     assert first_trace == results[0].trace
 
 
+async def test_with_optimizer_on_cpu_finishes_once_verified_as_speed_cannot_be_measured(temporal_env, file_store, settings):
+    """No optimizer rounds without a speed to beat (the Triton interpreter gives none)."""
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("relu"), "with_optimizer")
+
+    assert result.outcome is KernelOutcome.VERIFIED and result.finish_reason is FinishReason.VERIFIED
+    assert [e.agent for e in trace] == ["designer", "coder", "verifier"]
+    assert result.speedup is None and result.speed.startswith("speed not measurable on CPU")
+
+
 async def test_max_step_two_ends_with_max_steps_and_its_trace(temporal_env, file_store, settings):
     result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("relu", max_step=2))
 

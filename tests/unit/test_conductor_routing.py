@@ -23,6 +23,7 @@ from workflows.conductor_policy import (
     CODER_HISTORY,
     apply_llm_decision,
     fallback_agent,
+    faster,
     get_next_agent,
     provider_for,
     recent_attempts,
@@ -34,13 +35,14 @@ WITH_OPTIMIZER = load_workflow_config("with_optimizer")
 
 
 def _state(*records: tuple) -> ConductorState:
-    """Each record: (agent,) or (agent, parsed_ok) or (agent, parsed_ok, verifier_passed)."""
+    """Each record: (agent,) or (agent, parsed_ok) or (agent, parsed_ok, verifier_passed[, speedup])."""
     state = ConductorState()
     for i, rec in enumerate(records, start=1):
         agent = rec[0]
         parsed_ok = rec[1] if len(rec) > 1 else True
         passed = rec[2] if len(rec) > 2 else None
-        state = state.record(AgentRecord(agent=agent, step=i, parsed_ok=parsed_ok, verifier_passed=passed))
+        speedup = rec[3] if len(rec) > 3 else None
+        state = state.record(AgentRecord(agent=agent, step=i, parsed_ok=parsed_ok, verifier_passed=passed, speedup=speedup))
     return state
 
 
@@ -95,22 +97,40 @@ CASES = [
         Finish(reason=FinishReason.VERIFIED, step=3),
     ),
     (
-        "verifier pass with optimizer and budget -> optimizer",
+        "verifier pass with optimizer, budget and a measured speed -> optimizer",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder",), ("verifier", True, True, 1.3)],
+        Go(agent="optimizer", step=4),
+    ),
+    (
+        "verifier pass with optimizer but speed not measurable (CPU) -> finish",
         WITH_OPTIMIZER,
         [("designer",), ("coder",), ("verifier", True, True)],
-        Go(agent="optimizer", step=4),
+        Finish(reason=FinishReason.VERIFIED, step=3),
     ),
     (
         "verifier pass with optimizer but no budget for optimize+verify -> finish",
         _with_max_step(WITH_OPTIMIZER, 4),
-        [("designer",), ("coder",), ("verifier", True, True)],
+        [("designer",), ("coder",), ("verifier", True, True, 1.3)],
         Finish(reason=FinishReason.VERIFIED, step=3),
     ),
     (
         "verifier pass with budget for exactly optimize+verify -> optimizer",
         _with_max_step(WITH_OPTIMIZER, 5),
-        [("designer",), ("coder",), ("verifier", True, True)],
+        [("designer",), ("coder",), ("verifier", True, True, 1.3)],
         Go(agent="optimizer", step=4),
+    ),
+    (
+        "the optimizer's round made it faster -> another optimizer round",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder",), ("verifier", True, True, 1.3), ("optimizer",), ("verifier", True, True, 1.8)],
+        Go(agent="optimizer", step=6),
+    ),
+    (
+        "the optimizer's round was not faster -> finish with the best",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder",), ("verifier", True, True, 1.3), ("optimizer",), ("verifier", True, True, 1.3)],
+        Finish(reason=FinishReason.VERIFIED, step=5),
     ),
     (
         "optimizer -> verifier",
@@ -284,3 +304,10 @@ def test_coder_sees_a_bounded_history_of_attempts():
     ref = ArtifactRef(uri="file:///x", sha256="0" * 64, size=1, media_type="text/x-python")
     attempts = [Attempt(step=i, candidate=ref, verdict=f"v{i}") for i in range(5)]
     assert [a.step for a in recent_attempts(attempts)] == list(range(5 - CODER_HISTORY, 5))
+
+
+@pytest.mark.parametrize("speedup, best, expected", [
+    (1.5, None, True), (1.5, 1.2, True), (1.2, 1.5, False), (1.5, 1.5, False), (None, None, False), (None, 1.2, False),
+])
+def test_only_a_measured_and_higher_speedup_replaces_the_best_candidate(speedup, best, expected):
+    assert faster(speedup, best) is expected
