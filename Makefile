@@ -23,8 +23,10 @@ engines:
 test: setup engines
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: setup
-	$(BIN)/python -m bench.bench_storage --size-mib 1024
+BENCHES ?= storage convert kernel fleet llm
+
+bench: setup  # every benchmark, one after the other (about 10 minutes); BENCHES="kernel llm" for some
+	@set -e; for b in $(BENCHES); do echo "== bench_$$b"; $(BIN)/python -m bench.bench_$$b; done
 
 clean:
 	rm -rf $(VENV) .fleetforge test-artifacts
