@@ -8,6 +8,7 @@ behind. Without a running engine these tests fail (tests/conftest.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import http.server
 import io
@@ -16,7 +17,7 @@ import socket
 import threading
 import uuid
 from datetime import timedelta
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,18 @@ async def model_test(client: Client, queues: TaskQueues, fleet_id: str, ref, row
                            test_timeout_s=30, queues=queues, **kw)
     return await client.execute_workflow(ModelTestWorkflow.run, req, id=f"fleet/{fleet_id}/{row}",
                                          task_queue=queues.workflows)
+
+
+@contextlib.asynccontextmanager
+async def fleet_workers(client: Client, store: ArtifactStore, tmp_path: Path) -> AsyncIterator[FleetforgeClient]:
+    """A client plus the two workers a fleet needs (workflows with local activities, containers),
+    on queues of their own."""
+    settings = Settings(state_dir=tmp_path / "s", queue_prefix=f"test-{uuid.uuid4().hex[:10]}")
+    acts = containers(store, tmp_path)
+    async with new_worker(client, workflows=[FleetTestWorkflow, ModelTestWorkflow], task_queue=settings.queues.workflows,
+                          activities=acts.local()), \
+            new_worker(client, task_queue=settings.queues.containers, activities=acts.all()):
+        yield FleetforgeClient(client, settings)
 
 
 @pytest.mark.slow
@@ -216,13 +229,7 @@ async def test_cancelling_a_fleet_cancels_every_row_and_removes_their_containers
     loading a model (DELAY=300): every child ends CANCELLED, then the fleet, and nothing is left."""
     rows = [{"model_name": f"org/slow-{i}", "command": f"docker run --network host -e PORT={port} -e DELAY=300 {docker_image}"}
             for i, port in enumerate((free_port_pair(), free_port_pair()))]
-    settings = Settings(state_dir=tmp_path / "s", queue_prefix=f"test-{uuid.uuid4().hex[:10]}")
-    ff = FleetforgeClient(temporal_env.client, settings)
-    acts = containers(file_store, tmp_path)
-    q = settings.queues
-    async with new_worker(temporal_env.client, workflows=[FleetTestWorkflow, ModelTestWorkflow], task_queue=q.workflows,
-                          activities=acts.local()), \
-            new_worker(temporal_env.client, task_queue=q.containers, activities=acts.all()):
+    async with fleet_workers(temporal_env.client, file_store, tmp_path) as ff:
         handle = await ff.start_fleet_test(manifest(rows), store=file_store, runner=RunnerKind.DOCKER, concurrency=4,
                                            max_attempts=1, test_timeout_s=120, hardware=HardwareProfile(gpu_count=0))
         fleet_id = handle.id.removeprefix("fleet-test/")
@@ -245,13 +252,7 @@ async def test_fleet_result_sums_every_rows_writer_answers_across_runs(
     table has the same calls per row."""
     rows = [{"model_name": f"org/served-{i}", "runtime": "http", "image": docker_image, "port": str(free_port_pair())}
             for i in range(3)]
-    settings = Settings(state_dir=tmp_path / "s", queue_prefix=f"test-{uuid.uuid4().hex[:10]}")
-    ff = FleetforgeClient(temporal_env.client, settings)
-    acts = containers(file_store, tmp_path)
-    q = settings.queues
-    async with new_worker(temporal_env.client, workflows=[FleetTestWorkflow, ModelTestWorkflow], task_queue=q.workflows,
-                          activities=acts.local()), \
-            new_worker(temporal_env.client, task_queue=q.containers, activities=acts.all()):
+    async with fleet_workers(temporal_env.client, file_store, tmp_path) as ff:
         handle = await ff.start_fleet_test(manifest(rows), store=file_store, runner=RunnerKind.DOCKER, concurrency=2,
                                            continue_every=2, test_timeout_s=60, hardware=HardwareProfile(gpu_count=0))
         result = await handle.result(timeout=timedelta(seconds=120))
