@@ -22,18 +22,25 @@ def summary(request: BaseModel) -> str:
     """One line: job, model/op, target."""
     match request:
         case InspectRequest():
-            return f"inspect {request.model}"
+            return f"inspect {_short(request.model)}"
         case ConversionRequest():
             soc = request.target_soc.upper() if request.target_soc else "SoC to be asked"
             precision = request.precision.value if request.precision else "precision to be asked"
-            return f"convert {request.model} to {request.output.value} for {soc}, {precision}"
+            return f"convert {_short(request.model)} to {request.output.value} for {soc}, {precision}"
         case KernelRequest():
             return f"kernel {request.task.op_name} in {request.task.dsl} for {request.task.arch}"
         case FleetTestRequest():
-            return f"fleet-test {request.manifest.uri} with the {request.runner.value} runner, concurrency {request.concurrency}"
+            manifest = request.manifest.name or f"manifest {request.manifest.sha256[:12]}"
+            return f"fleet-test {manifest} with the {request.runner.value} runner, concurrency {request.concurrency}"
         case ModelTestRequest():
             return f"model-test row {request.row} of fleet {request.fleet_id} ({request.runner.value} runner)"
     raise TypeError(f"no summary for {type(request).__name__}")
+
+
+def _short(model: str) -> str:
+    """A model reference as a person names it: the file name of a path or URI, else the catalog name
+    (the details table keeps the full reference)."""
+    return model.rstrip("/").rsplit("/", 1)[-1] or model
 
 
 def details(request: BaseModel) -> str:

@@ -26,8 +26,8 @@ from workflows import presentation
 GOLDEN = Path(__file__).resolve().parent
 ROOT = GOLDEN.parent.parent
 UPDATE = os.environ.get("FLEETFORGE_UPDATE_GOLDEN") == "1"
-MANIFEST = ArtifactRef(uri="file:///srv/fleetforge/artifacts/fleets/models.csv", sha256="ab" * 32, size=412,
-                       media_type="text/csv")
+MANIFEST = ArtifactRef(uri="file:///srv/fleetforge/artifacts/blobs/sha256/ab/" + "ab" * 32, sha256="ab" * 32, size=412,
+                       media_type="text/csv", name="models.csv")
 QUEUES = TaskQueues()
 
 
