@@ -3,6 +3,9 @@
 
 The candidate never shares a process with the reference or with the comparison, runs under
 resource limits with a timeout, in a throwaway directory, with the Triton interpreter on CPU.
+Outputs that match are then checked against the candidate child's launch record: an output no
+Triton kernel received is a torch-computed decoy (`_child.LaunchRecorder`; advisory, since it runs
+in the candidate's process: the comparison here is the guarantee).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from activities.kernels._child import LAUNCHES_FILE
 from activities.kernels.static_checks import static_check
 from contracts.kernel_job import Mismatch, VerifierReport
 
@@ -29,6 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 MEMORY_LIMIT_BYTES = 8 * 1024**3
 MAX_MISMATCHES = 10
 _POLL_S = 0.5
+NOT_KERNEL_WRITTEN = ("the output was not written by a Triton kernel: ModelNew computed it with torch ops "
+                      "(a kernel launched only on other buffers is a decoy)")
 
 
 class ChildFailed(Exception):
@@ -86,6 +92,7 @@ def verify(
         except ChildFailed as e:
             return VerifierReport(passed=False, reason=str(e), static=static, durations=durations)
         reason, mismatches = compare(expected, got)
+        reason = reason or _not_kernel_written(cand_dir / LAUNCHES_FILE)
         durations["compare"] = round(time.monotonic() - t1, 4)
     return VerifierReport(passed=not reason, reason=reason, mismatches=mismatches, static=static, durations=durations)
 
@@ -258,6 +265,15 @@ def _load_outputs(path: Path) -> list[list[Any]]:
     if not isinstance(data, list) or not all(isinstance(t, list) for t in data):
         raise ChildFailed(f"{path.parent.name} outputs have an unexpected structure")
     return data
+
+
+def _not_kernel_written(path: Path) -> str:
+    """Empty when every output of every trial went through a Triton launch in its forward call."""
+    try:
+        missing = json.loads(path.read_text(encoding="utf-8"))["not_kernel_written"]
+        return f"trial {missing[0][0]} output {missing[0][1]}: {NOT_KERNEL_WRITTEN}" if missing else ""
+    except (OSError, ValueError, LookupError, TypeError) as e:
+        return f"candidate launch record unreadable ({type(e).__name__})"
 
 
 # --- comparison -----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 
 from activities.kernels import llm_agents, offline_coder
 from activities.kernels.static_checks import static_check
-from activities.kernels.verifier import compare, profile, verify
+from activities.kernels.verifier import NOT_KERNEL_WRITTEN, compare, profile, verify
 from contracts.kernel import KernelTask
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
@@ -55,6 +55,22 @@ def test_rejects_torch_only_model_statically():
     assert not report.passed and not report.static.ok
     assert "launches no @triton.jit kernel" in report.reason
     assert "candidate" not in report.durations, "nothing may run after a static rejection"
+
+
+def test_rejects_a_decoy_kernel_launched_on_a_scratch_buffer():
+    # Passes the static check (forward launches a kernel) and the numbers (torch computed them).
+    body = "scratch = torch.empty(8)\nrelu_kernel[(1,)](scratch, scratch, 8, BLOCK=8)\nreturn torch.relu(x)"
+    report = verify(RELU, candidate(body), timeout_s=TIMEOUT_S)
+    assert report.static.ok and report.mismatches == []
+    assert not report.passed
+    assert report.reason == f"trial 0 output 0: {NOT_KERNEL_WRITTEN}"
+
+
+def test_accepts_a_view_of_the_kernel_written_buffer():
+    # The kernel fills a flat buffer; forward returns a reshape of it (same storage, no copy).
+    body = "flat = launch(x.reshape(-1))\nreturn flat.view(x.shape)"
+    report = verify(RELU, candidate(body), timeout_s=TIMEOUT_S)
+    assert report.passed, report.reason
 
 
 @pytest.mark.parametrize(
