@@ -6,8 +6,8 @@ Builds the task's `Model` (or, with a candidate file, the candidate's `ModelNew`
 and only writes the outputs (torch.save) to OUT.pt. It never compares anything: the verifier
 does that in its own process, so a candidate cannot fake its verdict.
 
-For a candidate it also writes LAUNCHES_FILE next to OUT.pt: which outputs were not written by a
-Triton kernel (see `LaunchRecorder`).
+For a candidate it also writes LAUNCHES_FILE next to OUT.pt: which outputs do not depend on any
+storage a Triton launch received in that forward call (see `LaunchRecorder`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ import json
 import os
 import resource
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from types import ModuleType
+from typing import Any
 
 LAUNCHES_FILE = "launches.json"
-"""`{"not_kernel_written": [[trial, output], ...]}`, written by a candidate child after OUT.pt."""
+"""`{"not_kernel_derived": [[trial, output], ...]}`, written by a candidate child after OUT.pt."""
 
 
 def _load(path: str, name: str) -> ModuleType:
@@ -44,16 +46,23 @@ def _as_list(items: list) -> list:
 
 
 class LaunchRecorder:
-    """Records the storages of the tensors every Triton launch receives, so the child can tell
-    whether each output of a forward call went through a kernel in that call.
+    """Tracks which storages derive from a Triton kernel's writes during a forward call, so the
+    child can tell whether each output depends on something a kernel wrote in that call.
 
-    This catches a decoy that launches a kernel on a scratch buffer and returns `torch.relu(x)`:
-    the returned storage was never handed to a kernel. A view or reshape of a kernel-written
-    buffer shares its storage and passes. It proves only that a launch received the output's
-    storage, not that the kernel wrote every element. It also runs inside the candidate's own
-    process, so a hostile candidate can tamper with it (unpatch `run`, fill the record): it is
-    feedback against lazy decoys, not a guarantee. The numeric comparison in the verifier's
-    process stays the real guarantee.
+    A storage is kernel-derived when a launch wrote it (a storage the launch received has some
+    byte changed afterwards; a buffer the kernel only reads, like the input `x`, does not count),
+    or when an aten op computed it from a kernel-derived storage (an in-place or `out=` op makes
+    the argument it writes derived). A `TorchDispatchMode` sees every aten op of the forward call;
+    inside a launch it only passes ops through (the interpreter copies arguments with torch ops of
+    its own). So fp32 accumulation then `.to(torch.float16)`, `.contiguous()`, views, or a torch
+    reduction of per-block partials pass, while a decoy that launches a kernel on a scratch buffer
+    (or only reads `x`) and returns `torch.relu(x)` does not.
+
+    It proves dependence, not that a kernel did the work: `torch.relu(x) + kernel_out * 0`
+    passes, and a kernel that leaves every byte it received unchanged counts as writing nothing.
+    It also runs inside the candidate's own process, so a hostile candidate can tamper with it
+    (unpatch `run`, leave the mode, fill the record): it is feedback against lazy decoys, not a
+    guarantee. The numeric comparison in the verifier's process stays the real guarantee.
 
     Wraps the methods `kernel[grid](...)` goes through (triton 3.x): `InterpretedFunction.run`
     under TRITON_INTERPRET=1, `JITFunction.run` on a GPU (autotuned and heuristics kernels end in
@@ -61,44 +70,110 @@ class LaunchRecorder:
     """
 
     def __init__(self) -> None:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
         from triton.runtime.interpreter import InterpretedFunction
         from triton.runtime.jit import JITFunction
 
-        self._storages: dict[int, object] = {}
+        aten = torch.ops.aten
+        # Ops whose output takes only the shape and dtype of their input, not its values.
+        self._value_free = {aten.empty_like, aten.zeros_like, aten.ones_like, aten.full_like, aten.new_empty,
+                            aten.new_empty_strided, aten.new_zeros, aten.new_ones, aten.new_full}
+        self._derived: dict[int, object] = {}
+        self._in_launch = False
+        recorder = self
+
+        class Propagate(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:  # nothing is compiled: spares importing torch._dynamo (~1.5 s)
+                return False
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+                return recorder._propagate(func, args, kwargs or {})
+
+        self._mode = Propagate
         for cls in (InterpretedFunction, JITFunction):
             cls.run = self._recording(cls.run)
 
     def _recording(self, run: Callable) -> Callable:
+        import torch
+
         def recorded(fn: object, *args: object, grid: object, warmup: bool, **kwargs: object) -> object:
-            if not warmup:  # warmup only compiles
-                self._add([*args, *kwargs.values()])
-            return run(fn, *args, grid=grid, warmup=warmup, **kwargs)
+            if warmup:  # warmup only compiles
+                return run(fn, *args, grid=grid, warmup=warmup, **kwargs)
+            self._in_launch = True  # the mode passes these ops and the interpreter's own through
+            try:
+                received = {t.untyped_storage().data_ptr(): _bytes(t) for t in _tensors([*args, *kwargs.values()])}
+                before = {ptr: b.clone() for ptr, b in received.items()}
+                result = run(fn, *args, grid=grid, warmup=warmup, **kwargs)
+                self._add([b for ptr, b in received.items() if not torch.equal(b, before[ptr])])
+                return result
+            finally:
+                self._in_launch = False
 
         return recorded
 
-    def _add(self, values: list) -> None:
-        import torch
+    def _propagate(self, func: Any, args: tuple, kwargs: dict) -> object:
+        out = func(*args, **kwargs)
+        if self._in_launch or func.overloadpacket in self._value_free:
+            return out
+        if any(self._is_derived(t) for t in _tensors([*args, *kwargs.values()])):
+            params = func._schema.arguments
+            written = [v for p, v in zip(params, args) if p.alias_info is not None and p.alias_info.is_write]
+            written += [kwargs[p.name] for p in params
+                        if p.name in kwargs and p.alias_info is not None and p.alias_info.is_write]
+            self._add(_tensors([out, *written]))
+        return out
 
-        for v in values:
-            if isinstance(v, torch.Tensor):
-                # Holding the storage keeps a freed scratch buffer's address from being reused
-                # by the output until the call has been checked.
-                storage = v.untyped_storage()
-                self._storages[storage.data_ptr()] = storage
-            elif isinstance(v, (tuple, list)):
-                self._add(list(v))
-            elif hasattr(v, "base"):  # TensorDescriptor, triton.reinterpret's TensorWrapper
-                self._add([v.base])
+    def _add(self, tensors: list) -> None:
+        for t in tensors:
+            # Holding the storage keeps a freed buffer's address from being reused by another
+            # tensor until the call has been checked. Empty storages (address 0) carry nothing.
+            storage = t.untyped_storage()
+            if storage.data_ptr():
+                self._derived[storage.data_ptr()] = storage
 
-    def start_call(self) -> None:
-        self._storages.clear()
+    def _is_derived(self, t: Any) -> bool:
+        return t.untyped_storage().data_ptr() in self._derived
 
-    def written(self, output: object) -> bool:
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        """One forward call: a fresh record, with ops traced while inside."""
+        self._derived.clear()
+        with self._mode():
+            yield
+
+    def derived(self, output: object) -> bool:
         import torch
 
         if not isinstance(output, torch.Tensor):
             return False
-        return output.numel() == 0 or output.untyped_storage().data_ptr() in self._storages
+        return output.numel() == 0 or self._is_derived(output)
+
+
+def _bytes(t: Any) -> Any:
+    """The whole storage under `t`, as a flat uint8 tensor sharing it."""
+    import torch
+
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
+def _tensors(values: list) -> list:
+    """The tensors in launch or op arguments (nested in tuples, lists, dicts, or a TensorDescriptor's
+    or `triton.reinterpret` wrapper's `base`)."""
+    import torch
+
+    found = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            found.append(v)
+        elif isinstance(v, (tuple, list)):
+            found += _tensors(list(v))
+        elif isinstance(v, dict):
+            found += _tensors(list(v.values()))
+        elif hasattr(v, "base"):
+            found += _tensors([v.base])
+    return found
 
 
 def _device() -> str:
@@ -146,20 +221,20 @@ def main(argv: list[str]) -> int:
     cls = getattr(_load(candidate_path, "fleetforge_candidate"), "ModelNew") if candidate_path else task.Model
     torch.manual_seed(seed)
     model = cls(*task.get_init_inputs()).to(_device())
-    outputs, not_written = [], []
+    outputs, not_derived = [], []
     with torch.no_grad():
         for trial in range(trials):
             torch.manual_seed(seed + 1 + trial)
+            inputs = _inputs(task)
+            with recorder.call() if recorder else nullcontext():
+                items = _items(model(*inputs))
             if recorder:
-                recorder.start_call()
-            items = _items(model(*_inputs(task)))
-            if recorder:
-                not_written += [[trial, i] for i, x in enumerate(items) if not recorder.written(x)]
+                not_derived += [[trial, i] for i, x in enumerate(items) if not recorder.derived(x)]
             outputs.append(_as_list(items))
     torch.save(outputs, out_path)
     if recorder:
         with open(os.path.join(os.path.dirname(out_path), LAUNCHES_FILE), "w", encoding="utf-8") as f:
-            json.dump({"not_kernel_written": not_written}, f)
+            json.dump({"not_kernel_derived": not_derived}, f)
     return 0
 
 

@@ -3,9 +3,10 @@
 
 The candidate never shares a process with the reference or with the comparison, runs under
 resource limits with a timeout, in a throwaway directory, with the Triton interpreter on CPU.
-Outputs that match are then checked against the candidate child's launch record: an output no
-Triton kernel received is a torch-computed decoy (`_child.LaunchRecorder`; advisory, since it runs
-in the candidate's process: the comparison here is the guarantee).
+Outputs that match are then checked against the candidate child's provenance record: an output
+that depends on no buffer a Triton kernel wrote is a torch-computed decoy
+(`_child.LaunchRecorder`; advisory, since it runs in the candidate's process: the comparison here
+is the guarantee).
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 MEMORY_LIMIT_BYTES = 8 * 1024**3
 MAX_MISMATCHES = 10
 _POLL_S = 0.5
-NOT_KERNEL_WRITTEN = ("the output was not written by a Triton kernel: ModelNew computed it with torch ops "
-                      "(a kernel launched only on other buffers is a decoy)")
+NOT_KERNEL_DERIVED = ("the output does not depend on any buffer a Triton kernel wrote in that forward call: "
+                      "ModelNew computed it from its inputs with torch ops only (a kernel launched only on "
+                      "other buffers is a decoy)")
 
 
 class ChildFailed(Exception):
@@ -92,7 +94,7 @@ def verify(
         except ChildFailed as e:
             return VerifierReport(passed=False, reason=str(e), static=static, durations=durations)
         reason, mismatches = compare(expected, got)
-        reason = reason or _not_kernel_written(cand_dir / LAUNCHES_FILE)
+        reason = reason or _not_kernel_derived(cand_dir / LAUNCHES_FILE)
         durations["compare"] = round(time.monotonic() - t1, 4)
     return VerifierReport(passed=not reason, reason=reason, mismatches=mismatches, static=static, durations=durations)
 
@@ -267,11 +269,11 @@ def _load_outputs(path: Path) -> list[list[Any]]:
     return data
 
 
-def _not_kernel_written(path: Path) -> str:
-    """Empty when every output of every trial went through a Triton launch in its forward call."""
+def _not_kernel_derived(path: Path) -> str:
+    """Empty when every output of every trial depends on a Triton kernel's writes in its forward call."""
     try:
-        missing = json.loads(path.read_text(encoding="utf-8"))["not_kernel_written"]
-        return f"trial {missing[0][0]} output {missing[0][1]}: {NOT_KERNEL_WRITTEN}" if missing else ""
+        missing = json.loads(path.read_text(encoding="utf-8"))["not_kernel_derived"]
+        return f"trial {missing[0][0]} output {missing[0][1]}: {NOT_KERNEL_DERIVED}" if missing else ""
     except (OSError, ValueError, LookupError, TypeError) as e:
         return f"candidate launch record unreadable ({type(e).__name__})"
 

@@ -8,7 +8,7 @@ import pytest
 
 from activities.kernels import llm_agents, offline_coder
 from activities.kernels.static_checks import static_check
-from activities.kernels.verifier import NOT_KERNEL_WRITTEN, compare, profile, verify
+from activities.kernels.verifier import NOT_KERNEL_DERIVED, compare, profile, verify
 from contracts.kernel import KernelTask
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
@@ -59,17 +59,60 @@ def test_rejects_torch_only_model_statically():
 
 def test_rejects_a_decoy_kernel_launched_on_a_scratch_buffer():
     # Passes the static check (forward launches a kernel) and the numbers (torch computed them).
-    body = "scratch = torch.empty(8)\nrelu_kernel[(1,)](scratch, scratch, 8, BLOCK=8)\nreturn torch.relu(x)"
+    # One launch only touches scratch; the other reads x, but a buffer a kernel only reads is not
+    # kernel-derived, so torch.relu(x) depends on no kernel's writes.
+    body = ("scratch = torch.empty_like(x)\nrelu_kernel[(1,)](scratch, scratch, 8, BLOCK=8)\n"
+            "relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, scratch, x.numel(), BLOCK=1024)\nreturn torch.relu(x)")
     report = verify(RELU, candidate(body), timeout_s=TIMEOUT_S)
     assert report.static.ok and report.mismatches == []
     assert not report.passed
-    assert report.reason == f"trial 0 output 0: {NOT_KERNEL_WRITTEN}"
+    assert report.reason == f"trial 0 output 0: {NOT_KERNEL_DERIVED}"
 
 
 def test_accepts_a_view_of_the_kernel_written_buffer():
     # The kernel fills a flat buffer; forward returns a reshape of it (same storage, no copy).
     body = "flat = launch(x.reshape(-1))\nreturn flat.view(x.shape)"
     report = verify(RELU, candidate(body), timeout_s=TIMEOUT_S)
+    assert report.passed, report.reason
+
+
+def test_accepts_fp32_accumulation_returned_as_fp16():
+    # The kernel stores into an fp32 buffer; forward returns a torch cast of it (a new storage
+    # that no launch received, but computed from one).
+    task = RELU.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dim, dtype=torch.float16)")
+    body = ("x = x.contiguous()\nacc = torch.empty(x.shape, dtype=torch.float32)\n"
+            "relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, acc, x.numel(), BLOCK=1024)\nreturn acc.to(x.dtype)")
+    report = verify(task, candidate(body), timeout_s=TIMEOUT_S)
+    assert report.passed, report.reason
+
+
+PARTIAL_SUMS = HEADER + '''
+@triton.jit
+def partial_sum_kernel(x_ptr, part_ptr, rows, cols, ROWS: tl.constexpr, COLS: tl.constexpr):
+    b, p = tl.program_id(0), tl.program_id(1)
+    r = p * ROWS + tl.arange(0, ROWS)
+    c = tl.arange(0, COLS)
+    x = tl.load(x_ptr + (b * rows + r[:, None]) * cols + c[None, :],
+                mask=(r[:, None] < rows) & (c[None, :] < cols), other=0.0)
+    tl.store(part_ptr + (p * tl.num_programs(0) + b) * cols + c, tl.sum(x, axis=0), mask=c < cols)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+
+    def forward(self, x):
+        x = x.contiguous()
+        batch, rows, cols = x.shape
+        blocks = triton.cdiv(rows, 16)
+        part = torch.empty(blocks, batch, cols)
+        partial_sum_kernel[(batch, blocks)](x, part, rows, cols, ROWS=16, COLS=64)
+        return part.sum(dim=0).unsqueeze(1)
+'''
+
+
+def test_accepts_per_block_partial_sums_reduced_with_torch():
+    report = verify((EXAMPLES / "sum_dim.py").read_text(), PARTIAL_SUMS, timeout_s=TIMEOUT_S)
     assert report.passed, report.reason
 
 
