@@ -221,8 +221,8 @@ class FleetTestWorkflow:
     def __init__(self) -> None:
         self._carry = FleetCarry()
         self._plan = FleetPlan(total=0, pending=[], skipped=0)
-        self._running: set[int] = set()
-        self._children: dict[int, asyncio.Task[None]] = {}
+        self._running: dict[int, asyncio.Task[None]] = {}
+        """The rows whose child is running, with the task that awaits it."""
         self._verdicts: list[RowVerdict] = []
         self._paused = False
 
@@ -276,15 +276,14 @@ class FleetTestWorkflow:
                                       workflow.info().is_continue_as_new_suggested(), remaining)
 
     def _start_child(self, req: FleetTestRequest, fleet_id: str, row: int) -> None:
-        self._running.add(row)
-        self._children[row] = asyncio.create_task(self._child(req, fleet_id, row))
+        self._running[row] = asyncio.create_task(self._child(req, fleet_id, row))
 
     async def _stop_children(self, fleet_id: str) -> None:
         """The fleet was cancelled. Only run() receives the cancellation, and a parent that simply ended
         would terminate its children (no cleanup): cancel each running child instead and wait until it
         has ended (its test activity removes its container first), then the fleet ends cancelled."""
         ui.details("fleet test", {"fleet": fleet_id, "step": "cancelling", "running": len(self._running)})
-        running = [task for row, task in self._children.items() if row in self._running]
+        running = list(self._running.values())
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
@@ -308,8 +307,7 @@ class FleetTestWorkflow:
             "passed": self._carry.passed + verdict.passed, "failed": self._carry.failed + (not verdict.passed),
             "categories": merge_categories(self._carry.categories, verdict.passed, verdict.category),
             "tokens": self._carry.tokens + verdict.tokens})
-        self._running.discard(row)
-        self._children.pop(row, None)
+        self._running.pop(row, None)
 
     async def _save_batch(self, req: FleetTestRequest, fleet_id: str) -> list[ArtifactRef]:
         if not self._verdicts:
