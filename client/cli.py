@@ -207,7 +207,7 @@ async def follow(fc: FleetforgeClient, handle: JobHandle[Any], *, stop_at_input:
     """The job's result, showing its progress live on stderr: a timeline of its steps (a fleet: a
     progress bar) and, when it waits for input, the exact `fleetforge answer` command.
     With `stop_at_input` it returns None there (the job commands exit 0); `watch` keeps following."""
-    waiting = asyncio.ensure_future(handle.result())
+    waiting = asyncio.ensure_future(handle.outcome())
     fleet = handle.id.startswith(JobKind.FLEET_TEST.value + "/")
     asked = False
     seen = 0
@@ -581,7 +581,7 @@ def cancel(
         await handle.cancel()
         if wait:
             try:
-                result = await handle.result()
+                result = await handle.outcome()
             except JobCancelled:
                 pass
             else:

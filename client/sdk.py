@@ -32,6 +32,7 @@ from contracts.settings import Settings
 from workflows import _visibility as vis
 from workflows import presentation
 from workflows.conductor import ConductorWorkflow
+from workflows.failures import result_from_failure
 from workflows.converter import ConverterWorkflow
 from workflows.fleet import FleetTestWorkflow
 from workflows.inspect import InspectModelWorkflow
@@ -44,13 +45,28 @@ RESULT_TYPES: dict[JobKind, type[BaseModel]] = {
 }
 """Result contract per job kind (a new kind adds one entry here and one `start_*` method)."""
 
-CANCELLED = "CANCELLED"
-"""Status shown for a job that was cancelled or terminated (not a JobStatus: it never ran to an end)."""
+CANCELLED = JobStatus.CANCELLED.value
+"""Status shown for a job that was cancelled or terminated."""
 
 
 class JobNotFound(FleetforgeError):
     def __init__(self, workflow_id: str):
         super().__init__(Err.JOB_NOT_FOUND, f"no job with workflow id {workflow_id!r}")
+
+
+class JobFailed(FleetforgeError):
+    """The job ended FAILED. `result` is its whole result contract (`result.failure` says why);
+    `code` is the failure code (the type of the workflow's ApplicationError)."""
+
+    def __init__(self, workflow_id: str, result: BaseModel):
+        failure = getattr(result, "failure", None)
+        code = str(failure.code) if failure is not None else Err.INTERNAL.value
+        where = f" in {failure.where}" if failure is not None and failure.where else ""
+        message = failure.message if failure is not None else "failed"
+        super().__init__(Err.INTERNAL, f"job {workflow_id} failed: {code}{where}: {message}")
+        self.code = code  # type: ignore[assignment]  # any failure code, not only Err members
+        self.workflow_id = workflow_id
+        self.result = result
 
 
 class JobCancelled(FleetforgeError):
@@ -177,10 +193,9 @@ class JobHandle(Generic[ResultT]):
             return None
 
     async def result(self, *, timeout: timedelta | None = None) -> ResultT:
-        """Wait for the job's result contract. A job that ended FAILED still returns its result
-        (see `.failure`), not an exception. Raises JobCancelled (cancelled or terminated),
-        JobNotFound, TimeoutError (after `timeout`), or FleetforgeError(INTERNAL) when the
-        workflow itself crashed."""
+        """Wait for the job's result contract of a COMPLETED job. Raises JobFailed (carrying the
+        FAILED job's result contract), JobCancelled (cancelled or terminated), JobNotFound,
+        TimeoutError (after `timeout`), or FleetforgeError(INTERNAL) when the workflow crashed."""
         try:
             wait = self._handle.result()
             if timeout is None:
@@ -189,11 +204,22 @@ class JobHandle(Generic[ResultT]):
         except WorkflowFailureError as e:
             if isinstance(e.cause, (CancelledError, TerminatedError)):
                 raise JobCancelled(self.id) from None
+            failed = result_from_failure(e, self.result_type)
+            if failed is not None:
+                raise JobFailed(self.id, failed) from None
             raise FleetforgeError(Err.INTERNAL, f"job {self.id} crashed: {e.cause}") from None
         except RPCError as e:
             if _not_found(e):
                 raise JobNotFound(self.id) from None
             raise
+
+    async def outcome(self, *, timeout: timedelta | None = None) -> ResultT:
+        """The result contract of a finished job, COMPLETED or FAILED alike (what the CLI prints).
+        Raises like `result` for anything that has no contract."""
+        try:
+            return await self.result(timeout=timeout)
+        except JobFailed as e:
+            return e.result  # type: ignore[return-value]
 
     async def fleet_progress(self) -> FleetProgress | None:
         """A fleet-test job's `progress` query (None for other kinds or when no worker answers)."""

@@ -21,10 +21,17 @@ class JobStatus(StrEnum):
     AWAITING_APPROVAL = "AWAITING_APPROVAL"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    """Cancelled (or terminated) before it reached a verdict; the workflow execution is Canceled."""
 
 
-TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED})
-"""States a job never leaves. NEEDS_INPUT is not terminal: the workflow waits for an answer."""
+TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+"""States a job never leaves. NEEDS_INPUT is not terminal: the workflow waits for an answer.
+
+How each one looks in Temporal (workflows/job_end.py): COMPLETED = a Completed execution whose
+result is the job's result contract; FAILED = a Failed execution whose failure is a non-retryable
+ApplicationError (type = the failure code, details[0] = the result contract); CANCELLED = a
+Canceled execution. FleetforgeStatus always says the same."""
 
 
 class ArtifactRef(BaseModel, frozen=True):

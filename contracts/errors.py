@@ -41,10 +41,15 @@ class Err(StrEnum):
     KERNEL_TASK_INVALID = "KERNEL_TASK_INVALID"
     WORKFLOW_CONFIG_INVALID = "WORKFLOW_CONFIG_INVALID"
     VERIFIER_ERROR = "VERIFIER_ERROR"
+    MAX_STEPS = "MAX_STEPS"
+    PARSE_FAILED = "PARSE_FAILED"
+    NO_OPTIONS = "NO_OPTIONS"
+    NOT_VERIFIED = "NOT_VERIFIED"
     # fleet
     MANIFEST_INVALID = "MANIFEST_INVALID"
     POLICY_REJECTED = "POLICY_REJECTED"
     RUNNER_UNAVAILABLE = "RUNNER_UNAVAILABLE"
+    ROWS_FAILED = "ROWS_FAILED"
     # anything else
     INTERNAL = "INTERNAL"
 
@@ -63,6 +68,8 @@ REMEDY: dict[Err, str] = {
     Err.TOOLCHAIN_UNAVAILABLE: "install the extra (pip install 'fleetforge[toolchains]') or set QAIRT_SDK_ROOT",
     Err.WORKFLOW_CONFIG_INVALID: "fix the workflow.yaml named in the message",
     Err.MANIFEST_INVALID: "the CSV needs a header with at least model_name,status,note",
+    Err.ROWS_FAILED: "see the per-model table; rerun the CSV to retest the rows that are not Yes",
+    Err.MAX_STEPS: "raise --max-step, or configure an LLM (FLEETFORGE_LLM_BASE_URL) for ops the offline coder cannot write",
 }
 
 

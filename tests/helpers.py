@@ -11,19 +11,53 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from temporalio.client import Client
+from pydantic import BaseModel
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from contracts.common import TaskQueues
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+TRANSIENT_RPC = frozenset({RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED,
+                           RPCStatusCode.RESOURCE_EXHAUSTED})
+
+
+async def outcome_of(handle: Any, result_type: type[M]) -> M:
+    """A started job's result contract, COMPLETED (the return value) or FAILED (carried by the failure)."""
+    from workflows.failures import result_from_failure
+
+    try:
+        return await handle.result()
+    except WorkflowFailureError as e:
+        failed = result_from_failure(e, result_type)
+        if failed is None:
+            raise
+        return failed
+
+
+async def job_outcome(client: Client, run: Any, request: Any, *, result_type: type[M], **kwargs: Any) -> M:
+    """Execute a job workflow and return its result contract whether it COMPLETED (the return value)
+    or FAILED (the contract carried by the workflow failure, workflows/job_end.py)."""
+    from workflows.failures import result_from_failure
+
+    try:
+        return await client.execute_workflow(run, request, result_type=result_type, **kwargs)
+    except WorkflowFailureError as e:
+        failed = result_from_failure(e, result_type)
+        if failed is None:
+            raise
+        return failed
 
 
 async def assert_eventually(
     check: Callable[[], Awaitable[T]] | Callable[[], T], *, timeout: float = 20.0, interval: float = 0.1,
     message: str = "condition not met",
 ) -> T:
-    """Poll `check` until it returns a truthy value (or stops raising AssertionError) before the deadline."""
+    """Poll `check` until it returns a truthy value before the deadline. An AssertionError or a
+    transient Temporal RPC error (e.g. "operation was canceled" under load) counts as "not yet"."""
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
     while True:
@@ -34,6 +68,10 @@ async def assert_eventually(
             if value:
                 return value  # type: ignore[return-value]
         except AssertionError as e:
+            last = e
+        except RPCError as e:
+            if e.status not in TRANSIENT_RPC:
+                raise
             last = e
         if time.monotonic() > deadline:
             raise AssertionError(f"{message} within {timeout}s" + (f": {last}" if last else ""))

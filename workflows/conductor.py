@@ -20,7 +20,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.kernels.activities import KernelActivities
     from activities.kernels.config_loader import config_for_task
-    from contracts.common import ArtifactRef, JobStatus
+    from contracts.common import ArtifactRef, Failure, JobStatus
     from contracts.kernel import (
         AgentName,
         AgentRecord,
@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._llm import token_totals
     from workflows.conductor_policy import apply_llm_decision, faster, get_next_agent, provider_for, recent_attempts
     from workflows.failures import failure_from
+    from workflows.job_end import end_failed, is_cancellation, mark_cancelled
 
 R = TypeVar("R")
 AgentRequest = TypeVar("AgentRequest", DesignRequest, CodeRequest)
@@ -95,7 +96,11 @@ class ConductorWorkflow:
                 if isinstance(decision, Finish):
                     return await self._finish(decision)
                 await self._run_agent(decision, provider_for(decision.agent, self._state, config, req.llm))
-        except ActivityError as e:
+        except (ActivityError, asyncio.CancelledError) as e:
+            if is_cancellation(e):
+                mark_cancelled()
+                self._show("cancelled")
+                raise
             return await self._fail(e)
 
     @workflow.query
@@ -266,22 +271,25 @@ class ConductorWorkflow:
             outcome = KernelOutcome.VERIFIED  # an earlier candidate passed (e.g. the optimizer's did not)
         status = JobStatus.COMPLETED if outcome is KernelOutcome.VERIFIED else JobStatus.FAILED
         trace_ref = await self._record_trace()
-        ui.set_status(status)
         self._show(f"finished: {outcome.value} ({decision.reason.value})")
-        return KernelResult(
+        result = KernelResult(
             outcome=outcome, status=status, finish_reason=decision.reason,
             best_candidate=self._best or (self._candidates[0] if self._candidates else None),
             report=self._report, steps=self._state.step, trace=list(self._trace), trace_artifact=trace_ref,
             tokens=token_totals(self._calls), speed=self._speed, speedup=self._speedup,
         )
+        if status is JobStatus.COMPLETED:
+            ui.set_status(status)
+            return result
+        failure = unverified(decision.reason, self._report.reason if self._report else "", self._where)
+        return end_failed(result.model_copy(update={"failure": failure}), failure)
 
     async def _fail(self, error: ActivityError) -> KernelResult:
         failure = failure_from(error, where=self._where)
-        ui.set_status(JobStatus.FAILED)
         self._show("failed", error=f"{failure.code}: {failure.message}")
-        return KernelResult(outcome=KernelOutcome.FAILED, status=JobStatus.FAILED, best_candidate=self._best,
-                            report=self._report, steps=self._state.step, trace=list(self._trace), failure=failure,
-                            tokens=token_totals(self._calls))
+        return end_failed(KernelResult(outcome=KernelOutcome.FAILED, status=JobStatus.FAILED, best_candidate=self._best,
+                                       report=self._report, steps=self._state.step, trace=list(self._trace),
+                                       failure=failure, tokens=token_totals(self._calls)), failure)
 
     def _show(self, step: str, error: str = "") -> None:
         last = self._trace[-1] if self._trace else None
@@ -291,6 +299,18 @@ class ConductorWorkflow:
             "last error": error or (self._report.reason if self._report and not self._report.passed else ""),
             "tokens": token_totals(self._calls).total_tokens,
         })
+
+
+def unverified(reason: FinishReason, last_verdict: str, where: str) -> Failure:
+    """Why a kernel job ended without a verified candidate: the finish reason is the code."""
+    message = {
+        FinishReason.MAX_STEPS: "no candidate verified within max_step",
+        FinishReason.PARSE_FAILED: "the agent's answers stayed unusable",
+        FinishReason.NO_OPTIONS: "the workflow.yaml left no agent to run",
+    }.get(reason, "the conductor finished without a verified candidate")
+    code = reason.value if reason in (FinishReason.MAX_STEPS, FinishReason.PARSE_FAILED, FinishReason.NO_OPTIONS) \
+        else "NOT_VERIFIED"
+    return Failure(code=code, message=message + (f"; last verdict: {last_verdict}" if last_verdict else ""), where=where)
 
 
 def _unique(refs: list[ArtifactRef]) -> list[ArtifactRef]:

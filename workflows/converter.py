@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         next_after_execution, rerun_gives_up, wait_summary,
     )
     from workflows.failures import failure_from
+    from workflows.job_end import end_failed, is_cancellation, mark_cancelled
 
 
 OFFLINE_ANSWER = "offline-planner-answer"
@@ -94,7 +95,10 @@ class ConverterWorkflow:
                         plan = await self._replan(feedback, record, attempt + 1)
             report = await self._evaluate(plan, ws)
             return await self._complete(ctx, ws, report)
-        except ActivityError as e:
+        except (ActivityError, asyncio.CancelledError) as e:
+            if is_cancellation(e):
+                self._cancelled()
+                raise
             return await self._fail(ctx, failure_from(e, where=self._progress.step))
 
     # ---- queries and updates ----------------------------------------------------------------
@@ -280,6 +284,8 @@ class ConverterWorkflow:
                     retry_policy=TOOLCHAIN.retry,
                 )
             except ActivityError as e:
+                if is_cancellation(e):
+                    raise
                 failure = failure_from(e, where=step.step_id)
                 self._progress.last_error = f"[{failure.code}] {failure.where}: {failure.message}"
                 return failure
@@ -310,25 +316,31 @@ class ConverterWorkflow:
         self._show("completed")
         return self._result(ctx, JobStatus.COMPLETED, artifacts=artifacts, evaluation=report)
 
-    async def _fail(self, ctx: RunContext, failure: Failure) -> ConversionResult:
+    async def _fail(self, ctx: RunContext, failure: Failure, **result: object) -> ConversionResult:
         self._progress.status = JobStatus.FAILED
         self._progress.last_error = f"[{failure.code}] {failure.where}: {failure.message}"
-        ui.set_status(JobStatus.FAILED)
         self._show("failed", error=self._progress.last_error)
         if self._run_created:
             try:
                 await ctx.finish(JobStatus.FAILED, failure)
             except ActivityError:
                 workflow.logger.warning("could not mark run %s failed", ctx.run_id)
-        return self._result(ctx, JobStatus.FAILED, failure=failure)
+        return end_failed(self._result(ctx, JobStatus.FAILED, failure=failure, **result), failure)
+
+    def _cancelled(self) -> None:
+        self._progress.status = JobStatus.CANCELLED
+        self._progress.questions = []
+        self._waiting = False
+        mark_cancelled()
+        self._show("cancelled")
 
     async def _unanswered(self, ctx: RunContext, questions: list[str]) -> ConversionResult:
+        """Nobody answered in time: the job ends FAILED (it is no longer waiting), the questions kept."""
         timeout = self._request.needs_input_timeout_s
         failure = Failure(code=Err.NEEDS_INPUT_TIMEOUT, where="needs input",
                           message=f"no answer within {timeout}s; start a new job with the missing facts")
-        self._show("needs input (timed out)", error=failure.message)
-        await ctx.finish(JobStatus.NEEDS_INPUT, failure)
-        return self._result(ctx, JobStatus.NEEDS_INPUT, questions=questions, failure=failure)
+        self._progress.questions = []
+        return await self._fail(ctx, failure, questions=questions)
 
     def _result(self, ctx: RunContext, status: JobStatus, **kw: object) -> ConversionResult:
         return ConversionResult(

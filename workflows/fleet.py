@@ -12,13 +12,14 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import (
-    ActivityError, ChildWorkflowError, WorkflowAlreadyStartedError, is_cancelled_exception,
+    ActivityError, ChildWorkflowError, WorkflowAlreadyStartedError,
 )
 
 with workflow.unsafe.imports_passed_through():
     from activities.containers import llm_writer
     from activities.containers.activities import ContainerActivities
-    from contracts.common import ArtifactRef, JobKind, JobStatus, TokenTotals
+    from contracts.common import ArtifactRef, Failure, JobKind, JobStatus, TokenTotals
+    from contracts.errors import Err
     from contracts.fleet import Classification, ErrorCategory
     from contracts.fleet_job import (
         ApprovalRequest, AttemptRecord, ClassifyRequest, CommandSource, CommandWriterContext, FinishFleetRequest,
@@ -31,7 +32,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows import presentation
     from workflows._call_options import CONTAINER, LOCAL, STORAGE
     from workflows._llm import ask, token_totals
-    from workflows.failures import failure_from
+    from workflows.failures import failure_from, result_from_failure
+    from workflows.job_end import end_failed, is_cancellation, mark_cancelled
     from workflows.fleet_policy import (
         Finish, Retry, eta_seconds, merge_categories, model_result, next_after_attempt, rejection,
         should_continue_as_new, slots_free, writer_gave_up,
@@ -80,17 +82,22 @@ class ModelTestWorkflow:
                         break
                     case Retry(failure):
                         history.append(failure)
-        except ActivityError as e:
-            if is_cancelled_exception(e):  # the row was cancelled: its container is gone, end cancelled
+        except (ActivityError, asyncio.CancelledError) as e:
+            if is_cancellation(e):  # the row was cancelled: its container is gone, end cancelled
+                mark_cancelled()
                 raise
             failure = failure_from(e, where=f"attempt {len(self._attempts) + 1}")
             finish = Finish(passed=False, category=ErrorCategory.TRANSIENT.value, reason=f"{failure.code}: {failure.message}")
         assert finish is not None
-        ui.set_status(JobStatus.COMPLETED if finish.passed else JobStatus.FAILED)
         self._show("passed" if finish.passed else "failed", f"{finish.category}: {finish.reason}" if finish.category else "")
         await workflow.wait_condition(workflow.all_handlers_finished)  # let an in-flight update reply first
-        return model_result(req.row, self._model, self._attempts, finish,
-                            (workflow.now() - started).total_seconds(), self._tokens())
+        result = model_result(req.row, self._model, self._attempts, finish,
+                              (workflow.now() - started).total_seconds(), self._tokens())
+        if finish.passed:
+            ui.set_status(JobStatus.COMPLETED)
+            return result
+        return end_failed(result, Failure(code=finish.category or ErrorCategory.UNKNOWN.value, message=finish.reason,
+                                          where=f"row {req.row} attempt {len(self._attempts)}"))
 
     async def _write(self, req: ModelTestRequest, attempt: int, history: list[Classification]) -> WriteCommandResult:
         self._show(f"writing command, attempt {attempt}")
@@ -239,14 +246,15 @@ class FleetTestWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(req.model_copy(update={"carry": self._next_carry(cursor, batches)}))
             return await self._finish(req, fleet_id, batches)
-        except asyncio.CancelledError:
-            await self._stop_children(fleet_id)
-            raise
-        except ActivityError as e:
+        except (ActivityError, asyncio.CancelledError) as e:
+            if is_cancellation(e):
+                mark_cancelled()
+                await self._stop_children(fleet_id)
+                raise
             failure = failure_from(e, where="fleet")
-            ui.set_status(JobStatus.FAILED)
             ui.details("fleet test", {"fleet": fleet_id, "step": "failed", "last error": f"{failure.code}: {failure.message}"})
-            return FleetTestResult(status=JobStatus.FAILED, fleet_id=fleet_id, failure=failure, runs=self._carry.runs + 1)
+            return end_failed(FleetTestResult(status=JobStatus.FAILED, fleet_id=fleet_id, failure=failure,
+                                              runs=self._carry.runs + 1), failure)
 
     async def _load(self, req: FleetTestRequest) -> FleetPlan:
         return await workflow.execute_activity_method(
@@ -298,10 +306,17 @@ class FleetTestWorkflow:
                 search_attributes=ui.start_attributes(JobKind.MODEL_TEST),
                 static_summary=presentation.summary(child), static_details=presentation.details(child))
             verdict = result.verdict()
-        except (ChildWorkflowError, WorkflowAlreadyStartedError) as e:  # e.g. the same fleet id still running
-            failure = failure_from(e, where=f"row {row}")
-            verdict = RowVerdict(row=row, model_name="", passed=False, category=ErrorCategory.UNKNOWN.value,
-                                 reason=f"{failure.code}: {failure.message}")
+        except (ChildWorkflowError, WorkflowAlreadyStartedError) as e:
+            if is_cancellation(e):  # the fleet is being cancelled: the row has no verdict
+                self._running.pop(row, None)
+                return
+            failed = result_from_failure(e, ModelTestResult)  # a row that failed carries its result
+            if failed is not None:
+                verdict = failed.verdict()
+            else:  # e.g. the same fleet id still running
+                failure = failure_from(e, where=f"row {row}")
+                verdict = RowVerdict(row=row, model_name="", passed=False, category=ErrorCategory.UNKNOWN.value,
+                                     reason=f"{failure.code}: {failure.message}")
         self._verdicts.append(verdict)
         self._carry = self._carry.model_copy(update={
             "passed": self._carry.passed + verdict.passed, "failed": self._carry.failed + (not verdict.passed),
@@ -326,12 +341,18 @@ class FleetTestWorkflow:
         done = await workflow.execute_activity_method(
             ContainerActivities.finish_fleet, FinishFleetRequest(fleet_id=fleet_id, manifest=req.manifest, batches=batches),
             task_queue=req.queues.containers, **_cheap("write the results CSV"))
-        ui.set_status(JobStatus.COMPLETED)
-        self._show(fleet_id, step="completed")
-        return FleetTestResult(status=JobStatus.COMPLETED, fleet_id=fleet_id, csv=done.csv, table=done.table,
-                               total=self._plan.total,
-                               skipped=self._plan.skipped, passed=done.passed, failed=done.failed,
-                               categories=done.categories, runs=self._carry.runs + 1, tokens=self._carry.tokens)
+        status = JobStatus.FAILED if done.failed else JobStatus.COMPLETED
+        self._show(fleet_id, step=status.value.lower())
+        result = FleetTestResult(status=status, fleet_id=fleet_id, csv=done.csv, table=done.table,
+                                 total=self._plan.total,
+                                 skipped=self._plan.skipped, passed=done.passed, failed=done.failed,
+                                 categories=done.categories, runs=self._carry.runs + 1, tokens=self._carry.tokens)
+        if status is JobStatus.COMPLETED:
+            ui.set_status(status)
+            return result
+        failure = Failure(code=Err.ROWS_FAILED, where="fleet",
+                          message=f"{done.failed} of {done.passed + done.failed} tested rows did not pass")
+        return end_failed(result.model_copy(update={"failure": failure}), failure)
 
     @workflow.signal
     def pause(self) -> None:

@@ -12,6 +12,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import _visibility as ui
     from workflows._init_steps import RunContext, run_id_for
     from workflows.failures import failure_from
+    from workflows.job_end import end_failed, is_cancellation, mark_cancelled
 
 
 @workflow.defn
@@ -40,11 +41,13 @@ class InspectModelWorkflow:
             await ctx.attach(artifacts)
             await ctx.finish(JobStatus.COMPLETED)
         except ActivityError as e:
+            if is_cancellation(e):
+                mark_cancelled()
+                raise
             failure = failure_from(e, where=step)
             self._result = InspectResult(status=JobStatus.FAILED, run_id=ctx.run_id, failure=failure, finished_at=workflow.now())
-            ui.set_status(JobStatus.FAILED)
             self._show("failed", ctx.run_id, error=f"{failure.code}: {failure.message}")
-            return self._result
+            return end_failed(self._result, failure)
         self._result = InspectResult(
             status=JobStatus.COMPLETED, run_id=ctx.run_id, model=model, workspace=workspace,
             artifacts=artifacts, finished_at=workflow.now(),

@@ -10,9 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus
 
 from activities.storage import open_store
-from client.sdk import CANCELLED, FleetforgeClient, JobCancelled, JobNotFound
+from client.sdk import CANCELLED, FleetforgeClient, JobCancelled, JobFailed, JobNotFound
 from contracts.common import JobKind, JobStatus
 from contracts.errors import Err
 from contracts.inspect import InspectRequest, InspectResult
@@ -70,13 +71,19 @@ async def test_start_inspect_completes_and_is_listed_by_kind_and_status(ff, work
     assert again == result
 
 
-async def test_failed_job_returns_result_with_failure_not_exception(ff, workers_running, tmp_path: Path):
+async def test_failed_job_raises_job_failed_carrying_its_result_and_the_execution_failed(ff, workers_running, tmp_path: Path):
     handle = await ff.start_inspect(InspectRequest(model=str(tmp_path / "missing.onnx")))
-    result = await handle.result()
+    with pytest.raises(JobFailed) as failed:
+        await handle.result()
 
-    assert result.status is JobStatus.FAILED
+    result = failed.value.result
+    assert isinstance(result, InspectResult) and result.status is JobStatus.FAILED
     assert result.failure is not None and result.failure.code == Err.MODEL_NOT_FOUND
+    assert failed.value.code == Err.MODEL_NOT_FOUND
+    assert await handle.outcome() == result  # the CLI's view: the contract either way
     assert await handle.status() == JobStatus.FAILED
+    desc = await ff.temporal.get_workflow_handle(handle.id).describe()
+    assert desc.status is WorkflowExecutionStatus.FAILED  # Temporal sees what the verdict says
     await assert_eventually(lambda: listed(ff, handle.id, kind=JobKind.INSPECT, status=JobStatus.FAILED))
 
 

@@ -21,7 +21,7 @@ from contracts.kernel import FinishReason, KernelTask
 from contracts.kernel_job import KernelOutcome, KernelRequest, KernelResult
 from contracts.settings import Settings
 from tests.doubles.openai_server import Scripted, ScriptedOpenAIServer, error, text_stream
-from tests.helpers import fresh_queues, new_worker
+from tests.helpers import fresh_queues, new_worker, outcome_of
 from worker import build_registry
 from workflows._visibility import start_attributes
 from workflows.conductor import ConductorWorkflow
@@ -93,7 +93,7 @@ async def run_llm_conductor(client: Client, tmp_path: Path, store: ArtifactStore
         handle = await client.start_workflow(
             ConductorWorkflow.run, req, id=f"kernel/{task.task_id}", task_queue=queues.workflows,
             search_attributes=start_attributes(JobKind.KERNEL, task.op_name))
-        result = await handle.result()
+        result = await outcome_of(handle, KernelResult)
         assert await handle.query(ConductorWorkflow.trace) == result.trace
     return result
 

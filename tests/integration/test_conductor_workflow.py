@@ -18,7 +18,7 @@ from contracts.common import JobKind, JobStatus
 from contracts.kernel import FinishReason, KernelTask
 from contracts.kernel_job import KernelOutcome, KernelRequest, KernelResult
 from contracts.settings import Settings
-from tests.helpers import fresh_queues, new_worker
+from tests.helpers import fresh_queues, new_worker, outcome_of
 from worker import build_registry
 from workflows._visibility import start_attributes
 from workflows.conductor import ConductorWorkflow
@@ -50,7 +50,7 @@ async def run_conductor(client: Client, store: ArtifactStore, settings: Settings
             ConductorWorkflow.run, req, id=f"kernel/{task.task_id}", task_queue=queues.workflows,
             search_attributes=start_attributes(JobKind.KERNEL, task.op_name),
         )
-        result = await handle.result()
+        result = await outcome_of(handle, KernelResult)
         trace = await handle.query(ConductorWorkflow.trace)
         if histories is not None:
             histories.append(await handle.fetch_history())
@@ -71,7 +71,7 @@ async def test_all_eight_examples_end_verified_offline_through_one_worker(tempor
                                                  verify_timeout_s=120),
             id=f"kernel/{t.task_id}", task_queue=queues.workflows,
             search_attributes=start_attributes(JobKind.KERNEL, t.op_name)) for t in tasks]
-        results: list[KernelResult] = [await h.result() for h in handles]
+        results: list[KernelResult] = [await outcome_of(h, KernelResult) for h in handles]
         first_trace = await handles[0].query(ConductorWorkflow.trace)
 
     assert {t.op_name: r.outcome for t, r in zip(tasks, results)} == {op: KernelOutcome.VERIFIED for op in ALL_EXAMPLES}, \

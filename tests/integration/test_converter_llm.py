@@ -19,7 +19,7 @@ from contracts.convert_job import ConversionRequest, ConversionResult, ProvideIn
 from contracts.settings import Settings
 from examples.tiny_model import build_tiny_cnn
 from tests.doubles.openai_server import Scripted, ScriptedOpenAIServer, json_reply
-from tests.helpers import assert_eventually, fresh_queues, new_worker
+from tests.helpers import assert_eventually, fresh_queues, new_worker, outcome_of
 from worker import build_registry
 from workflows._visibility import start_attributes
 from workflows.converter import ConverterWorkflow
@@ -77,7 +77,7 @@ async def convert(client: Client, server: ScriptedOpenAIServer, tmp_path: Path, 
                 await handle.execute_update(ConverterWorkflow.provide_input, answer)
             except WorkflowUpdateFailedError as e:
                 rejections.append(str(e.cause))
-        return await handle.result(), handle, rejections
+        return await outcome_of(handle, ConversionResult), handle, rejections
 
 
 def sent_messages(server: ScriptedOpenAIServer, i: int = -1) -> list[dict[str, Any]]:

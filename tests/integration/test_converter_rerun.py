@@ -14,7 +14,7 @@ from contracts.convert import Precision
 from contracts.convert_job import ConversionRequest, ConversionResult
 from contracts.settings import Settings
 from examples.tiny_model import build_tiny_cnn
-from tests.helpers import fresh_queues, new_worker
+from tests.helpers import fresh_queues, new_worker, outcome_of
 from worker import build_registry
 from workflows._visibility import start_attributes
 from workflows.converter import ConverterWorkflow
@@ -40,7 +40,7 @@ async def converter(temporal_env, tmp_path: Path) -> AsyncIterator[Run]:
         handle = await client.start_workflow(ConverterWorkflow.run, req, id=f"convert/{uuid.uuid4().hex[:8]}",
                                              task_queue=queues.workflows,
                                              search_attributes=start_attributes(JobKind.CONVERT, req.model, ""))
-        result = await handle.result()
+        result = await outcome_of(handle, ConversionResult)
         kinds = [ev.activity_task_scheduled_event_attributes.activity_type.name
                  async for ev in handle.fetch_history_events() if ev.HasField("activity_task_scheduled_event_attributes")]
         return result, kinds

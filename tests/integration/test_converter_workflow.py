@@ -24,7 +24,7 @@ from contracts.convert import OutputKind, Precision
 from contracts.convert_job import ConversionRequest, ConversionResult, ProvideInput
 from contracts.settings import Settings
 from examples.tiny_model import build_tiny_cnn
-from tests.helpers import assert_eventually, fresh_queues, new_worker
+from tests.helpers import assert_eventually, fresh_queues, new_worker, outcome_of
 from worker import build_registry
 from workflows._visibility import STATUS, TARGET, start_attributes
 from workflows.converter import ConverterWorkflow
@@ -81,7 +81,7 @@ async def test_missing_soc_waits_for_input_rejects_bad_answers_and_completes(tem
         assert (await handle.query(ConverterWorkflow.status)).status is JobStatus.NEEDS_INPUT
 
         await handle.execute_update(ConverterWorkflow.provide_input, ProvideInput(soc="sm8650"))
-        result: ConversionResult = await handle.result()
+        result: ConversionResult = await outcome_of(handle, ConversionResult)
 
     assert result.status is JobStatus.COMPLETED, result.failure
     assert result.executed_steps == ["context_binary"]
@@ -101,20 +101,20 @@ async def test_missing_soc_waits_for_input_rejects_bad_answers_and_completes(tem
     await replayer.replay_workflow(await handle.fetch_history())
 
 
-async def test_unanswered_question_ends_as_needs_input_after_the_timeout(temporal_env, env):
+async def test_unanswered_question_ends_failed_needs_input_timeout_with_its_questions(temporal_env, env):
     settings, store, model = env
     queues = fresh_queues()
     reg = build_registry(settings, store)
     client = temporal_env.client
     async with new_worker(client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"], task_queue=queues.workflows):
         handle = await start(client, queues, request(model, queues, target_soc="sm8550", needs_input_timeout_s=1))
-        result: ConversionResult = await handle.result()
-    assert result.status is JobStatus.NEEDS_INPUT
+        result: ConversionResult = await outcome_of(handle, ConversionResult)
+    assert result.status is JobStatus.FAILED  # no longer waiting: not listed as NEEDS_INPUT
     assert len(result.questions) == 1 and "precision" in result.questions[0]
     assert result.failure is not None and result.failure.code == "NEEDS_INPUT_TIMEOUT"
     assert result.artifacts == [] and result.executed_steps == []
     record = RunStore(store).get(result.run_id)
-    assert record.status is JobStatus.NEEDS_INPUT and record.error == result.failure
+    assert record.status is JobStatus.FAILED and record.error == result.failure
 
 
 def build_unrunnable_onnx(path: Path) -> Path:
@@ -141,7 +141,7 @@ async def test_failing_tool_is_replanned_but_the_same_steps_never_run_twice(temp
     async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"],
                           task_queue=queues.workflows):
         handle = await start(temporal_env.client, queues, request(model, queues, target_soc="sm8550", precision=Precision.INT8))
-        result: ConversionResult = await handle.result()
+        result: ConversionResult = await outcome_of(handle, ConversionResult)
         progress = await handle.query(ConverterWorkflow.status)
 
     assert result.status is JobStatus.FAILED
@@ -185,7 +185,7 @@ async def test_rejected_plans_are_replanned_with_feedback_until_the_budget_is_sp
                   calibration="input/missing.npz", max_replans=1)
     async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"],
                           task_queue=queues.workflows):
-        result: ConversionResult = await (await start(temporal_env.client, queues, req)).result()
+        result: ConversionResult = await outcome_of(await start(temporal_env.client, queues, req), ConversionResult)
 
     assert result.status is JobStatus.FAILED
     assert result.failure is not None and result.failure.code == "REPLANS_EXHAUSTED" and result.failure.where == "compile"

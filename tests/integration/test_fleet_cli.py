@@ -39,8 +39,9 @@ async def test_fleet_test_resume_reattaches_and_writes_the_verdicts_back(tempora
 
     async with worker:
         done = await asyncio.to_thread(ff, "fleet-test", str(csv_path), "--resume", wid, "--wait", "--json", env=env)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # a row failed: the fleet's verdict is FAILED (CI can gate on it)
     result = json.loads(done.stdout)
+    assert result["status"] == "FAILED" and result["failure"]["code"] == "ROWS_FAILED"
     assert (result["total"], result["skipped"], result["passed"], result["failed"]) == (3, 1, 1, 1), result
     assert wid.endswith(result["fleet_id"]), "the same fleet, not a new one"
     rows = list(csv.DictReader(csv_path.open()))

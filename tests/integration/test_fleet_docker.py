@@ -34,7 +34,7 @@ from contracts.fleet_job import CommandSource, ModelTestRequest, ModelTestResult
 from contracts.settings import Settings
 from tests.conftest import fleet_containers
 from tests.doubles.openai_server import ScriptedOpenAIServer, json_reply
-from tests.helpers import assert_eventually, fresh_queues, new_worker
+from tests.helpers import assert_eventually, fresh_queues, new_worker, job_outcome
 from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
 
 pytestmark = pytest.mark.docker
@@ -97,8 +97,8 @@ async def model_test(client: Client, queues: TaskQueues, fleet_id: str, ref, row
                      **kw: object) -> ModelTestResult:
     req = ModelTestRequest(fleet_id=fleet_id, manifest=ref, row=row, hardware=hw, runner=RunnerKind.DOCKER,
                            test_timeout_s=30, queues=queues, **kw)
-    return await client.execute_workflow(ModelTestWorkflow.run, req, id=f"fleet/{fleet_id}/{row}",
-                                         task_queue=queues.workflows)
+    return await job_outcome(client, ModelTestWorkflow.run, req, result_type=ModelTestResult,
+                             id=f"fleet/{fleet_id}/{row}", task_queue=queues.workflows)
 
 
 @contextlib.asynccontextmanager

@@ -14,7 +14,7 @@ from contracts.errors import Err
 from contracts.inspect import InspectRequest, InspectResult
 from contracts.settings import Settings
 from examples.tiny_model import build_tiny_cnn
-from tests.helpers import fresh_queues, new_worker
+from tests.helpers import fresh_queues, job_outcome, new_worker
 from worker import build_registry
 from workflows._visibility import start_attributes
 from workflows.inspect import InspectModelWorkflow
@@ -24,8 +24,9 @@ async def run_inspect(client: Client, settings: Settings, store: ArtifactStore, 
     queues = fresh_queues()
     reg = build_registry(settings, store)
     async with new_worker(client, workflows=[InspectModelWorkflow], activities=reg.by_kind["toolchain"], task_queue=queues.workflows):
-        return await client.execute_workflow(
-            InspectModelWorkflow.run, InspectRequest(model=model, queues=queues, run_id=uuid.uuid4().hex[:8]),
+        return await job_outcome(
+            client, InspectModelWorkflow.run, InspectRequest(model=model, queues=queues, run_id=uuid.uuid4().hex[:8]),
+            result_type=InspectResult,
             id=f"inspect/{uuid.uuid4().hex[:8]}", task_queue=queues.workflows,
             search_attributes=start_attributes(JobKind.INSPECT, model),
         )

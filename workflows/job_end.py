@@ -1,0 +1,54 @@
+"""How every job ends, the same rule for every kind (inspect, convert, kernel, fleet-test and its
+model-test rows), so Temporal's own tools tell the truth:
+
+| verdict   | workflow execution | FleetforgeStatus | what it carries |
+|---|---|---|---|
+| COMPLETED | Completed          | COMPLETED        | the result contract (the return value) |
+| FAILED    | Failed             | FAILED           | a non-retryable ApplicationError: type = the failure code, details[0] = the result contract |
+| CANCELLED | Canceled           | CANCELLED        | nothing |
+
+A fleet's verdict is FAILED when any tested row is No or Error (its rows' children fail the same
+way), so `ExecutionStatus='Failed'`, `FleetforgeStatus='FAILED'` and the CLI's exit code 1 agree.
+Readers get the contract back with `workflows.failures.result_from_failure` (the SDK raises
+`JobFailed` carrying it; a fleet parent reads its rows' results from their failures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TypeVar
+
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError, is_cancelled_exception
+
+with workflow.unsafe.imports_passed_through():
+    from contracts.common import Failure, JobStatus
+    from workflows import _visibility as ui
+
+M = TypeVar("M", bound=BaseModel)
+
+FAILED_JOB_FAILS_WORKFLOW = "failed-job-fails-workflow"
+"""Patch: a FAILED job fails its execution. Runs recorded before it returned the FAILED contract."""
+
+
+def end_failed(result: M, failure: Failure) -> M:
+    """End a job FAILED: raise the failure that fails the workflow execution (it carries `result`).
+    Returns `result` only when replaying a run recorded before this rule (the old way)."""
+    ui.set_status(JobStatus.FAILED)
+    if not workflow.patched(FAILED_JOB_FAILS_WORKFLOW):
+        return result
+    raise ApplicationError(f"[{failure.code}] {failure.where}: {failure.message}", result,
+                           type=failure.code, non_retryable=True)
+
+
+def is_cancellation(error: BaseException) -> bool:
+    """A cancellation of this job (as it reaches workflow code: directly, or as the cause of an
+    activity's or child's failure); it must propagate, never be treated as a step's failure."""
+    return isinstance(error, asyncio.CancelledError) or is_cancelled_exception(error)
+
+
+def mark_cancelled() -> None:
+    """Keep FleetforgeStatus in step before the cancellation propagates (a cancelled NEEDS_INPUT job
+    must not stay listed as waiting for input)."""
+    ui.set_status(JobStatus.CANCELLED)
