@@ -12,7 +12,6 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, ExternalStorage
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.service import TLSConfig
 
 from contracts.errors import Err, FleetforgeError
 
@@ -72,19 +71,23 @@ def metrics_runtime(port: int) -> Runtime:
     return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"127.0.0.1:{port}")))
 
 
+def connect_options(settings: "Settings") -> dict[str, Any]:
+    """Client.connect keyword arguments: the settings' address and namespace, plus TLS, API key and
+    gRPC metadata from the Temporal profile (temporalio.envconfig, as the `temporal` CLI reads them)."""
+    from contracts.settings import temporal_profile
+
+    options: dict[str, Any] = dict(temporal_profile().to_client_connect_config())
+    options.update(target_host=settings.temporal_address, namespace=settings.namespace)
+    return options
+
+
 async def connect(settings: "Settings", store: "ArtifactStore | None" = None) -> Client:
     """Connect to the configured Temporal frontend; TEMPORAL_UNAVAILABLE with the address if not reachable."""
-    tls: bool | TLSConfig = False
-    if settings.temporal_tls:
-        tls = TLSConfig(
-            client_cert=settings.temporal_tls_cert.read_bytes() if settings.temporal_tls_cert else None,
-            client_private_key=settings.temporal_tls_key.read_bytes() if settings.temporal_tls_key else None,
-        )
+    options = connect_options(settings)
     try:
         return await asyncio.wait_for(
             Client.connect(
-                settings.temporal_address, namespace=settings.namespace, tls=tls,
-                data_converter=data_converter(store),
+                **options, data_converter=data_converter(store),
                 runtime=metrics_runtime(settings.metrics_port) if settings.metrics_port else None,
             ),
             timeout=10,

@@ -1,7 +1,8 @@
 """`fleetforge`: a thin layer over FleetforgeClient (STYLE G16). Each command parses its
 arguments, calls the SDK and hands the result to `client.out`.
 
-Exit codes: 0 completed or waiting for input, 1 failed, 2 bad usage or bad input.
+Exit codes: 0 completed or waiting for input, 1 failed, 2 bad usage or bad input (a job that has
+already finished cannot be cancelled or answered: 2).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Coroutine
+from importlib.metadata import PackageNotFoundError, version as package_version
 from typing import Annotated, Any, Optional
 from urllib.parse import urlparse
 
@@ -20,28 +22,65 @@ from pydantic import BaseModel, ValidationError
 
 from activities.storage import ArtifactStore, open_store
 from client import out
-from client.sdk import CANCELLED, FleetforgeClient, JobCancelled, JobHandle, JobSummary
-from contracts.common import JobKind, JobStatus, TokenTotals
+from client.sdk import CANCELLED, FleetforgeClient, JobCancelled, JobHandle, JobSummary, fleet_label
+from contracts.common import ArtifactRef, JobKind, JobStatus, TokenTotals
 from contracts.errors import Err, FleetforgeError
 from contracts.convert import OutputKind, Precision, Toolchain
 from contracts.convert_job import ConversionProgress, ConversionRequest, ConversionResult
-from contracts.fleet_job import FleetTestResult, RunnerKind
+from contracts.fleet_job import FleetTestResult, ModelTestResult, RunnerKind
 from contracts.inspect import InspectRequest, InspectResult
 from contracts.kernel_job import KernelResult
 from contracts.settings import Settings
 
 app = typer.Typer(
-    name="fleetforge", add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-    help="Durable agentic deep-learning jobs on Temporal.",
+    name="fleetforge", add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: real metavars (`--limit N`), no `<bool>` on flags
 )
 
 WaitOpt = Annotated[bool, typer.Option("--wait", help="Block until the job ends (progress on a terminal).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result contract as one JSON object on stdout.")]
+JobIdArg = Annotated[str, typer.Argument(
+    metavar="JOB_ID", show_default=False,
+    help="A job as fleetforge prints it: KIND/RUN_ID (convert/20261122-140512-3f9a), a bare RUN_ID, "
+         "fleet/FLEET_ID/ROW for a fleet's row, or its Web UI link.")]
+
+
+def version_text() -> str:
+    try:
+        ours = package_version("fleetforge")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        ours = "unknown"
+    return f"fleetforge {ours} (temporalio {package_version('temporalio')})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        out.line(version_text())
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                          help="Print fleetforge's version and exit.")] = False,
+) -> None:
+    """Durable agentic deep-learning jobs on Temporal: convert models, write kernels, test fleets.
+
+    Configuration: the Temporal connection as the `temporal` CLI reads it (TEMPORAL_ADDRESS,
+    TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*, TEMPORAL_PROFILE), FLEETFORGE_* for the rest.
+    """
 
 
 class JobList(BaseModel):
     jobs: list[JobSummary]
 
+
+class ArtifactList(BaseModel):
+    """`fleetforge artifacts --json`: a job's outputs and, with --out, the files written."""
+
+    workflow_id: str
+    artifacts: list[ArtifactRef]
+    written: list[str] = []
 
 def run_sync(coro: Coroutine[Any, Any, int]) -> int:
     return asyncio.run(coro)
@@ -73,13 +112,19 @@ def precheck_model(reference: str, s: Settings, store: ArtifactStore) -> None:
 
 
 # -- rendering -----------------------------------------------------------------------------
+# -- rendering -----------------------------------------------------------------------------
+
+def artifact_line(a: ArtifactRef) -> str:
+    """An artifact as a person looks for it: its workspace name first, then size, sha256 and URI."""
+    return f"  {a.name or '-'}  ({a.size} bytes, sha256 {a.sha256})  {a.uri}"
+
 
 def show_inspect(result: InspectResult, ui_url: str) -> None:
     out.line(f"run {result.run_id}: {result.status.value}")
     if result.model is not None:
         out.line(f"model {result.model.name} ({result.model.format.value}, {result.model.size} bytes) sha256 {result.model.sha256}")
     for a in result.artifacts:
-        out.line(f"  {a.name or '-'}  {a.uri}  sha256 {a.sha256}")
+        out.line(artifact_line(a))
     out.line(f"Web UI: {ui_url}")
 
 
@@ -104,8 +149,10 @@ def show_convert(result: ConversionResult, ui_url: str) -> None:
     out.table(convert_table(result))
     if result.model is not None:
         out.line(f"model {result.model.name} sha256 {result.model.sha256}")
+    if result.artifacts:
+        out.line("artifacts:")
     for a in result.artifacts:
-        out.line(f"  {a.name or '-'}  {a.uri}  sha256 {a.sha256}  ({a.size} bytes)")
+        out.line(artifact_line(a))
     ev = result.evaluation
     if ev is not None:
         out.line(f"evaluation: {ev.candidate} against {ev.reference}, {ev.samples} seeded samples on {ev.candidate_provider}")
@@ -130,8 +177,7 @@ def show_kernel(result: KernelResult, ui_url: str) -> None:
     for e in result.trace:
         out.line(f"  {e.step:>3} {e.agent:<10} {'ok ' if e.ok else 'err'} {e.summary}")
     if result.best_candidate is not None:
-        a = result.best_candidate
-        out.line(f"best candidate {a.uri}  sha256 {a.sha256}")
+        out.line("best candidate:" + artifact_line(result.best_candidate))
     if result.report is not None:
         out.line(f"verifier: {'passed' if result.report.passed else 'failed'}"
                  + (f": {result.report.reason}" if result.report.reason else ""))
@@ -140,21 +186,26 @@ def show_kernel(result: KernelResult, ui_url: str) -> None:
     out.line(f"Web UI: {ui_url}")
 
 
-def bar(done: int, total: int, width: int = 24) -> str:
-    filled = int(width * done / total) if total else width
-    return "[" + "#" * filled + "-" * (width - filled) + f"] {done}/{total}"
-
-
 def show_fleet(result: FleetTestResult, ui_url: str) -> None:
     out.line(f"fleet {result.fleet_id}: {result.status.value}  {result.total} rows, {result.passed} passed, "
              f"{result.failed} failed, {result.skipped} skipped ({result.runs} workflow runs)")
     for category, count in sorted(result.categories.items(), key=lambda kv: (-kv[1], kv[0])):
         out.line(f"  {category:<24} {count}")
     if result.csv is not None:
-        out.line(f"verdicts {result.csv.uri}  sha256 {result.csv.sha256}")
+        out.line("verdicts:" + artifact_line(result.csv))
     if result.table is not None:
-        out.line(f"per-model table {result.table.uri}  sha256 {result.table.sha256}")
+        out.line("per-model table:" + artifact_line(result.table))
     show_tokens(result.tokens)
+    out.line(f"Web UI: {ui_url}")
+
+
+def show_model_test(result: ModelTestResult, ui_url: str) -> None:
+    verdict = "passed" if result.passed else f"did not pass ({result.category}: {result.reason})"
+    out.line(f"row {result.row} {result.model_name}: {verdict}, {len(result.attempts)} attempt(s), {result.duration_s:.1f} s")
+    for a in result.attempts:
+        out.line(f"  attempt {a.attempt} [{a.source.value}] {a.category.value if a.category else 'PASSED'}: {a.command}")
+        if a.log is not None:
+            out.line("   " + artifact_line(a.log))
     out.line(f"Web UI: {ui_url}")
 
 
@@ -174,7 +225,7 @@ def show_needs_input(workflow_id: str, questions: list[str], ui_url: str) -> Non
 
 def show_result(result: BaseModel, ui_url: str) -> int:
     """Print a finished job's contract (JSON or human) and return its exit code."""
-    status = str(getattr(result, "status", JobStatus.FAILED))
+    status = str(getattr(result, "status", JobStatus.COMPLETED if getattr(result, "passed", False) else JobStatus.FAILED))
     if out.json_mode():
         out.contract(result)
     elif isinstance(result, InspectResult):
@@ -185,6 +236,8 @@ def show_result(result: BaseModel, ui_url: str) -> int:
         show_kernel(result, ui_url)
     elif isinstance(result, FleetTestResult):
         show_fleet(result, ui_url)
+    elif isinstance(result, ModelTestResult):
+        show_model_test(result, ui_url)
     else:
         out.line(result.model_dump_json(indent=2))
     failure = getattr(result, "failure", None)
@@ -197,22 +250,27 @@ async def finish(fc: FleetforgeClient, handle: JobHandle[Any], wait: bool) -> in
     """Shared tail of every job command: print the id, or wait and print the contract."""
     if not wait:
         out.workflow_id(handle.id)
-        out.hint(f"follow it with: fleetforge watch {handle.id}   (Web UI: {fc.ui_url(handle.id)})")
+        out.hint(f"follow it with: fleetforge watch {handle.id}   (Web UI: {await handle.ui_url()})")
         return 0
     result = await follow(fc, handle, stop_at_input=True)
-    return 0 if result is None else show_result(result, fc.ui_url(handle.id))
+    if result is None:
+        return 0
+    rc = show_result(result, await handle.ui_url())
+    if not out.json_mode() and handle.kind is not JobKind.MODEL_TEST:
+        out.hint(f"download the outputs: fleetforge artifacts {handle.id} --out DIR")
+    return rc
 
 
 async def follow(fc: FleetforgeClient, handle: JobHandle[Any], *, stop_at_input: bool) -> Any | None:
     """The job's result, showing its progress live on stderr: a timeline of its steps (a fleet: a
-    progress bar) and, when it waits for input, the exact `fleetforge answer` command.
+    progress bar of its rows) and, when it waits for input, the exact `fleetforge answer` command.
     With `stop_at_input` it returns None there (the job commands exit 0); `watch` keeps following."""
     waiting = asyncio.ensure_future(handle.outcome())
-    fleet = handle.id.startswith(JobKind.FLEET_TEST.value + "/")
+    fleet = handle.kind is JobKind.FLEET_TEST
     asked = False
     seen = 0
     try:
-        with out.progress(handle.id, every_s=10.0 if fleet else 0.0) as update:
+        with out.progress(handle.id, every_s=10.0 if fleet else 0.0, bar=fleet) as live:
             while True:
                 done = waiting.done()  # one more snapshot after the end shows the last steps too
                 snap = await handle.snapshot()
@@ -222,16 +280,18 @@ async def follow(fc: FleetforgeClient, handle: JobHandle[Any], *, stop_at_input:
                     if stop_at_input and out.json_mode():
                         out.contract(NeedsInput(workflow_id=handle.id, progress=p,
                                                 answer=answer_command(handle.id, p.questions)))
-                    show_needs_input(handle.id, p.questions, fc.ui_url(handle.id))
+                    show_needs_input(handle.id, p.questions, await handle.ui_url())
                     if stop_at_input:
                         return None
                 asked = needs_input
                 for step in snap.finished[seen:]:  # steps finished between two polls still show
-                    update(step)
+                    live.step(step)
                 seen = len(snap.finished)
                 fp = snap.fleet
-                update(bar(fp.done, fp.total) + f" passed {fp.passed} failed {fp.failed} running {fp.running}"
-                       + (" PAUSED" if fp.paused else "") if fp is not None and fp.total else snap.step)
+                if fp is not None and fp.total:
+                    live.bar(fp.done, fp.total - fp.skipped, fleet_label(fp))
+                else:
+                    live.step(snap.step)
                 if done:
                     return waiting.result()
                 await asyncio.wait({waiting}, timeout=0.5)
@@ -252,7 +312,7 @@ class NeedsInput(BaseModel):
 
 @app.command()
 def inspect(
-    model: Annotated[str, typer.Argument(help="Model path, file:// or s3:// URI, or catalog name.")],
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="Model path, file:// or s3:// URI, or catalog name.")],
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
     """Resolve a model, record it in a run and keep its workspace."""
@@ -306,16 +366,16 @@ def rerun_request(store: ArtifactStore, run_id: str, given: dict[str, Any], over
 
 @app.command()
 def convert(
-    model: Annotated[Optional[str], typer.Argument(help="Model path, file:// or s3:// URI, or catalog name "
+    model: Annotated[Optional[str], typer.Argument(metavar="MODEL", help="Model path, file:// or s3:// URI, or catalog name "
                                                         "(with --rerun: the earlier run's model).")] = None,
-    soc: Annotated[Optional[str], typer.Option("--soc", help="Target SoC, e.g. sm8550 (omitted: the job asks).")] = None,
-    precision: Annotated[Optional[Precision], typer.Option("--precision", help="omitted: the job asks.")] = None,
-    output: Annotated[OutputKind, typer.Option("--output")] = OutputKind.QNN_CONTEXT_BINARY,
-    toolchain: Annotated[Toolchain, typer.Option("--toolchain")] = Toolchain.AUTO,
-    preset: Annotated[str, typer.Option("--preset", help="fast, balanced or max_perf.")] = "balanced",
-    calibration: Annotated[Optional[str], typer.Option("--calibration", help="Workspace-relative .npz calibration data.")] = None,
-    rerun: Annotated[Optional[str], typer.Option("--rerun", help="Run id of an earlier conversion whose plan is reused.")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="With --rerun: key=value step arg override (repeatable).")] = None,
+    soc: Annotated[Optional[str], typer.Option("--soc", metavar="SOC", help="Target SoC, e.g. sm8550 (omitted: the job asks).")] = None,
+    precision: Annotated[Optional[Precision], typer.Option("--precision", help="Precision of the converted model (omitted: the job asks).")] = None,
+    output: Annotated[OutputKind, typer.Option("--output", help="What to build.")] = OutputKind.QNN_CONTEXT_BINARY,
+    toolchain: Annotated[Toolchain, typer.Option("--toolchain", help="Which tools (auto: the best installed).")] = Toolchain.AUTO,
+    preset: Annotated[str, typer.Option("--preset", metavar="PRESET", help="fast, balanced or max_perf.")] = "balanced",
+    calibration: Annotated[Optional[str], typer.Option("--calibration", metavar="FILE.npz", help="Workspace-relative .npz calibration data.")] = None,
+    rerun: Annotated[Optional[str], typer.Option("--rerun", metavar="RUN_ID", help="Run id of an earlier conversion whose plan is reused.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="With --rerun: key=value step arg override (repeatable).")] = None,
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
     """Convert a model to a QNN/SNPE/ORT artifact for a SoC and precision."""
@@ -350,24 +410,26 @@ def convert(
 
 @app.command()
 def answer(
-    workflow_id: Annotated[str, typer.Argument(help="A NEEDS_INPUT convert job's workflow id.")],
-    answers: Annotated[list[str], typer.Argument(help="key=value answers: soc=sm8550 precision=int8 calibration=PATH")],
+    job_id: JobIdArg,
+    answers: Annotated[list[str], typer.Argument(metavar="KEY=VALUE...",
+                                                 help="Answers: soc=sm8550 precision=int8 calibration=PATH")],
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
-    """Answer a job that is waiting for input."""
+    """Answer a convert job that is waiting for input (exit 2 when it has already finished)."""
     out.use_json(json_)
     parsed = parse_sets(answers)
 
     async def go() -> int:
         fc = await client_for(settings())
-        progress = await fc.answer(workflow_id, **parsed)
+        handle = await fc.job(job_id)
+        progress = await handle.answer(**parsed)
         if wait:
-            return await finish(fc, fc.handle(workflow_id), wait=True)
+            return await finish(fc, handle, wait=True)
         if json_:
             out.contract(progress)
         else:
-            out.line(f"{workflow_id}: answer accepted")
-            out.hint(f"follow it with: fleetforge watch {workflow_id} (Web UI: {fc.ui_url(workflow_id)})")
+            out.line(f"{handle.id}: answer accepted")
+            out.hint(f"follow it with: fleetforge watch {handle.id} (Web UI: {await handle.ui_url()})")
         return 0
 
     return run_sync(go())
@@ -375,11 +437,11 @@ def answer(
 
 @app.command()
 def kernel(
-    task: Annotated[Path, typer.Argument(help="A kernel task: a Python file with the reference PyTorch op.")],
-    arch: Annotated[str, typer.Option("--arch", help="cpu-interpreter (Triton interpreter on CPU) or a GPU arch.")] = "cpu-interpreter",
-    workflow: Annotated[str, typer.Option("--workflow", help="A shipped workflow name or a workflow.yaml path.")] = "default",
-    num_candidates: Annotated[int, typer.Option("--num-candidates", min=1, max=16)] = 1,
-    max_step: Annotated[Optional[int], typer.Option("--max-step", min=1, help="Cap on conductor steps.")] = None,
+    task: Annotated[Path, typer.Argument(metavar="TASK.py", help="A kernel task: a Python file with the reference PyTorch op.")],
+    arch: Annotated[str, typer.Option("--arch", metavar="ARCH", help="cpu-interpreter (Triton interpreter on CPU) or a GPU arch.")] = "cpu-interpreter",
+    workflow: Annotated[str, typer.Option("--workflow", metavar="NAME|FILE", help="A shipped workflow name or a workflow.yaml path.")] = "default",
+    num_candidates: Annotated[int, typer.Option("--num-candidates", metavar="N", min=1, max=16, help="Coder candidates per round, run in parallel.")] = 1,
+    max_step: Annotated[Optional[int], typer.Option("--max-step", metavar="N", min=1, help="Cap on conductor steps.")] = None,
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
     """Write a Triton kernel for a PyTorch op and verify it against the reference."""
@@ -449,11 +511,11 @@ def write_back(store: ArtifactStore, result: FleetTestResult, csv_path: Path) ->
 @app.command("fleet-test")
 def fleet_test(
     csv_file: Annotated[Path, typer.Argument(metavar="MODELS.csv", help="Manifest: model_name,status,note,... columns.")],
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=256)] = 4,
-    runner: Annotated[RunnerKind, typer.Option("--runner")] = RunnerKind.DOCKER,
-    hardware: Annotated[Optional[Path], typer.Option("--hardware", help="Hardware profile YAML.")] = None,
-    max_attempts: Annotated[int, typer.Option("--max-attempts", min=1, max=10)] = 3,
-    resume: Annotated[Optional[str], typer.Option("--resume", help="Follow an existing fleet-test job instead of starting one.")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", metavar="N", min=1, max=256, help="Rows tested at the same time.")] = 4,
+    runner: Annotated[RunnerKind, typer.Option("--runner", help="How a row's command runs.")] = RunnerKind.DOCKER,
+    hardware: Annotated[Optional[Path], typer.Option("--hardware", metavar="FILE.yaml", help="Hardware profile YAML.")] = None,
+    max_attempts: Annotated[int, typer.Option("--max-attempts", metavar="N", min=1, max=10, help="Attempts per row (each retry is told the last failure).")] = 3,
+    resume: Annotated[Optional[str], typer.Option("--resume", metavar="JOB_ID", help="Follow an existing fleet-test job instead of starting one.")] = None,
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
     """Test-deploy every model of a CSV; with --wait, write the verdicts back into the CSV."""
@@ -493,91 +555,103 @@ def fleet_test(
 
 
 @app.command()
-def watch(
-    workflow_id: Annotated[str, typer.Argument(help="A job's workflow id (kind/run_id).")],
-    json_: JsonOpt = False,
-) -> int:
+def watch(job_id: JobIdArg, json_: JsonOpt = False) -> int:
     """Follow any job live until it closes: progress for fleets, steps for convert/kernel, input requests."""
     out.use_json(json_)
 
     async def go() -> int:
         fc = await client_for(settings())
-        handle = fc.handle(workflow_id)
+        handle = await fc.job(job_id)
         summary = await handle.summary()
         if summary.status == CANCELLED:
-            raise JobCancelled(workflow_id)
-        return show_result(await follow(fc, handle, stop_at_input=False), fc.ui_url(workflow_id))
+            raise JobCancelled(handle.id)
+        return show_result(await follow(fc, handle, stop_at_input=False), await handle.ui_url())
 
     return run_sync(go())
 
 
+STATUS_CHOICES = [*JobStatus.__members__]
+
+
 @app.command("list")
 def list_(
-    kind: Annotated[Optional[JobKind], typer.Option("--kind", help="Only jobs of this kind.")] = None,
-    status: Annotated[Optional[str], typer.Option("--status", help="RUNNING, NEEDS_INPUT, COMPLETED, FAILED or CANCELLED.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
+    kind: Annotated[Optional[JobKind], typer.Option("--kind", metavar="KIND", help="Only jobs of this kind: "
+                                                    + ", ".join(k.value for k in JobKind) + ".")] = None,
+    status: Annotated[Optional[str], typer.Option("--status", metavar="STATUS", help="Only jobs in this state: "
+                                                  + ", ".join(STATUS_CHOICES) + ".")] = None,
+    rows: Annotated[bool, typer.Option("--rows", help="Also list every fleet's rows (model-test jobs).")] = False,
+    limit: Annotated[int, typer.Option("--limit", metavar="N", min=1, max=1000, help="At most N jobs.")] = 50,
     json_: JsonOpt = False,
 ) -> int:
-    """List jobs, newest first."""
+    """List jobs, newest first: one line per job (a fleet's rows only with --rows)."""
     out.use_json(json_)
     if status is not None:
         status = status.upper()
-        if status != CANCELLED and status not in JobStatus.__members__:
-            raise FleetforgeError(Err.BAD_INPUT, f"unknown --status {status!r}: use {', '.join(JobStatus)} or {CANCELLED}")
+        if status not in JobStatus.__members__:
+            raise FleetforgeError(Err.BAD_INPUT, f"unknown --status {status!r}: use {', '.join(STATUS_CHOICES)}")
 
     async def go() -> int:
         fc = await client_for(settings())
-        jobs = await fc.list_jobs(kind=kind, status=status, limit=limit)
+        jobs = await fc.list_jobs(kind=kind, status=status, limit=limit, rows=rows)
         if json_:
             out.contract(JobList(jobs=jobs))
             return 0
-        for j in jobs:
-            started = f"{j.start_time:%Y-%m-%d %H:%M:%S}" if j.start_time else ""
-            out.line(f"{j.workflow_id}  {j.kind}  {j.status}  {j.model}  {started}")
         if not jobs:
-            out.hint("no jobs")
+            out.hint("no jobs" + (f" with status {status}" if status else ""))
+            return 0
+        out.table(jobs_table(jobs))
+        if len(jobs) == limit:
+            out.hint(f"the newest {limit} jobs; --limit N shows more")
         return 0
 
     return run_sync(go())
 
 
+def jobs_table(jobs: list[JobSummary]) -> Any:
+    from rich.table import Table
+
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("JOB", "KIND", "STATUS", "MODEL", "TARGET", "STARTED"):
+        t.add_column(col, no_wrap=col != "MODEL", overflow="fold")
+    for j in jobs:
+        started = f"{j.start_time.astimezone():%Y-%m-%d %H:%M:%S}" if j.start_time else ""
+        t.add_row(j.workflow_id, j.kind, j.status, j.model or "-", j.target or "-", started)
+    return t
+
+
 @app.command()
-def show(
-    workflow_id: Annotated[str, typer.Argument(help="A job's workflow id (kind/run_id).")],
-    wait: WaitOpt = False, json_: JsonOpt = False,
-) -> int:
-    """Show a job: its result contract once finished, else its status."""
+def show(job_id: JobIdArg, wait: WaitOpt = False, json_: JsonOpt = False) -> int:
+    """Show a job: its result contract once finished, else its status, step and Web UI link."""
     out.use_json(json_)
 
     async def go() -> int:
         fc = await client_for(settings())
-        handle = fc.handle(workflow_id)
+        handle = await fc.job(job_id)
         summary = await handle.summary()
         if summary.status == CANCELLED:
-            raise JobCancelled(workflow_id)
-        if summary.status in (JobStatus.COMPLETED, JobStatus.FAILED) or wait:
+            raise JobCancelled(handle.id)
+        if summary.status in (JobStatus.COMPLETED, JobStatus.FAILED):
+            return show_result(await handle.outcome(), summary.ui_url)
+        if wait:
             return await finish(fc, handle, wait=True)
         if json_:
             out.contract(summary)
         else:
             out.line(f"{summary.workflow_id}  {summary.kind}  {summary.status}  step: {await handle.step() or '-'}")
-            out.line(f"Web UI: {fc.ui_url(workflow_id)}")
+            out.line(f"Web UI: {summary.ui_url}")
         return 0
 
     return run_sync(go())
 
 
 @app.command()
-def cancel(
-    workflow_id: Annotated[str, typer.Argument(help="A job's workflow id (kind/run_id).")],
-    wait: WaitOpt = False, json_: JsonOpt = False,
-) -> int:
-    """Request cancellation of a job (with --wait: until it has stopped)."""
+def cancel(job_id: JobIdArg, wait: WaitOpt = False, json_: JsonOpt = False) -> int:
+    """Cancel a running job (with --wait: until it has stopped). Exit 2 when it has already finished."""
     out.use_json(json_)
 
     async def go() -> int:
         fc = await client_for(settings())
-        handle = fc.handle(workflow_id)
+        handle = await fc.job(job_id)
         await handle.cancel()
         if wait:
             try:
@@ -585,13 +659,43 @@ def cancel(
             except JobCancelled:
                 pass
             else:
-                out.hint(f"{workflow_id} finished before the cancellation took effect")
-                return show_result(result, fc.ui_url(workflow_id))
+                out.hint(f"{handle.id} finished before the cancellation took effect")
+                return show_result(result, await handle.ui_url())
         if json_:
-            out.contract(JobSummary(workflow_id=workflow_id, kind=workflow_id.split("/", 1)[0], status=CANCELLED))
+            out.contract(await handle.summary() if wait else JobSummary(
+                workflow_id=handle.id, kind=handle.kind.value, status=JobStatus.RUNNING.value))
         else:
-            out.line(workflow_id)
-            out.hint("cancelled" if wait else "cancellation requested")
+            out.line(handle.id)
+            out.hint("cancelled" if wait else "cancellation requested (--wait waits until it has stopped)")
+        return 0
+
+    return run_sync(go())
+
+
+@app.command()
+def artifacts(
+    job_id: JobIdArg,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", file_okay=False,
+                                                    help="Download the outputs into DIR under their names.")] = None,
+    json_: JsonOpt = False,
+) -> int:
+    """List a finished job's outputs by name; with --out, download them (sha256-checked)."""
+    out.use_json(json_)
+
+    async def go() -> int:
+        fc = await client_for(settings())
+        handle = await fc.job(job_id)
+        refs = await handle.artifacts()
+        written = [str(p) for p in await handle.download(out_dir)] if out_dir is not None else []
+        if json_:
+            out.contract(ArtifactList(workflow_id=handle.id, artifacts=refs, written=written))
+            return 0
+        if not refs:
+            out.hint(f"{handle.id} has no artifacts")
+        for a in refs:
+            out.line(artifact_line(a))
+        if out_dir is not None:
+            out.hint(f"wrote {len(written)} file(s) under {out_dir}")
         return 0
 
     return run_sync(go())
@@ -603,20 +707,21 @@ def cancel(
 def dev(
     no_worker: Annotated[bool, typer.Option("--no-worker", help="Only the Temporal server, no worker.")] = False,
 ) -> int:
-    """Run the embedded stack: the Temporal dev server (state in FLEETFORGE_STATE_DIR) and every worker."""
+    """Run the embedded stack: the Temporal dev server (state in FLEETFORGE_STATE_DIR, address
+    TEMPORAL_ADDRESS) and a supervised worker process on every queue; Ctrl-C stops both."""
     from activities.logs import configure_logging
     from client.dev import run_dev
 
     configure_logging()
-    run_sync_none(run_dev(settings(), worker=not no_worker))
-    return 0
+    return run_sync(run_dev(settings(), worker=not no_worker))
 
 
 @app.command()
 def worker(
-    queues: Annotated[str, typer.Option("--queues", help="all, or a comma list of workflows,llm,toolchain,kernels,containers")] = "all",
+    queues: Annotated[str, typer.Option("--queues", metavar="KINDS",
+                                        help="all, or a comma list of workflows,llm,toolchain,kernels,containers.")] = "all",
 ) -> int:
-    """Run worker(s) against FLEETFORGE_TEMPORAL_ADDRESS."""
+    """Run worker(s) against the configured Temporal (TEMPORAL_ADDRESS or the profile)."""
     from activities.logs import configure_logging
     from worker import install_stop_handlers, parse_queue_kinds, serve
 

@@ -1,15 +1,28 @@
 """`fleetforge dev`: the embedded stack. Use a reachable Temporal frontend, or start the dev
-server (SQLite file in the state dir, so jobs survive restarts), then run every worker in-process.
+server (SQLite file in the state dir, so jobs survive restarts), then run a worker on every queue
+as a supervised child process.
+
+Nothing outlives it: the server and the worker are started so that the kernel sends them SIGTERM
+when `fleetforge dev` dies, however it dies (PR_SET_PDEATHSIG); a worker that crashes is restarted
+with a backoff, and after too many crashes in a row everything stops cleanly (exit 1).
+
+One server serves one artifact store: a server that `fleetforge dev` started records its store in
+the namespace's data, and a second `fleetforge dev` with another store refuses to join it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import signal
 import socket
 import subprocess
+import sys
 import time
+from dataclasses import dataclass
 
-from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.api.namespace.v1 import UpdateNamespaceInfo
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, UpdateNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -19,11 +32,14 @@ from client import out
 from client.binaries import temporal_binary
 from contracts.errors import Err, FleetforgeError
 from contracts.settings import Settings
-from workflows._visibility import SEARCH_ATTRIBUTES
-from worker import QUEUE_KINDS, install_stop_handlers, serve
+from workflows._visibility import SEARCH_ATTRIBUTES, web_ui_link
+from worker import install_stop_handlers
 
 STARTUP_DEADLINE_S = 60.0
 SHUTDOWN_DEADLINE_S = 30.0
+STORE_KEY = "fleetforge.store"
+"""Namespace data key: the artifact store of the `fleetforge dev` that started this server."""
+PR_SET_PDEATHSIG = 1
 
 
 def host_port(address: str) -> tuple[str, int]:
@@ -31,7 +47,7 @@ def host_port(address: str) -> tuple[str, int]:
     try:
         return host or "127.0.0.1", int(port)
     except ValueError:
-        raise FleetforgeError(Err.BAD_INPUT, f"FLEETFORGE_TEMPORAL_ADDRESS {address!r} is not HOST:PORT") from None
+        raise FleetforgeError(Err.BAD_INPUT, f"Temporal address {address!r} is not HOST:PORT (TEMPORAL_ADDRESS)") from None
 
 
 def port_open(address: str, timeout: float = 0.5) -> bool:
@@ -42,12 +58,23 @@ def port_open(address: str, timeout: float = 0.5) -> bool:
         return False
 
 
+def die_with_parent() -> None:
+    """In a child: ask the kernel for SIGTERM when the parent dies (Linux; a no-op elsewhere)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+# -- the Temporal server ---------------------------------------------------------------------
+
 def server_command(settings: Settings) -> list[str]:
-    _, port = host_port(settings.temporal_address)
+    host, port = host_port(settings.temporal_address)
     cmd = [
         temporal_binary(), "server", "start-dev",
         "--db-filename", str(settings.state_dir.resolve() / "temporal.db"),
-        "--ip", "127.0.0.1", "--port", str(port), "--ui-port", str(settings.ui_port), "--log-level", "warn",
+        "--ip", "127.0.0.1" if host in ("localhost", "127.0.0.1") else host, "--port", str(port),
+        "--ui-port", str(settings.ui_port), "--log-level", "warn",
     ]
     for key in SEARCH_ATTRIBUTES:
         cmd += ["--search-attribute", f"{key.name}=Keyword"]
@@ -55,10 +82,13 @@ def server_command(settings: Settings) -> list[str]:
 
 
 def start_server(settings: Settings) -> subprocess.Popen[bytes]:
+    """Start the dev server (before any thread exists: preexec_fn is safe then) in its own session,
+    so a Ctrl-C reaches `fleetforge dev` only, which stops the worker first and the server last."""
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     log = open(settings.state_dir / "temporal.log", "ab")
     try:
-        return subprocess.Popen(server_command(settings), stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(server_command(settings), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                start_new_session=True, preexec_fn=die_with_parent)
     finally:
         log.close()
 
@@ -86,46 +116,154 @@ async def wait_connectable(settings: Settings, proc: subprocess.Popen[bytes] | N
     return None
 
 
-def stop_server(proc: subprocess.Popen[bytes]) -> None:
+def stop_process(proc: subprocess.Popen[bytes], deadline_s: float = SHUTDOWN_DEADLINE_S) -> None:
     if proc.poll() is not None:
         return
     proc.terminate()
     try:
-        proc.wait(timeout=SHUTDOWN_DEADLINE_S)
+        proc.wait(timeout=deadline_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
 
 
-async def _watch(proc: subprocess.Popen[bytes], stop: asyncio.Event) -> None:
-    """Stop the worker if the server subprocess dies under us."""
-    while proc.poll() is None and not stop.is_set():
-        await asyncio.sleep(0.5)
-    stop.set()
+async def _namespace_data(client: Client, namespace: str) -> dict[str, str]:
+    desc = await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
+    return dict(desc.namespace_info.data)
 
 
-async def run_dev(settings: Settings, *, worker: bool = True) -> None:
+async def record_store(client: Client, settings: Settings) -> None:
+    """Mark the server this dev started with its artifact store (namespace data)."""
+    await client.workflow_service.update_namespace(UpdateNamespaceRequest(
+        namespace=settings.namespace, update_info=UpdateNamespaceInfo(data={STORE_KEY: settings.resolved_store_url})))
+
+
+def join_verdict(recorded: str | None, ours: str, address: str) -> str:
+    """What joining a running server means (pure): a line saying what was joined, or STORE_CONFLICT
+    (exit 2) when another `fleetforge dev` serves it with a different artifact store: its workers
+    would look for our jobs' files in their store."""
+    if recorded is None:
+        return (f"joined the Temporal server at {address} (not started by fleetforge dev; it records no "
+                f"artifact store): jobs use {ours}")
+    if recorded != ours:
+        raise FleetforgeError(
+            Err.BAD_INPUT,
+            f"the Temporal server at {address} belongs to another `fleetforge dev` whose artifact store is {recorded}, "
+            f"not {ours}: use its FLEETFORGE_STATE_DIR/FLEETFORGE_STORE_URL, or give this one its own server "
+            f"(TEMPORAL_ADDRESS=127.0.0.1:PORT FLEETFORGE_UI_PORT=PORT2 fleetforge dev)")
+    return f"joined the Temporal server at {address} that fleetforge dev started for this store ({ours})"
+
+
+# -- the worker ------------------------------------------------------------------------------
+
+def worker_child() -> None:
+    """Entry point of the worker process `fleetforge dev` supervises: it dies with its parent."""
+    import worker
+
+    die_with_parent()
+    sys.exit(worker.main(["--queues", "all"]))
+
+
+def start_worker() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "from client.dev import worker_child; worker_child()"],
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """Restart a crashed worker after a backoff; give up after `max_crashes` within `window_s`."""
+
+    max_crashes: int = 5
+    window_s: float = 300.0
+    first_delay_s: float = 0.5
+    max_delay_s: float = 10.0
+
+    def after_crash(self, crashes: list[float], now: float) -> float | None:
+        """Seconds to wait before the next start, or None to give up (pure)."""
+        recent = [t for t in crashes if now - t <= self.window_s]
+        if len(recent) >= self.max_crashes:
+            return None
+        return min(self.max_delay_s, self.first_delay_s * 2 ** max(0, len(recent) - 1))
+
+
+async def _exited(proc: subprocess.Popen[bytes], stop: asyncio.Event) -> int | None:
+    """The process's exit code, or None once `stop` is set first."""
+    while not stop.is_set():
+        code = proc.poll()
+        if code is not None:
+            return code
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=0.5)
+        except asyncio.TimeoutError:
+            pass
+    return None
+
+
+async def supervise_worker(stop: asyncio.Event, policy: RestartPolicy = RestartPolicy()) -> int:
+    """Run the worker until `stop` (exit 0), restarting it when it dies; 1 when it keeps dying."""
+    crashes: list[float] = []
+    while True:
+        proc = start_worker()
+        out.hint(f"worker started (pid {proc.pid})")
+        code = await _exited(proc, stop)
+        if code is None:  # stopping: let the worker finish its tasks' current step
+            await asyncio.to_thread(stop_process, proc)
+            return 0
+        crashes.append(time.monotonic())
+        delay = policy.after_crash(crashes, time.monotonic())
+        if delay is None:
+            out.error(f"the worker died {policy.max_crashes} times within {policy.window_s:.0f}s (last exit code {code}); "
+                      "stopping fleetforge dev")
+            return 1
+        out.hint(f"the worker exited with code {code}; restarting it in {delay:.1f}s")
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=delay)
+            return 0
+        except asyncio.TimeoutError:
+            pass
+
+
+async def _watch_server(proc: subprocess.Popen[bytes], stop: asyncio.Event, died: list[int]) -> None:
+    """Stop everything if the server dies under us."""
+    code = await _exited(proc, stop)
+    if code is not None:
+        died.append(code)
+        stop.set()
+
+
+async def run_dev(settings: Settings, *, worker: bool = True) -> int:
+    """The stack until SIGINT/SIGTERM (exit 0); 1 when the server died or the worker kept dying."""
     stop = asyncio.Event()
     install_stop_handlers(stop)
     proc: subprocess.Popen[bytes] | None = None
-    if port_open(settings.temporal_address):
-        out.hint(f"using the Temporal frontend at {settings.temporal_address}")
-    else:
+    if not port_open(settings.temporal_address):
         proc = start_server(settings)
         out.hint(f"started the Temporal dev server at {settings.temporal_address} (db {settings.state_dir / 'temporal.db'})")
-    watcher = asyncio.create_task(_watch(proc, stop)) if proc else None
+    died: list[int] = []
+    watcher = asyncio.create_task(_watch_server(proc, stop, died)) if proc else None
+    rc = 0
     try:
         client = await wait_connectable(settings, proc, stop)
         if client is None:
-            return
-        out.hint(f"Web UI: {settings.ui_url}/namespaces/{settings.namespace}/workflows")
+            return 0
+        if proc is not None:
+            await record_store(client, settings)
+        else:
+            recorded = (await _namespace_data(client, settings.namespace)).get(STORE_KEY)
+            out.hint(join_verdict(recorded, settings.resolved_store_url, settings.temporal_address))
+        out.hint(f"Web UI: {web_ui_link(settings.ui_url, settings.namespace)}")
+        del client
         if worker:
-            await serve(settings, list(QUEUE_KINDS), stop, client)
+            rc = await supervise_worker(stop)
         else:
             await stop.wait()
+        if died:
+            out.error(f"the Temporal dev server exited with code {died[0]} (see {settings.state_dir / 'temporal.log'})")
+            rc = 1
+        return rc
     finally:
         if watcher:
             watcher.cancel()
         if proc is not None:
-            await asyncio.to_thread(stop_server, proc)
+            await asyncio.to_thread(stop_process, proc)
             out.hint("stopped the Temporal dev server")

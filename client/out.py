@@ -8,21 +8,24 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from contracts.common import JobStatus
 from contracts.errors import Err, remedy
 
-_stdout = Console(highlight=False, soft_wrap=True)
+_stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 1000)
+"""Piped or redirected: lines as long as they are (one job per line for grep), never folded at 80."""
 _stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 _json = False
 
 INPUT_ERRORS = frozenset({
-    Err.BAD_INPUT, Err.MODEL_NOT_FOUND, Err.MODEL_INVALID, Err.CATALOG_INVALID, Err.STORE_URL_INVALID,
+    Err.BAD_INPUT, Err.JOB_FINISHED, Err.MODEL_NOT_FOUND, Err.MODEL_INVALID, Err.CATALOG_INVALID, Err.STORE_URL_INVALID,
     Err.JOB_NOT_FOUND, Err.PATH_ESCAPE, Err.WORKFLOW_CONFIG_INVALID, Err.MANIFEST_INVALID, Err.KERNEL_TASK_INVALID,
 })
 
@@ -85,26 +88,51 @@ def error(message: str, code: str = "") -> None:
     sys.stderr.flush()
 
 
-@contextmanager
-def progress(title: str, *, every_s: float = 0.0) -> Iterator[Callable[[str], None]]:
-    """Live progress on stderr; yields `update(step)`. Each new step becomes a timeline line
-    (seconds since the start, then the step), at most one every `every_s` seconds; on a terminal a
-    spinner also shows the current step."""
-    started = time.monotonic()
-    last = {"step": "", "at": float("-inf")}
+class Follow:
+    """What `progress` yields: `step(text)` for a job's steps, `bar(done, total, label)` for a fleet."""
 
-    def timeline(step: str) -> None:
+    def __init__(self, title: str, every_s: float, console: Console, live: Progress | None):
+        self.title = title
+        self._every_s = every_s
+        self._console = console
+        self._live = live
+        self._task = live.add_task(title, total=None, label="") if live is not None else None
+        self._started = time.monotonic()
+        self._last = ("", float("-inf"))
+
+    def _timeline(self, text: str) -> None:
+        """A line per new step (seconds since the start, then the step), at most one per `every_s`."""
         now = time.monotonic()
-        if step and step != last["step"] and now - last["at"] >= every_s:
-            last.update(step=step, at=now)
-            _stderr.print(f"{now - started:7.1f}s  {title}: {step}", markup=False, style="dim")
+        if text and text != self._last[0] and now - self._last[1] >= self._every_s:
+            self._last = (text, now)
+            self._console.print(f"{now - self._started:7.1f}s  {self.title}: {text}", markup=False, style="dim")
 
-    if not _stderr.is_terminal:
-        yield timeline
+    def step(self, text: str) -> None:
+        self._timeline(text)
+        if self._live is not None and self._task is not None and text:
+            self._live.update(self._task, description=f"{self.title}: {text}")
+
+    def bar(self, done: int, total: int, label: str) -> None:
+        """A progress bar of `done` of `total` (a terminal), or a timeline line (a log)."""
+        if self._live is None or self._task is None:
+            self._timeline(f"{done}/{total} {label}")
+            return
+        self._live.update(self._task, completed=done, total=total or None, label=label)
+
+
+@contextmanager
+def progress(title: str, *, every_s: float = 0.0, bar: bool = False, console: Console | None = None) -> Iterator[Follow]:
+    """Live progress on stderr. Every new step becomes a timeline line; on a terminal a
+    rich.progress display also shows the current step (a spinner) or, with `bar`, a progress bar
+    with `done/total` and a label (a fleet's rows)."""
+    console = console or _stderr
+    if not console.is_terminal:
+        yield Follow(title, every_s, console, None)
         return
-    with _stderr.status(f"{title}: starting") as status:
-        def update(step: str) -> None:
-            timeline(step)
-            if step:
-                status.update(f"{title}: {step}")
-        yield update
+    if bar:
+        columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                              TextColumn("{task.fields[label]}"), TimeElapsedColumn()]
+    else:
+        columns = [SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()]
+    with Progress(*columns, console=console, transient=True) as live:
+        yield Follow(title, every_s, console, live)

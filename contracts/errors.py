@@ -22,6 +22,7 @@ class Err(StrEnum):
     TEMPORAL_UNAVAILABLE = "TEMPORAL_UNAVAILABLE"
     JOB_NOT_FOUND = "JOB_NOT_FOUND"
     JOB_CANCELLED = "JOB_CANCELLED"
+    JOB_FINISHED = "JOB_FINISHED"
     # llm
     LLM_UNAVAILABLE = "LLM_UNAVAILABLE"
     LLM_RETRYABLE = "LLM_RETRYABLE"
@@ -61,8 +62,9 @@ REMEDY: dict[Err, str] = {
     Err.CATALOG_INVALID: "fix the catalog YAML: a mapping `models: {name: {path: ...}}`",
     Err.STORE_URL_INVALID: "set FLEETFORGE_STORE_URL to file:///ABS/PATH or s3://BUCKET[/PREFIX]",
     Err.STORE_UNAVAILABLE: "check FLEETFORGE_S3_ENDPOINT and the AWS_* credentials, and that the bucket exists",
-    Err.TEMPORAL_UNAVAILABLE: "start the embedded stack with `fleetforge dev`, or set FLEETFORGE_TEMPORAL_ADDRESS",
+    Err.TEMPORAL_UNAVAILABLE: "start the embedded stack with `fleetforge dev`, or set TEMPORAL_ADDRESS (or a `temporal config` profile)",
     Err.JOB_NOT_FOUND: "list jobs with `fleetforge list`",
+    Err.JOB_FINISHED: "see how it ended with `fleetforge show JOB_ID`",
     Err.LLM_UNAVAILABLE: "set FLEETFORGE_LLM_BASE_URL / FLEETFORGE_LLM_API_KEY, or use FLEETFORGE_LLM=offline",
     Err.LLM_AUTH: "check FLEETFORGE_LLM_API_KEY (or OPENAI_API_KEY)",
     Err.TOOLCHAIN_UNAVAILABLE: "install the extra (pip install 'fleetforge[toolchains]') or set QAIRT_SDK_ROOT",

@@ -1,14 +1,22 @@
-"""What a person sees of a running job: search attributes and the current-details markdown.
+"""What a person sees of a running job: search attributes, Web UI links and the current-details
+markdown.
 
+Search attribute values are normalised here, once, for every path that sets them (client start,
+workflow upserts): `FleetforgeTarget` holds SoC names upper-case (`SM8550`) and anything else
+lower-case (`cpu`, `docker`), so one documented filter finds every job.
 Registered by `fleetforge dev`, the compose init job and `fleetforge setup-namespace`.
 """
 
 from __future__ import annotations
 
+import re
+from urllib.parse import quote
+
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from contracts.common import JobKind, JobStatus
+from workflows.presentation import current_details
 
 JOB = SearchAttributeKey.for_keyword("FleetforgeJob")
 STATUS = SearchAttributeKey.for_keyword("FleetforgeStatus")
@@ -16,14 +24,29 @@ MODEL = SearchAttributeKey.for_keyword("FleetforgeModel")
 TARGET = SearchAttributeKey.for_keyword("FleetforgeTarget")
 SEARCH_ATTRIBUTES = (JOB, STATUS, MODEL, TARGET)
 
+MAX_KEYWORD = 200
+_SOC = re.compile(r"^sm\d{4}[a-z]?$", re.IGNORECASE)
+
+
+def normalise_target(target: str) -> str:
+    """A FleetforgeTarget value: a Snapdragon SoC upper-case (sm8550 -> SM8550), anything else
+    (kernel arch, fleet runner) lower-case."""
+    target = target.strip()
+    return target.upper() if _SOC.match(target) else target.lower()
+
+
+def normalise_model(model: str) -> str:
+    """A FleetforgeModel value: as given, cut to what a keyword holds."""
+    return model.strip()[:MAX_KEYWORD]
+
 
 def start_attributes(kind: JobKind, model: str = "", target: str = "") -> TypedSearchAttributes:
     """Search attributes a job is started with (the client passes these to start_workflow)."""
     pairs = [SearchAttributePair(JOB, kind.value), SearchAttributePair(STATUS, JobStatus.RUNNING.value)]
     if model:
-        pairs.append(SearchAttributePair(MODEL, model[:200]))
+        pairs.append(SearchAttributePair(MODEL, normalise_model(model)))
     if target:
-        pairs.append(SearchAttributePair(TARGET, target))
+        pairs.append(SearchAttributePair(TARGET, normalise_target(target)))
     return TypedSearchAttributes(pairs)
 
 
@@ -33,11 +56,24 @@ def set_status(status: JobStatus) -> None:
 
 
 def set_model(model: str) -> None:
-    workflow.upsert_search_attributes([MODEL.value_set(model[:200])])
+    workflow.upsert_search_attributes([MODEL.value_set(normalise_model(model))])
+
+
+def set_target(target: str) -> None:
+    workflow.upsert_search_attributes([TARGET.value_set(normalise_target(target))])
 
 
 def details(title: str, rows: dict[str, object]) -> None:
-    """Set the Web UI's current details: a heading and a small markdown table of facts."""
-    lines = [f"**{title}**", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {str(v).replace('|', '/').replace(chr(10), ' ')[:300]} |" for k, v in rows.items() if v not in (None, "")]
-    workflow.set_current_details("\n".join(lines))
+    """Set the Web UI's current details from a dict of facts (presentation.current_details renders
+    it: scalars in one table; evaluation reports, artifacts and lists of rows as their own tables)."""
+    workflow.set_current_details(current_details(title, rows))
+
+
+def web_ui_link(base: str, namespace: str, workflow_id: str = "", run_id: str = "", *, query: str = "") -> str:
+    """The one builder of Web UI links: a workflow's page (the workflow id URL-encoded, `/` included,
+    and its run id), or the namespace's workflow list (optionally filtered by a visibility query)."""
+    root = f"{base.rstrip('/')}/namespaces/{quote(namespace, safe='')}/workflows"
+    if not workflow_id:
+        return root + (f"?query={quote(query, safe='')}" if query else "")
+    link = f"{root}/{quote(workflow_id, safe='')}"
+    return f"{link}/{quote(run_id, safe='')}/history" if run_id else link

@@ -1,11 +1,17 @@
-"""What a person reads about a job before opening it: the Web UI's static summary and details.
+"""What a person reads about a job in the Web UI: the static summary and details of a request, and
+the markdown of the current details. Pure functions, so golden tests pin them (tests/golden/) and a
+change to what users see is a deliberate diff. The client passes the static texts to
+`start_workflow`, a parent passes them to its children; workflows set the current details through
+`workflows._visibility.details`.
 
-Pure functions of the request, so golden tests pin them (tests/golden/) and a change to what
-users see is a deliberate diff. The client passes them to `start_workflow`, a parent passes
-them to its children.
+Markdown tables here are made for the Web UI's renderer (UI 2.54): its stylesheet zeroes every
+cell's padding, so adjacent cells would run together (`planner_max_tool_iters8`); every cell ends
+with an em-space gutter and columns are left-aligned. Inline HTML styles are blocked there.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel
 
@@ -16,6 +22,12 @@ from contracts.kernel_job import KernelRequest
 
 HIDDEN_FIELDS = {"queues", "carry", "run_id", "task"}
 """Request fields that are plumbing, not something a person asked for."""
+
+GUTTER = "\u2003\u2003"
+"""Two em spaces after every cell: the column gap the Web UI's table style does not give."""
+MAX_CELL = 200
+MAX_TABLE_ROWS = 25
+"""Longer lists (a fleet's rows) show their first rows and say how many more there are."""
 
 
 def summary(request: BaseModel) -> str:
@@ -44,21 +56,102 @@ def _short(model: str) -> str:
 
 
 def details(request: BaseModel) -> str:
-    """Markdown: the request as a person would state it."""
-    rows = {k: v for k, v in request.model_dump(mode="json", exclude=HIDDEN_FIELDS).items() if v not in (None, "", [], {})}
+    """Markdown: the request as a person would state it (a heading and a field/value table)."""
+    rows = {k: v for k, v in request.model_dump(mode="json", exclude=HIDDEN_FIELDS).items() if not _empty(v)}
     if isinstance(request, KernelRequest):
         rows = {"op": request.task.op_name, "task_id": request.task.task_id, "arch": request.task.arch,
                 "dsl": request.task.dsl, "workflow": request.task.workflow, **rows}
         rows.pop("config", None)
-    lines = [f"**{summary(request)}**", "", "| field | value |", "|---|---|"]
-    lines += [f"| {k} | {_cell(v)} |" for k, v in rows.items()]
-    return "\n".join(lines)
+    if isinstance(request, ConversionRequest) and request.target_soc:
+        rows["target_soc"] = request.target_soc.upper()  # SoC names upper-case everywhere
+    return "\n".join([f"**{summary(request)}**", "", *markdown_table(["field", "value"], rows.items())])
 
 
-def _cell(value: object) -> str:
-    """A table cell: an artifact by its URI, a nested model as `key=value` pairs, one line."""
-    if isinstance(value, dict):
-        text = value["uri"] if "uri" in value else ", ".join(f"{k}={v}" for k, v in value.items())
+def current_details(title: str, rows: Mapping[str, object]) -> str:
+    """Markdown for a job's current details: scalar facts in one table, then every structured value
+    as its own titled table (an evaluation report: its figures; artifacts: name, size, sha256; a list
+    of rows such as a fleet's verdicts: one line each). Empty values are left out."""
+    facts: dict[str, object] = {}
+    sections: list[str] = []
+    for key, value in rows.items():
+        if _empty(value):
+            continue
+        table = _as_table(value)
+        if table is None:
+            facts[key] = value
+            continue
+        header, body, more = table
+        sections += ["", f"**{key}**", "", *markdown_table(header, body)]
+        if more:
+            sections.append(f"… and {more} more")
+    return "\n".join([f"**{title}**", "", *markdown_table(["", ""], facts.items()), *sections]).rstrip() + "\n"
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """A left-aligned markdown table whose cells are escaped, one line each, and padded (GUTTER)."""
+    def line(cells: Iterable[object]) -> str:
+        return "| " + " | ".join(cell(c) + GUTTER for c in cells) + " |"
+
+    return [line(header), "|" + ":---|" * len(header), *(line(r) for r in rows)]
+
+
+def cell(value: object) -> str:
+    """One table cell: an artifact by its name first (size, short sha256, then its URI), a nested
+    model as `key=value` pairs, booleans as yes/no; `|` escaped, one line, at most MAX_CELL chars."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if value is None:
+        text = ""
+    elif isinstance(value, bool):
+        text = "yes" if value else "no"
+    elif isinstance(value, float):
+        text = f"{value:.6g}"
+    elif isinstance(value, dict) and _is_artifact(value):
+        text = artifact_text(value)
+    elif isinstance(value, dict):
+        text = ", ".join(f"{k}={cell(v)}" for k, v in value.items() if not _empty(v))
+    elif isinstance(value, (list, tuple)):
+        text = ", ".join(cell(v) for v in value)
     else:
         text = str(value)
-    return text.replace("|", "/").replace("\n", " ")[:200]
+    text = " ".join(text.split())
+    if len(text) > MAX_CELL:
+        text = text[: MAX_CELL - 1] + "…"
+    return text.replace("|", "\\|")
+
+
+def artifact_text(ref: Mapping[str, object]) -> str:
+    """`name (size bytes, sha256 0123456789ab) URI`: the workspace name first, the URI second."""
+    name = ref.get("name") or ""
+    facts = f"{ref.get('size')} bytes, sha256 {str(ref.get('sha256', ''))[:12]}"
+    return f"{name} ({facts}) {ref.get('uri')}" if name else f"{ref.get('uri')} ({facts})"
+
+
+def _is_artifact(value: Mapping[str, object]) -> bool:
+    return "uri" in value and "sha256" in value
+
+
+def _empty(value: object) -> bool:
+    return value is None or value == "" or value == [] or value == {}
+
+
+def _as_table(value: object) -> tuple[list[str], list[list[object]], int] | None:
+    """(header, rows, rows left out) for a structured value; None for one that fits a cell."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if isinstance(value, dict):
+        if _is_artifact(value):
+            return None
+        return ["", ""], [[k, v] for k, v in value.items() if not _empty(v)], 0
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    items = [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in value]
+    if not all(isinstance(i, dict) for i in items):
+        return None
+    shown, more = items[:MAX_TABLE_ROWS], max(0, len(items) - MAX_TABLE_ROWS)
+    if all(_is_artifact(i) for i in shown):
+        return (["artifact", "size", "sha256", "uri"],
+                [[i.get("name") or "-", i["size"], str(i["sha256"])[:12], i["uri"]] for i in shown], more)
+    columns = [k for k in dict.fromkeys(k for i in shown for k in i)
+               if any(not _empty(i.get(k)) and not isinstance(i.get(k), (dict, list)) for i in shown)]
+    return columns, [[i.get(k, "") for k in columns] for i in shown], more

@@ -1,4 +1,5 @@
-"""Golden tests: what a person reads about each job in the Web UI (static summary and details).
+"""Golden tests: what a person reads about each job in the Web UI (static summary and details, and
+the current details a running or finished job shows).
 
 A change to `workflows/presentation.py` that changes these texts fails here with a diff; rerun
 with FLEETFORGE_UPDATE_GOLDEN=1 to accept it, and review the diff of tests/golden/*.md.
@@ -16,8 +17,8 @@ from pydantic import BaseModel
 
 from contracts.common import ArtifactRef, TaskQueues
 from contracts.convert import Precision
-from contracts.convert_job import ConversionRequest
-from contracts.fleet_job import FleetTestRequest, ModelTestRequest, RunnerKind
+from contracts.convert_job import ConversionRequest, EvaluationReport
+from contracts.fleet_job import FleetTestRequest, ModelTestRequest, RowVerdict, RunnerKind
 from contracts.inspect import InspectRequest
 from contracts.kernel import ConductorConfig, KernelTask
 from contracts.kernel_job import KernelRequest
@@ -72,3 +73,71 @@ def test_summary_is_one_line_and_details_hide_plumbing(name: str) -> None:
     summary, details = presentation.summary(CASES[name]), presentation.details(CASES[name])
     assert "\n" not in summary and 0 < len(summary) <= 200
     assert "queues" not in details and "fleetforge-workflows" not in details
+
+
+def artifact(name: str, fill: str, size: int) -> ArtifactRef:
+    return ArtifactRef(uri=f"file:///srv/fleetforge/artifacts/blobs/sha256/{fill}/" + fill * 32, sha256=fill * 32,
+                       size=size, name=name)
+
+
+CURRENT: dict[str, tuple[str, dict[str, object]]] = {
+    "current_convert_completed": ("convert", {
+        "step": "completed", "run": "r-0002", "attempt": 0, "replans": 0, "target": "SM8550",
+        "done": "quantize, context_binary", "questions": "", "last error": "",
+        "evaluation": EvaluationReport(reference="input/tiny.onnx", candidate="converted/tiny_int8_sm8550_ctx.onnx",
+                                       samples=4, max_abs=0.0123, mean_abs=0.00171, cosine=0.999871,
+                                       candidate_provider="QNNExecutionProvider", seconds=1.42),
+        "artifacts": [artifact("converted/tiny_int8_sm8550_ctx.onnx", "4a", 875),
+                      artifact("converted/tiny_int8_sm8550_ctx_qnn.bin", "7e", 61440)],
+    }),
+    "current_convert_needs_input": ("convert", {
+        "step": "needs input", "run": "r-0003", "questions": "Which SoC? / Which precision?",
+        "waiting for": "an answer: `fleetforge answer convert/r-0003 soc=sm8550 precision=int8`",
+        "last error": "shell | pipe\nand a second line",
+    }),
+    "current_fleet": ("fleet test", {
+        "fleet": "fleet-0004", "step": "testing", "progress": "3/4 (2 passed, 1 failed)", "running": 1,
+        "rows": [RowVerdict(row=0, model_name="tiny", passed=True, attempts=1, duration_s=0.4),
+                 RowVerdict(row=1, model_name="llama-3-8b", passed=False, category="OOM",
+                            reason="CUDA out of memory", attempts=3, duration_s=41.0),
+                 RowVerdict(row=2, model_name="qwen", passed=True, attempts=2, duration_s=12.5)],
+    }),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CURRENT))
+def test_current_details_match_the_golden_text(name: str) -> None:
+    title, rows = CURRENT[name]
+    path = GOLDEN / f"{name}.md"
+    actual = presentation.current_details(title, rows)
+    if UPDATE:
+        path.write_text(actual)
+    assert path.exists(), f"no golden file {path.name}; run with FLEETFORGE_UPDATE_GOLDEN=1 to create it"
+    expected = path.read_text()
+    if actual != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
+                                            f"golden/{path.name}", "presentation now"))
+        pytest.fail(f"what users see changed (rerun with FLEETFORGE_UPDATE_GOLDEN=1 if deliberate):\n{diff}")
+
+
+def test_table_cells_are_padded_escaped_and_one_line() -> None:
+    """The Web UI's table style has no cell padding: every cell ends with the gutter, so two cells
+    never run together (`planner_max_tool_iters8`), and a `|` or a newline never breaks the table."""
+    lines = presentation.markdown_table(["field", "value"], [["planner_max_tool_iters", 8], ["note", "a | b\nc"]])
+    assert lines[1] == "|:---|:---|"
+    assert lines[2] == f"| planner_max_tool_iters{presentation.GUTTER} | 8{presentation.GUTTER} |"
+    assert lines[3] == f"| note{presentation.GUTTER} | a \\| b c{presentation.GUTTER} |"
+
+
+def test_long_lists_show_their_first_rows_and_say_how_many_more() -> None:
+    rows = [RowVerdict(row=i, model_name=f"m{i}", passed=True) for i in range(presentation.MAX_TABLE_ROWS + 7)]
+    text = presentation.current_details("fleet test", {"rows": rows})
+    assert f"| m{presentation.MAX_TABLE_ROWS - 1}{presentation.GUTTER} |" in text
+    assert f"| m{presentation.MAX_TABLE_ROWS}{presentation.GUTTER} |" not in text
+    assert text.rstrip().endswith("… and 7 more")
+
+
+def test_static_details_name_artifacts_first_and_socs_upper_case() -> None:
+    fleet, convert = presentation.details(CASES["fleet_test"]), presentation.details(CASES["convert"])
+    assert "| manifest" in fleet and fleet.index("models.csv") < fleet.index("file:///")
+    assert f"| target_soc{presentation.GUTTER} | SM8550{presentation.GUTTER} |" in convert
