@@ -259,7 +259,7 @@ class ConverterWorkflow:
         self._progress.status = JobStatus.RUNNING
         ui.set_status(JobStatus.RUNNING)
         if self._req.target_soc:
-            workflow.upsert_search_attributes([ui.TARGET.value_set(self._req.target_soc)])
+            ui.set_target(self._req.target_soc)
         await ctx.finish(JobStatus.RUNNING)
         return True
 

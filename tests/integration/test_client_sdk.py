@@ -1,4 +1,5 @@
-"""FleetforgeClient against the real dev server: start, wait, list by kind/status, cancel."""
+"""FleetforgeClient against the real dev server: start, wait, list by kind/status, cancel, answer,
+resolve every id the tool prints, download outputs."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from activities.storage import open_store
-from client.sdk import CANCELLED, FleetforgeClient, JobCancelled, JobFailed, JobNotFound
+import os
+import stat
+
+from activities.storage import sha256_file
+from client.sdk import CANCELLED, FleetforgeClient, JobCancelled, JobFailed, JobFinished, JobNotFound
 from contracts.common import JobKind, JobStatus
-from contracts.errors import Err
+from contracts.errors import Err, FleetforgeError
 from contracts.inspect import InspectRequest, InspectResult
 from contracts.settings import Settings
 from examples.tiny_model import build_tiny_cnn
@@ -30,7 +35,7 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 async def ff(temporal_env, settings: Settings) -> FleetforgeClient:
-    return FleetforgeClient(temporal_env.client, settings)
+    return FleetforgeClient(temporal_env.client, settings, open_store(settings))
 
 
 @contextlib.asynccontextmanager
@@ -108,13 +113,15 @@ async def test_unknown_job_raises_job_not_found(ff):
     with pytest.raises(JobNotFound) as err:
         await ff.handle(f"inspect/{uuid.uuid4().hex[:8]}").status()
     assert err.value.code is Err.JOB_NOT_FOUND
-    with pytest.raises(JobNotFound):
+    with pytest.raises(FleetforgeError) as bad:
         ff.handle("no-such-kind/123")
+    assert bad.value.code is Err.BAD_INPUT and "KIND/RUN_ID" in bad.value.message
+    with pytest.raises(JobNotFound):
+        await ff.job("00000000-000000-dead")  # a bare run id of no job
 
 
 async def test_convert_needs_input_answer_rejects_bad_soc_then_completes(ff, workers_running, tmp_path: Path):
     from contracts.convert_job import ConversionRequest, ConversionResult
-    from contracts.errors import FleetforgeError
 
     model = build_tiny_cnn(tmp_path / "tiny.onnx")
     handle = await ff.start_convert(ConversionRequest(model=str(model)))
@@ -142,8 +149,97 @@ async def _listed_needs_input(ff: FleetforgeClient, workflow_id: str) -> bool:
 
 
 async def test_answer_to_a_non_convert_job_is_bad_input(ff):
-    from contracts.errors import FleetforgeError
-
     with pytest.raises(FleetforgeError) as e:
         await ff.answer("kernel/nope-0000", soc="sm8550")
     assert e.value.code == Err.BAD_INPUT
+
+
+async def _waiting_for_input(handle) -> bool:
+    progress = await handle.progress()
+    return progress is not None and progress.status is JobStatus.NEEDS_INPUT
+
+
+async def test_a_cancelled_waiting_job_is_cancelled_everywhere_and_no_longer_waiting(ff, workers_running, tmp_path: Path):
+    from workflows._visibility import STATUS
+
+    handle = await ff.start_convert(str(build_tiny_cnn(tmp_path / "tiny.onnx")))  # no SoC/precision: it asks
+    await assert_eventually(lambda: _waiting_for_input(handle), timeout=30)
+    await assert_eventually(lambda: _listed_needs_input(ff, handle.id), timeout=10)
+
+    await (await ff.job(handle.id.split("/", 1)[1])).cancel()  # the bare run id names it
+    with pytest.raises(JobCancelled):
+        await handle.result()
+
+    desc = await ff.temporal.get_workflow_handle(handle.id).describe()
+    assert desc.status is WorkflowExecutionStatus.CANCELED
+    assert desc.typed_search_attributes.get(STATUS) == CANCELLED
+    assert await handle.status() == CANCELLED
+    await assert_eventually(lambda: listed(ff, handle.id, status=CANCELLED))
+    assert not await _listed_needs_input(ff, handle.id)
+    with pytest.raises(JobFinished) as again:
+        await handle.cancel()
+    assert again.value.code is Err.JOB_FINISHED and "CANCELLED" in again.value.message
+    with pytest.raises(JobFinished) as answered:
+        await ff.answer(handle.id, soc="sm8550", precision="int8")
+    assert "finished" in answered.value.message
+
+
+async def test_typed_convert_helper_downloads_the_outputs_under_their_names(ff, workers_running, tmp_path: Path):
+    from workflows._visibility import TARGET
+
+    handle = await ff.start_convert(str(build_tiny_cnn(tmp_path / "tiny.onnx")), soc="sm8550", precision="fp16")
+    result = await handle.result()
+    assert result.status is JobStatus.COMPLETED, result.failure
+    attrs = (await ff.temporal.get_workflow_handle(handle.id).describe()).typed_search_attributes
+    assert attrs.get(TARGET) == "SM8550"  # one spelling, whatever the caller typed
+
+    paths = await handle.download(tmp_path / "out")
+    by_name = {a.name: a for a in result.artifacts}
+    assert sorted(str(p.relative_to(tmp_path / "out")) for p in paths) == sorted(by_name)
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in paths:
+        ref = by_name[str(path.relative_to(tmp_path / "out"))]
+        assert sha256_file(path) == ref.sha256 and path.stat().st_size == ref.size
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, "outputs get normal permissions"
+    with pytest.raises(JobFinished):
+        await handle.cancel()
+
+
+async def test_a_failing_kernel_job_raises_job_failed_carrying_its_result(ff, workers_running):
+    from contracts.kernel_job import KernelResult
+
+    task = Path(__file__).resolve().parents[2] / "examples" / "kernels" / "relu.py"
+    handle = await ff.start_kernel(task, max_step=1)  # one step cannot verify anything
+    with pytest.raises(JobFailed) as failed:
+        await handle.result()
+    assert isinstance(failed.value.result, KernelResult) and failed.value.result.status is JobStatus.FAILED
+    assert failed.value.code == failed.value.result.failure.code
+    desc = await ff.temporal.get_workflow_handle(handle.id).describe()
+    assert desc.status is WorkflowExecutionStatus.FAILED
+    await assert_eventually(lambda: listed(ff, handle.id, kind=JobKind.KERNEL, status=JobStatus.FAILED))
+
+
+async def test_a_fleet_is_one_job_in_the_list_across_continue_as_new_and_its_rows_are_reachable(ff, workers_running):
+    from contracts.fleet_job import RunnerKind
+
+    csv = "model_name,status,note,command\n" + "".join(f"m{i},,,\"python -c \"\"print({i})\"\"\"\n" for i in range(3))
+    handle = await ff.start_fleet_test(csv, runner=RunnerKind.PROCESS, concurrency=1, continue_every=1)
+    result = await handle.result()
+    assert result.runs >= 3, "the fleet must have continued as new for this test to mean anything"
+
+    async def one_line() -> bool:
+        jobs = [j for j in await ff.list_jobs(kind=JobKind.FLEET_TEST, limit=200) if j.workflow_id == handle.id]
+        return len(jobs) == 1 and jobs[0].status == JobStatus.COMPLETED
+
+    await assert_eventually(one_line, timeout=20)
+    assert all(j.kind != JobKind.MODEL_TEST.value for j in await ff.list_jobs(limit=200))
+    rows = [j.workflow_id for j in await ff.list_jobs(limit=200, rows=True) if j.workflow_id.startswith("fleet/")]
+    fleet_id = handle.id.split("/", 1)[1]
+    assert sorted(rows) == [f"fleet/{fleet_id}/{i}" for i in range(3)]
+
+    row = await ff.job(f"fleet/{fleet_id}/1")
+    assert row.id == f"fleet/{fleet_id}/1" and await row.status() == JobStatus.COMPLETED
+    assert (await row.outcome()).passed
+    assert (await ff.job(f"fleet/{fleet_id}")).id == handle.id
+    assert "fleet%2F" in await row.ui_url()

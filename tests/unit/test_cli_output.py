@@ -1,0 +1,52 @@
+"""What the CLI prints, without a server: progress that reads right, the jobs table."""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime, timezone
+
+from rich.console import Console
+
+from client import out
+from client.cli import jobs_table
+from client.sdk import JobSummary, fleet_step
+from contracts.fleet_job import FleetProgress
+
+
+def test_fleet_progress_says_rows_tested_of_rows_to_test():
+    fp = FleetProgress(total=7, skipped=1, done=3, passed=2, failed=1, running=2)
+    assert fleet_step(fp) == "3/6 rows tested: 2 passed, 1 failed, 2 running, 1 skipped"
+    assert fleet_step(FleetProgress()) == "reading the manifest"
+
+
+def test_a_terminal_shows_a_rich_progress_bar_with_done_of_total_and_its_label():
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=120, color_system=None)
+    with out.progress("fleet-test/f1", bar=True, console=console) as live:
+        live.bar(3, 6, "rows tested: 2 passed, 1 failed, 2 running")
+    text = buf.getvalue()
+    assert "3/6" in text and "rows tested: 2 passed, 1 failed, 2 running" in text and "fleet-test/f1" in text
+
+
+def test_a_log_gets_one_timeline_line_per_new_step():
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=False, width=120)
+    with out.progress("convert/r1", console=console) as live:
+        for step in ("resolve", "resolve", "run context_binary", ""):
+            live.step(step)
+        live.bar(1, 2, "rows tested: 1 passed, 0 failed, 1 running")
+    lines = [ln.split("s  ", 1)[1] for ln in buf.getvalue().splitlines()]
+    assert lines == ["convert/r1: resolve", "convert/r1: run context_binary",
+                     "convert/r1: 1/2 rows tested: 1 passed, 0 failed, 1 running"]
+
+
+def test_the_jobs_table_has_a_header_and_one_line_per_job_with_its_target():
+    jobs = [JobSummary(workflow_id="convert/r1", kind="convert", status="COMPLETED", model="tiny.onnx", target="SM8550",
+                       start_time=datetime(2026, 11, 22, 14, 5, tzinfo=timezone.utc)),
+            JobSummary(workflow_id="fleet-test/f1", kind="fleet-test", status="RUNNING", model="models.csv", target="docker")]
+    buf = io.StringIO()
+    Console(file=buf, width=1000).print(jobs_table(jobs))
+    lines = buf.getvalue().splitlines()
+    assert lines[0].split() == ["JOB", "KIND", "STATUS", "MODEL", "TARGET", "STARTED"]
+    assert len(lines) == 3
+    assert lines[1].split()[:5] == ["convert/r1", "convert", "COMPLETED", "tiny.onnx", "SM8550"]
