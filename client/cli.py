@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from activities.storage import ArtifactStore, open_store
 from client import out
+from client.ids import candidates
 from client.sdk import CANCELLED, FleetforgeClient, JobCancelled, JobHandle, JobSummary, fleet_label
 from contracts.common import ArtifactRef, JobKind, JobStatus, TokenTotals
 from contracts.errors import Err, FleetforgeError
@@ -39,8 +40,14 @@ app = typer.Typer(
 
 WaitOpt = Annotated[bool, typer.Option("--wait", help="Block until the job ends (progress on a terminal).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result contract as one JSON object on stdout.")]
+def _valid_job_id(value: str) -> str:
+    """Reject text that names no job before connecting anywhere (BAD_INPUT, exit 2)."""
+    candidates(value)
+    return value
+
+
 JobIdArg = Annotated[str, typer.Argument(
-    metavar="JOB_ID", show_default=False,
+    metavar="JOB_ID", show_default=False, callback=_valid_job_id,
     help="A job as fleetforge prints it: KIND/RUN_ID (convert/20261122-140512-3f9a), a bare RUN_ID, "
          "fleet/FLEET_ID/ROW for a fleet's row, or its Web UI link.")]
 
@@ -577,8 +584,8 @@ STATUS_CHOICES = [*JobStatus.__members__]
 def list_(
     kind: Annotated[Optional[JobKind], typer.Option("--kind", metavar="KIND", help="Only jobs of this kind: "
                                                     + ", ".join(k.value for k in JobKind) + ".")] = None,
-    status: Annotated[Optional[str], typer.Option("--status", metavar="STATUS", help="Only jobs in this state: "
-                                                  + ", ".join(STATUS_CHOICES) + ".")] = None,
+    status: Annotated[Optional[str], typer.Option("--status", metavar="STATUS", autocompletion=lambda: STATUS_CHOICES,
+                                                  help="Only jobs in this state: " + ", ".join(STATUS_CHOICES) + ".")] = None,
     rows: Annotated[bool, typer.Option("--rows", help="Also list every fleet's rows (model-test jobs).")] = False,
     limit: Annotated[int, typer.Option("--limit", metavar="N", min=1, max=1000, help="At most N jobs.")] = 50,
     json_: JsonOpt = False,

@@ -500,7 +500,7 @@ class FleetforgeClient:
 
     async def start_inspect(self, model: str | InspectRequest, **fields: Any) -> JobHandle[InspectResult]:
         """Inspect a model (path, file:// or s3:// URI, catalog name); `fields`: InspectRequest fields."""
-        request = model if isinstance(model, InspectRequest) else InspectRequest(model=model, **fields)
+        request = model if isinstance(model, InspectRequest) else InspectRequest(model=local_model(model), **fields)
         req = request.model_copy(update={"run_id": request.run_id or new_run_id(), "queues": self.settings.queues})
         return await self._start(InspectModelWorkflow.run, req, kind=JobKind.INSPECT, run_id=req.run_id,
                                  result_type=InspectResult, model=req.model)
@@ -513,7 +513,7 @@ class FleetforgeClient:
         if isinstance(model, ConversionRequest):
             request = model
         else:
-            request = ConversionRequest(model=model, target_soc=soc, precision=precision, **fields)
+            request = ConversionRequest(model=local_model(model), target_soc=soc, precision=precision, **fields)
         update: dict[str, Any] = {"run_id": request.run_id or new_run_id(), "queues": self.settings.queues}
         req = request.model_copy(update=_with_llm(ConversionRequest, request, update, self.settings))
         return await self._start(ConverterWorkflow.run, req, kind=JobKind.CONVERT, run_id=req.run_id,
@@ -633,6 +633,15 @@ class FleetforgeClient:
             status=status_of(status, attrs), model=attrs.get(vis.MODEL) or "", target=attrs.get(vis.TARGET) or "",
             start_time=start, close_time=close, run_id=run_id, ui_url=self.ui_url(workflow_id, run_id),
         )
+
+
+def local_model(model: str) -> str:
+    """A model reference as the worker must see it: a relative path that exists here made absolute
+    (the worker runs elsewhere); URIs and catalog names unchanged."""
+    path = Path(model)
+    if "://" not in model and not path.is_absolute() and path.exists():
+        return str(path.resolve())
+    return model
 
 
 def _kernel_request(path: Path, run_id: str, arch: str, workflow: str, fields: dict[str, Any]) -> KernelRequest:
