@@ -315,14 +315,14 @@ def test_artifacts_downloads_a_conversion_under_its_names_sha256_checked(stack: 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def readme_block(heading: str, lang: str) -> str:
-    """The first ```lang block under `## heading` in the README."""
-    section = README.read_text().split(f"## {heading}\n", 1)[1]
+def readme_block(after: str, lang: str) -> str:
+    """The first ```lang block after the text `after` in the README."""
+    section = README.read_text().split(after, 1)[1]
     return section.split(f"```{lang}\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_readme_sdk_example_runs_as_written_and_exits_cleanly(stack: Stack, model: Path, tmp_path: Path):
-    example = readme_block("SDK", "python")
+    example = readme_block("## SDK\n", "python")
     assert 12 <= len([ln for ln in example.splitlines() if ln.strip()]) <= 20, "a ~15-line example"
     shutil.copy(model, tmp_path / "model.onnx")
     (tmp_path / "example.py").write_text(example)

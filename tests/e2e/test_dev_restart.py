@@ -1,14 +1,18 @@
-"""`fleetforge dev` keeps its jobs in the state dir: a restarted stack still lists earlier runs."""
+"""`fleetforge dev` keeps its jobs in the state dir (a restarted stack still lists earlier runs),
+supervises its worker (restarts it; gives up cleanly) and never leaves a process behind."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 
 from client.binaries import temporal_binary
 from examples.tiny_model import build_tiny_cnn
-from tests.e2e.test_cli import ff, stack_env, start_dev, stop_dev
+from tests.e2e.test_cli import ff, port_open, stack_env, start_dev, stop_dev
+from tests.helpers import wait_until
 
 
 def test_restarted_dev_stack_still_lists_earlier_runs(tmp_path: Path):
@@ -30,11 +34,76 @@ def test_restarted_dev_stack_still_lists_earlier_runs(tmp_path: Path):
         assert jobs[f"inspect/{run_id}"]["status"] == "COMPLETED"
 
         found = subprocess.run(
-            [temporal_binary(), "workflow", "list", "--address", f"127.0.0.1:{second.port}",
+            [temporal_binary(), "workflow", "list",  # TEMPORAL_ADDRESS, as fleetforge dev's
              "--query", "FleetforgeJob='inspect'", "--output", "json"],
-            capture_output=True, text=True, timeout=30,
+            env=second.env, capture_output=True, text=True, timeout=30,
         )
         assert found.returncode == 0, found.stderr
         assert f"inspect/{run_id}" in found.stdout
     finally:
         assert stop_dev(second) == 0
+
+
+def worker_pids(log: Path) -> list[int]:
+    return [int(line.rsplit("pid ", 1)[1].rstrip(")")) for line in log.read_text().splitlines()
+            if line.startswith("worker started (pid ")]
+
+
+def alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_dev_restarts_a_dead_worker_and_jobs_still_run(tmp_path: Path):
+    model = build_tiny_cnn(tmp_path / "hub" / "tiny.onnx")
+    stack = start_dev(stack_env(tmp_path / "state"))
+    log = Path(stack.env["FLEETFORGE_STATE_DIR"]) / "dev.log"
+    try:
+        first = wait_until(lambda: worker_pids(log), timeout=30, message="no worker started")[0]
+        os.kill(first, signal.SIGKILL)
+        second = wait_until(lambda: worker_pids(log)[1:], timeout=30, message="the dead worker was not restarted")[0]
+        assert second != first and alive(second) and not alive(first)
+        assert "restarting it" in log.read_text()
+
+        done = ff("inspect", str(model), "--wait", "--json", env=stack.env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["status"] == "COMPLETED"
+    finally:
+        assert stop_dev(stack) == 0
+    assert not any(alive(p) for p in worker_pids(log)), "stopping dev stops its worker"
+
+
+def test_a_worker_that_keeps_dying_stops_everything_cleanly(tmp_path: Path):
+    stack = start_dev(stack_env(tmp_path / "state"))
+    log = Path(stack.env["FLEETFORGE_STATE_DIR"]) / "dev.log"
+    assert stack.proc is not None
+    killed: list[int] = []
+    try:
+        while stack.proc.poll() is None and len(killed) < 10:
+            pid = wait_until(lambda: [p for p in worker_pids(log) if p not in killed] or stack.proc.poll() is not None,
+                             timeout=60, message="no new worker")
+            if pid is True:
+                break
+            os.kill(pid[0], signal.SIGKILL)
+            killed.append(pid[0])
+        assert stack.proc.wait(timeout=60) == 1
+    finally:
+        if stack.proc.poll() is None:
+            stack.proc.kill()
+    assert len(killed) == 5 and "stopping fleetforge dev" in log.read_text()
+    wait_until(lambda: not port_open(stack.port), timeout=10, message="the Temporal server outlived fleetforge dev")
+
+
+def test_a_killed_dev_leaves_no_orphaned_server_or_worker(tmp_path: Path):
+    stack = start_dev(stack_env(tmp_path / "state"))
+    log = Path(stack.env["FLEETFORGE_STATE_DIR"]) / "dev.log"
+    assert stack.proc is not None
+    worker = wait_until(lambda: worker_pids(log), timeout=30, message="no worker started")[0]
+    stack.proc.kill()  # SIGKILL: no chance to clean up; the kernel tells its children
+    stack.proc.wait(timeout=30)
+    wait_until(lambda: not port_open(stack.port), timeout=30, message="the Temporal server was orphaned")
+    wait_until(lambda: not alive(worker), timeout=30, message="the worker was orphaned")

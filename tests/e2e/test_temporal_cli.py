@@ -1,86 +1,121 @@
-"""The real `temporal` CLI against a converter run waiting for input: list it by search
-attribute, query `status`, answer it with `temporal workflow update execute`, watch it complete.
-These are the commands docs/inspecting.md tells users to copy."""
+"""The README's `temporal ...` commands, run as written (no --address: TEMPORAL_ADDRESS is the one
+setting both tools read) against a `fleetforge dev` stack with a job of each kind in the state the
+command needs: a conversion waiting for input, a failed kernel job, a finished SM8550 conversion, a
+fleet whose row waits for approval."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import uuid
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from temporalio.testing import WorkflowEnvironment
 
 from client.binaries import temporal_binary
-from contracts.common import JobKind, JobStatus
-from contracts.convert_job import ConversionRequest, ConversionResult
-from contracts.settings import Settings
-from activities.storage import FileStore
+from contracts.fleet_job import RunnerKind
 from examples.tiny_model import build_tiny_cnn
-from tests.helpers import assert_eventually, fresh_queues, new_worker
-from worker import build_registry
-from workflows._visibility import STATUS, TARGET, start_attributes
-from workflows.converter import ConverterWorkflow
+from tests.e2e.test_cli import Stack, ff, readme_block, stack_env, start_dev, stop_dev
+from tests.helpers import wait_until
 
-pytest.importorskip("onnxruntime_qnn")
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
 
 
-async def temporal(env: WorkflowEnvironment, *args: str) -> tuple[int, str, str]:
-    """Run the `temporal` CLI without blocking the event loop (the worker runs in this loop)."""
-    proc = await asyncio.create_subprocess_exec(
-        temporal_binary(), *args, "--address", env.client.service_client.config.target_host,
-        "--namespace", env.client.namespace, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    s = start_dev(stack_env(tmp_path / "state"))
+    try:
+        yield s
+    finally:
+        assert stop_dev(s) == 0
 
 
-async def test_temporal_cli_lists_queries_and_answers_a_waiting_conversion(temporal_env, tmp_path: Path):
-    settings, store = Settings(state_dir=tmp_path / "state"), FileStore(tmp_path / "artifacts")
-    model = build_tiny_cnn(tmp_path / "hub" / "tiny.onnx")
-    queues = fresh_queues()
-    client = temporal_env.client
-    req = ConversionRequest(model=str(model), queues=queues, run_id=uuid.uuid4().hex[:8])
-    wf_id = f"convert/cli-{uuid.uuid4().hex[:8]}"
-    reg = build_registry(settings, store)
-    async with new_worker(client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"],
-                          task_queue=queues.workflows):
-        handle = await client.start_workflow(ConverterWorkflow.run, req, id=wf_id, task_queue=queues.workflows,
-                                             search_attributes=start_attributes(JobKind.CONVERT, req.model))
+def readme_temporal_commands() -> list[str]:
+    """Every `temporal ...` line of the README's block, with the `# and --name resume` variants."""
+    commands = []
+    for line in readme_block("The same jobs from Temporal's own tools", "bash").splitlines():
+        if not line.startswith("temporal "):
+            continue
+        command, _, comment = line.partition("#")
+        commands.append(command.strip())
+        if "and --name resume" in comment:
+            commands.append(command.strip().replace("--name pause", "--name resume"))
+    return commands
 
-        async def listed() -> list[dict] | None:
-            code, out, err = await temporal(temporal_env, "workflow", "list", "--query",
-                                            f"FleetforgeStatus='NEEDS_INPUT' AND WorkflowId='{wf_id}'", "-o", "json")
-            assert code == 0, err
-            rows = json.loads(out) if out.strip() else []
-            return rows or None
 
-        rows = await assert_eventually(listed, timeout=40, interval=0.3,
-                                       message="the job never showed up as NEEDS_INPUT")
-        assert [r["execution"]["workflowId"] for r in rows] == [wf_id]
+def temporal(command: str, env: dict[str, str], ids: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    for placeholder, value in ids.items():
+        command = command.replace(placeholder, value)
+    argv = shlex.split(command)
+    assert "--address" not in argv
+    return subprocess.run([temporal_binary(), *argv[1:]], env=env, capture_output=True, text=True, timeout=60)
 
-        code, out, err = await temporal(temporal_env, "workflow", "query", "--workflow-id", wf_id,
-                                        "--name", "status", "-o", "json")
-        assert code == 0, err
-        status = json.loads(out)["queryResult"][0]
-        assert status["status"] == "NEEDS_INPUT"
-        assert status["questions"] and any("SoC" in q for q in status["questions"])
 
-        code, out, err = await temporal(temporal_env, "workflow", "update", "execute", "--workflow-id", wf_id,
-                                        "--name", "provide_input", "--input", '{"soc":"bogus"}')
-        assert code != 0 and "bogus" in (out + err), (out, err)
+def start_fleet_awaiting_approval(stack: Stack) -> str:
+    """A one-row process fleet that asks for approval of its command (through the SDK, in a child
+    process so this test's loop stays free); its fleet id."""
+    script = (
+        "import asyncio\n"
+        "from client.sdk import FleetforgeClient\n"
+        "from contracts.fleet_job import RunnerKind\n"
+        "async def main():\n"
+        "    async with FleetforgeClient.connect() as fc:\n"
+        "        h = await fc.start_fleet_test('model_name,status,note,command\\nfirst,,,\"python -c \"\"print(1)\"\"\"\\n',\n"
+        f"                                      runner=RunnerKind('{RunnerKind.PROCESS.value}'), require_approval=True)\n"
+        "        print(h.id)\n"
+        "asyncio.run(main())\n")
+    done = subprocess.run([sys.executable, "-c", script], env=stack.env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split("/", 1)[1]
 
-        code, out, err = await temporal(temporal_env, "workflow", "update", "execute", "--workflow-id", wf_id,
-                                        "--name", "provide_input", "--input", '{"soc":"sm8550","precision":"int8"}')
-        assert code == 0, (out, err)
 
-        result: ConversionResult = await asyncio.wait_for(handle.result(), timeout=120)
+def test_the_readmes_temporal_commands_work_as_written_against_fleetforge_dev(stack: Stack, tmp_path: Path):
+    env = stack.env
+    model = build_tiny_cnn(tmp_path / "tiny.onnx")
+    commands = readme_temporal_commands()
+    assert len(commands) >= 9 and any("ExecutionStatus='Failed'" in c for c in commands)
 
-    assert result.status is JobStatus.COMPLETED, result.failure
-    attrs = (await handle.describe()).typed_search_attributes
-    assert attrs.get(STATUS) == "COMPLETED" and attrs.get(TARGET) == "SM8550"
-    code, out, err = await temporal(temporal_env, "workflow", "list", "--query",
-                                    f"FleetforgeStatus='NEEDS_INPUT' AND WorkflowId='{wf_id}'", "-o", "json")
-    assert code == 0 and not (json.loads(out) if out.strip() else []), out
+    waiting = ff("convert", str(model), env=env).stdout.strip()  # no SoC/precision: it asks
+    failed_kernel = ff("kernel", str(ROOT / "examples/kernels/relu.py"), "--max-step", "1", "--wait", "--json", env=env,
+                       timeout=120)
+    assert failed_kernel.returncode == 1, failed_kernel.stderr  # a FAILED job exits 1
+    kernel_result = json.loads(failed_kernel.stdout)
+    assert kernel_result["status"] == "FAILED" and kernel_result["failure"]["code"]
+    kernel_id = json.loads(ff("list", "--kind", "kernel", "--json", env=env).stdout)["jobs"][0]["workflow_id"]
+    converted = ff("convert", str(model), "--soc", "sm8550", "--precision", "fp16", "--wait", "--json", env=env,
+                   timeout=120)
+    assert converted.returncode == 0, converted.stderr
+    sm8550 = "convert/" + json.loads(converted.stdout)["run_id"]
+    fleet_id = start_fleet_awaiting_approval(stack)
+    row = f"fleet/{fleet_id}/0"
+    wait_until(lambda: row in ff("list", "--rows", "--status", "AWAITING_APPROVAL", "--json", env=env).stdout,
+               timeout=60, message="the fleet row never waited for approval")
+    wait_until(lambda: waiting in ff("list", "--status", "NEEDS_INPUT", "--json", env=env).stdout, timeout=30,
+               message="the conversion never waited for input")
+
+    ids = {"convert/RUN_ID": waiting, "kernel/RUN_ID": kernel_id, "fleet-test/RUN_ID": f"fleet-test/{fleet_id}",
+           "fleet/FLEET_ID/ROW": row}
+    expect = {  # what each command must show (beyond exit 0)
+        "FleetforgeStatus='NEEDS_INPUT'": [waiting],
+        "ExecutionStatus='Failed'": [kernel_id],
+        "FleetforgeTarget='SM8550'": [sm8550],
+        "--name status": ["NEEDS_INPUT"],
+        "--name trace": ["designer"],
+        "--name progress": ["total"],
+    }
+    for command in commands:
+        done = temporal(command, env, ids)
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        for key, words in expect.items():
+            if key in command:
+                for word in words:
+                    assert word in done.stdout, (command, done.stdout)
+    assert waiting not in temporal("temporal workflow list --query \"ExecutionStatus='Failed'\"", env, {}).stdout
+
+    wait_until(lambda: json.loads(ff("show", waiting, "--json", env=env).stdout).get("status") == "COMPLETED",
+               timeout=120, message="the answered conversion did not complete")
+    wait_until(lambda: json.loads(ff("show", f"fleet-test/{fleet_id}", "--json", env=env).stdout).get("status")
+               == "COMPLETED", timeout=120, message="the approved fleet did not complete")
