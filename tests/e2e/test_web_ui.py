@@ -1,35 +1,31 @@
-"""The Temporal Web UI of `fleetforge dev`, read by headless Debian chromium: one job of each kind,
-one convert left waiting; the NEEDS_INPUT filter shows exactly that job, and its page shows the
-job's summary and current details. Screenshots go to test-artifacts/web_ui/."""
+"""The Temporal Web UI of `fleetforge dev`, read by headless Debian chromium: the exact links the CLI
+prints open their jobs' pages, a failed job looks failed, the `ExecutionStatus="Failed"` and
+`FleetforgeStatus="FAILED"` filters show the same jobs, the NEEDS_INPUT filter shows exactly the
+waiting job, and its page shows its summary and current details. Screenshots go to
+test-artifacts/web_ui/."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 
-from activities.kernels.config_loader import load_workflow_config
-from activities.storage import open_store
-from client.sdk import FleetforgeClient
+from client.sdk import FleetforgeClient, JobFailed
 from contracts.common import JobStatus
-from contracts.convert import Precision
-from contracts.convert_job import ConversionRequest
-from contracts.fleet_job import RunnerKind
-from contracts.inspect import InspectRequest
-from contracts.kernel import KernelTask
-from contracts.kernel_job import KernelRequest
 from contracts.settings import Settings
 from examples.tiny_model import build_tiny_cnn
 from tests.conftest import ARTIFACTS_DIR
+from tests.helpers import assert_eventually
 from tests.e2e.test_cli import Stack, ff as fleetforge, start_dev, stack_env, stop_dev
 from workflows import presentation
+from workflows._visibility import web_ui_link
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -45,8 +41,59 @@ def need(ok: bool, why: str) -> None:
         (pytest.fail if os.geteuid() == 0 else pytest.skip)(why)
 
 
+class Page:
+    """A headless chromium tab with the few reads these tests need."""
+
+    def __init__(self, driver: object):
+        self.driver = driver
+
+    def open(self, url: str) -> None:
+        self.driver.get(url)  # type: ignore[attr-defined]
+
+    def text(self) -> str:
+        """The page's text, plus the text of its iframes (the UI renders markdown metadata in sandboxed frames)."""
+        from selenium.common.exceptions import WebDriverException
+
+        d = self.driver
+        texts = [d.find_element("tag name", "body").text]  # type: ignore[attr-defined]
+        for frame in d.find_elements("tag name", "iframe"):  # type: ignore[attr-defined]
+            try:
+                d.switch_to.frame(frame)  # type: ignore[attr-defined]
+                texts.append(d.find_element("tag name", "body").text)  # type: ignore[attr-defined]
+            except WebDriverException:
+                pass
+            finally:
+                d.switch_to.default_content()  # type: ignore[attr-defined]
+        return "\n".join(texts)
+
+    def shot(self, name: str) -> str:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        self.driver.save_screenshot(str(SHOTS / f"{name}.png"))  # type: ignore[attr-defined]
+        return f"(screenshot: {SHOTS / name}.png) "
+
+    def wait_for(self, check: Callable[[str], object], *, name: str, what: str, timeout: float = 30) -> str:
+        """Poll the page's text until `check(text)` holds; fail with a screenshot and the text."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.text()
+            if check(text):
+                self.shot(name)
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(self.shot(name) + f"{what}:\n{text[:3000]}")
+            time.sleep(0.5)  # pacing between polls of the page, not a wait for a server
+
+    def click_tab(self, label: str, *, name: str) -> None:
+        deadline = time.monotonic() + 30
+        while not (tabs := self.driver.find_elements("partial link text", label)):  # type: ignore[attr-defined]
+            if time.monotonic() > deadline:
+                raise AssertionError(self.shot(name) + f"no {label} tab on the job page")
+            time.sleep(0.5)
+        tabs[0].click()
+
+
 @pytest.fixture
-def browser(tmp_path: Path) -> Iterator[object]:
+def page(tmp_path: Path) -> Iterator[Page]:
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
     need(bool(chromium and driver_path), "needs Debian's chromium and chromium-driver (scripts/engines.sh)")
     try:
@@ -60,101 +107,106 @@ def browser(tmp_path: Path) -> Iterator[object]:
         opts.add_argument(flag)
     driver = webdriver.Chrome(options=opts, service=Service(executable_path=driver_path))
     try:
-        yield driver
+        yield Page(driver)
     finally:
         driver.quit()
 
 
-def eventually(check: Callable[[], object], *, timeout: float, message: Callable[[], str], interval: float = 0.5) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(message())
-        time.sleep(interval)  # pacing between polls of the page, not a wait for a server
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = start_dev(stack_env(tmp_path_factory.mktemp("webui") / "state"))
+    with pytest.MonkeyPatch.context() as mp:
+        for key in [k for k in os.environ if k.startswith(("FLEETFORGE_", "TEMPORAL_"))]:
+            mp.delenv(key)
+        for key, value in s.env.items():
+            if key.startswith(("FLEETFORGE_", "TEMPORAL_")):
+                mp.setenv(key, value)
+        try:
+            yield s
+        finally:
+            assert stop_dev(s) == 0
 
 
-@pytest.fixture
-def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
-    s = start_dev(stack_env(tmp_path / "state"))
-    for key, value in s.env.items():
-        if key.startswith("FLEETFORGE_"):
-            monkeypatch.setenv(key, value)
-    monkeypatch.delenv("FLEETFORGE_STORE_URL", raising=False)
-    try:
-        yield s
-    finally:
-        assert stop_dev(s) == 0
+def badge(text: str, workflow_id: str) -> str:
+    """The status badge the Web UI shows right before a workflow id (job page header, list row)."""
+    before = text.split(workflow_id, 1)[0].split() if workflow_id in text else []
+    return before[-1].upper() if before else ""
 
 
-async def test_web_ui_filters_the_waiting_job_and_shows_its_summary_and_details(stack, browser, tmp_path: Path):
-    from selenium.common.exceptions import WebDriverException  # the browser fixture checked it is installed
+def printed_link(stdout: str) -> str:
+    links = [line.split("Web UI: ", 1)[1].strip() for line in stdout.splitlines() if line.startswith("Web UI: ")]
+    assert len(links) == 1, stdout
+    return links[0]
 
-    settings = Settings()
-    store = open_store(settings)
-    ff = await FleetforgeClient.connect(settings, store)
+
+async def test_the_printed_links_open_their_jobs_and_failed_jobs_look_failed_in_both_filters(stack, page, tmp_path: Path):
+    model = build_tiny_cnn(tmp_path / "tiny.onnx")
+    converted = fleetforge("convert", str(model), "--soc", "sm8550", "--precision", "fp16", "--wait", env=stack.env,
+                           timeout=120)
+    assert converted.returncode == 0, converted.stderr
+    failed_kernel = fleetforge("kernel", str(ROOT / "examples/kernels/relu.py"), "--max-step", "1", "--wait",
+                               env=stack.env, timeout=120)
+    assert failed_kernel.returncode == 1, failed_kernel.stderr
+    async with FleetforgeClient.connect() as ff:
+        missing = await ff.start_convert(str(tmp_path / "missing.onnx"), soc="sm8550", precision="int8")
+        with pytest.raises(JobFailed):
+            await missing.result()
+        kernel_id = json.loads(fleetforge("list", "--kind", "kernel", "--json", env=stack.env).stdout)["jobs"][0]["workflow_id"]
+        convert_id = "convert/" + converted.stdout.split("run ", 1)[1].split(":", 1)[0]
+        failed_ids, completed_ids = {kernel_id, missing.id}, {convert_id}
+
+        page.open(printed_link(converted.stdout))  # exactly what the CLI printed
+        text = page.wait_for(lambda t: badge(t, convert_id) == "COMPLETED", name="converted_job",
+                             what="the printed link did not open the conversion's page with its Completed badge")
+        assert "Bad Request" not in text and "Not Found" not in text
+        page.click_tab("User Metadata", name="converted_job_metadata")
+        details = page.wait_for(lambda t: "planner_max_tool_iters" in t, name="converted_job_metadata",
+                                what="the request's details table is not on the page")
+        assert "planner_max_tool_iters8" not in details, "table cells run together"
+
+        page.open(printed_link(failed_kernel.stdout))
+        page.wait_for(lambda t: badge(t, kernel_id) == "FAILED", name="failed_kernel",
+                      what="the failed kernel job's page does not show the Failed badge")
+
+        for name, query in (("list_execution_failed", 'ExecutionStatus="Failed"'),
+                            ("list_fleetforge_failed", 'FleetforgeStatus="FAILED"')):
+            page.open(ff.ui_url(query=query))
+            text = page.wait_for(lambda t: all(i in t for i in failed_ids), name=name,
+                                 what=f"the {query} list does not show every failed job")
+            assert not any(i in text for i in completed_ids), f"{query} lists a completed job"
+            assert all(badge(text, i) == "FAILED" for i in failed_ids), f"{query}: a row without the Failed badge"
+            assert re.search(rf"\b{len(failed_ids)}\s+Workflows\b", text), f"{query}: other jobs listed"
+
+
+async def test_web_ui_filters_the_waiting_job_and_shows_its_summary_and_details(stack, page, tmp_path: Path):
     model = str(build_tiny_cnn(tmp_path / "hub" / "tiny.onnx"))
-    run = uuid.uuid4().hex[:6]
+    async with FleetforgeClient.connect() as ff:
+        waiting = await ff.start_convert(model, run_id=f"{uuid.uuid4().hex[:6]}-wait")  # no SoC, no precision: it asks
+        inspected = await ff.start_inspect(model)
+        assert (await inspected.result()).status is JobStatus.COMPLETED
 
-    waiting_req = ConversionRequest(model=model, run_id=f"{run}-wait")  # no SoC, no precision: it asks
-    waiting = await ff.start_convert(waiting_req)
-    finished = [
-        await ff.start_inspect(InspectRequest(model=model)),
-        await ff.start_convert(ConversionRequest(model=model, target_soc="sm8550", precision=Precision.FP16,
-                                                 run_id=f"{run}-convert")),
-        await ff.start_kernel(KernelRequest(
-            task=KernelTask(op_name="relu", task_desc=(ROOT / "examples/kernels/relu.py").read_text(),
-                            task_id=f"relu-{run}", arch="cpu"),
-            config=load_workflow_config("default"), verify_timeout_s=90), run_id=f"{run}-kernel"),
-        await ff.start_fleet_test("model_name,status,note,command\n"
-                                  "tiny,,,\"python -c \"\"print('server ready')\"\"\"\n",
-                                  run_id=f"{run}-fleet", store=store, runner=RunnerKind.PROCESS, concurrency=1),
-    ]
-    for handle in finished:
-        result = await handle.result()
-        assert result.status is JobStatus.COMPLETED, (handle, result)
-    assert await waiting.status() == JobStatus.NEEDS_INPUT.value
-    listed = fleetforge("list", "--status", "NEEDS_INPUT", "--json", env=stack.env)  # as docs/inspecting.md says
-    assert listed.returncode == 0, listed.stderr
-    assert [j["workflow_id"] for j in json.loads(listed.stdout)["jobs"]] == [waiting.id]
+        async def needs_input() -> bool:
+            return await waiting.status() == JobStatus.NEEDS_INPUT.value
 
-    base = settings.ui_url
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    query = quote('FleetforgeStatus="NEEDS_INPUT"')
-    browser.get(f"{base}/namespaces/{settings.namespace}/workflows?query={query}")
+        await assert_eventually(needs_input, timeout=60, interval=0.3, message="the conversion never asked")
+        listed = fleetforge("list", "--status", "NEEDS_INPUT", "--json", env=stack.env)  # as docs/inspecting.md says
+        assert listed.returncode == 0, listed.stderr
+        assert waiting.id in [j["workflow_id"] for j in json.loads(listed.stdout)["jobs"]]
 
-    def body() -> str:
-        """The page's text, plus the text of its iframes (the UI renders markdown metadata in sandboxed frames)."""
-        texts = [browser.find_element("tag name", "body").text]
-        for frame in browser.find_elements("tag name", "iframe"):
-            try:
-                browser.switch_to.frame(frame)
-                texts.append(browser.find_element("tag name", "body").text)
-            except WebDriverException:
-                pass
-            finally:
-                browser.switch_to.default_content()
-        return "\n".join(texts)
+        page.open(ff.ui_url(query='FleetforgeStatus="NEEDS_INPUT" AND ExecutionStatus="Running"'))
+        text = page.wait_for(lambda t: waiting.id in t, name="needs_input_list", what="the waiting job is not listed")
+        assert inspected.id not in text, f"{inspected.id} listed under NEEDS_INPUT"
 
-    def shot(name: str) -> str:
-        browser.save_screenshot(str(SHOTS / f"{name}.png"))
-        return f"(screenshot: {SHOTS / name}.png) "
-    eventually(lambda: waiting.id in body(), timeout=30, message=lambda: shot("needs_input_list") + f"the waiting job is not listed:\n{body()[:2000]}")
-    shot("needs_input_list")
-    listed = body()
-    assert waiting.id in listed
-    for other in finished:
-        assert other.id not in listed, f"{other.id} listed under NEEDS_INPUT"
+        page.open(await waiting.ui_url())
+        page.click_tab("User Metadata", name="waiting_job")
+        summary = presentation.summary(waiting_request_of(model, waiting.id))
+        text = page.wait_for(lambda t: summary in t and "needs input" in t, name="waiting_job",
+                             what="summary/current details not on the job page")
+        assert "waiting for" in text and "fleetforge answer" in text
+        assert web_ui_link(Settings().ui_url, "default", waiting.id) in await waiting.ui_url()
 
-    run_id = (await ff.temporal.get_workflow_handle(waiting.id).describe()).run_id
-    browser.get(f"{base}/namespaces/{settings.namespace}/workflows/{quote(waiting.id, safe='')}/{run_id}/history")
-    tab = eventually(lambda: browser.find_elements("partial link text", "User Metadata"), timeout=30,
-                     message=lambda: shot("waiting_job") + "no User Metadata tab on the job page")
-    tab[0].click()
-    summary = presentation.summary(waiting_req)
-    eventually(lambda: summary in body() and "needs input" in body(), timeout=30,
-               message=lambda: shot("waiting_job") + f"summary/current details not on the job page:\n{body()[:3000]}")
-    shot("waiting_job")
-    assert "waiting for" in body() and "fleetforge answer" in body()
+
+def waiting_request_of(model: str, workflow_id: str):  # the request the waiting job was started with
+    from contracts.convert_job import ConversionRequest
+
+    return ConversionRequest(model=model, run_id=workflow_id.split("/", 1)[1])
