@@ -96,6 +96,7 @@ def start_server(settings: Settings) -> subprocess.Popen[bytes]:
 async def wait_connectable(settings: Settings, proc: subprocess.Popen[bytes] | None, stop: asyncio.Event) -> Client | None:
     """Poll until the frontend answers (None if stopped first); TEMPORAL_UNAVAILABLE after the deadline."""
     store = open_store(settings)
+    own = settings.model_copy(update={"metrics_port": None})  # the worker process serves the metrics port
     deadline = time.monotonic() + STARTUP_DEADLINE_S
     while not stop.is_set():
         if proc is not None and proc.poll() is not None:
@@ -105,7 +106,7 @@ async def wait_connectable(settings: Settings, proc: subprocess.Popen[bytes] | N
             )
         if port_open(settings.temporal_address):
             try:
-                client = await connect(settings, store)
+                client = await connect(own, store)
                 await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=settings.namespace))
                 return client
             except (FleetforgeError, RPCError):  # still starting: namespace or frontend not ready yet

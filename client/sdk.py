@@ -455,7 +455,8 @@ class FleetforgeClient:
             s = settings or Settings()
             st = store or open_store(s)
             _collect_garbage_at_exit()
-            return cls(await connect(s, st), s, st)
+            clients_serve_no_metrics = s.model_copy(update={"metrics_port": None})  # the port is the worker's
+            return cls(await connect(clients_serve_no_metrics, st), s, st)
 
         return _Connecting(go)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from client.binaries import temporal_binary
 from examples.tiny_model import build_tiny_cnn
 from tests.e2e.test_cli import ff, port_open, stack_env, start_dev, stop_dev
-from tests.helpers import wait_until
+from tests.helpers import free_ports, wait_until
 
 
 def test_restarted_dev_stack_still_lists_earlier_runs(tmp_path: Path):
@@ -58,9 +58,21 @@ def alive(pid: int) -> bool:
         return False
 
 
+def metrics_served(port: int) -> bool:
+    import httpx
+
+    try:
+        return "temporal_" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return False
+
+
 def test_dev_restarts_a_dead_worker_and_jobs_still_run(tmp_path: Path):
     model = build_tiny_cnn(tmp_path / "hub" / "tiny.onnx")
-    stack = start_dev(stack_env(tmp_path / "state"))
+    env = stack_env(tmp_path / "state")
+    metrics = free_ports()[0]
+    env.env["FLEETFORGE_METRICS_PORT"] = str(metrics)  # served by the worker process, again after a restart
+    stack = start_dev(env)
     log = Path(stack.env["FLEETFORGE_STATE_DIR"]) / "dev.log"
     try:
         first = wait_until(lambda: worker_pids(log), timeout=30, message="no worker started")[0]
@@ -72,6 +84,7 @@ def test_dev_restarts_a_dead_worker_and_jobs_still_run(tmp_path: Path):
         done = ff("inspect", str(model), "--wait", "--json", env=stack.env, timeout=120)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["status"] == "COMPLETED"
+        wait_until(lambda: metrics_served(metrics), timeout=30, message="the restarted worker serves no metrics")
     finally:
         assert stop_dev(stack) == 0
     assert not any(alive(p) for p in worker_pids(log)), "stopping dev stops its worker"
