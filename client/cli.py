@@ -263,8 +263,8 @@ async def finish(fc: FleetforgeClient, handle: JobHandle[Any], wait: bool) -> in
     if result is None:
         return 0
     rc = show_result(result, await handle.ui_url())
-    if not out.json_mode() and handle.kind is not JobKind.MODEL_TEST:
-        out.hint(f"download the outputs: fleetforge artifacts {handle.id} --out DIR")
+    if rc == 0 and not out.json_mode() and handle.kind is not JobKind.MODEL_TEST:  # a failure's error stays last
+        out.hint(f"get its outputs with fleetforge artifacts {handle.id} --out DIR")
     return rc
 
 
