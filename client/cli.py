@@ -669,8 +669,7 @@ def cancel(job_id: JobIdArg, wait: WaitOpt = False, json_: JsonOpt = False) -> i
                 out.hint(f"{handle.id} finished before the cancellation took effect")
                 return show_result(result, await handle.ui_url())
         if json_:
-            out.contract(await handle.summary() if wait else JobSummary(
-                workflow_id=handle.id, kind=handle.kind.value, status=JobStatus.RUNNING.value))
+            out.contract(await handle.summary())  # what Temporal says now (RUNNING until the job has stopped)
         else:
             out.line(handle.id)
             out.hint("cancelled" if wait else "cancellation requested (--wait waits until it has stopped)")

@@ -573,7 +573,8 @@ class FleetforgeClient:
         a Web UI link). A bare run id needs a lookup: use `await job(...)`."""
         found = candidates(job_id)
         if len(found) != 1:
-            raise FleetforgeError(Err.BAD_INPUT, f"{job_id!r} is a bare run id; use `await client.job({job_id!r})`")
+            raise FleetforgeError(Err.BAD_INPUT, f"{job_id!r} is a bare run id: give KIND/{job_id.strip()} "
+                                                 f"(the SDK's `await client.job(...)` looks it up)")
         return self._handle_for(found[0])
 
     async def job(self, job_id: str) -> JobHandle[Any]:
