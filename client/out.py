@@ -117,7 +117,7 @@ class Follow:
         if self._live is None or self._task is None:
             self._timeline(f"{done}/{total} {label}")
             return
-        self._live.update(self._task, completed=done, total=total or None, label=label)
+        self._live.update(self._task, completed=done, total=total, label=label)
 
 
 @contextmanager
@@ -129,8 +129,9 @@ def progress(title: str, *, every_s: float = 0.0, bar: bool = False, console: Co
     if not console.is_terminal:
         yield Follow(title, every_s, console, None)
         return
-    if bar:
-        columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    if bar:  # fits 80 columns: the title goes on a line of its own
+        console.print(title, markup=False, style="dim")
+        columns: list[Any] = [SpinnerColumn(), BarColumn(bar_width=20), MofNCompleteColumn(),
                               TextColumn("{task.fields[label]}"), TimeElapsedColumn()]
     else:
         columns = [SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()]
