@@ -40,6 +40,8 @@ app = typer.Typer(
 
 WaitOpt = Annotated[bool, typer.Option("--wait", help="Block until the job ends (progress on a terminal).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result contract as one JSON object on stdout.")]
+
+
 def _valid_job_id(value: str) -> str:
     """Reject text that names no job before connecting anywhere (BAD_INPUT, exit 2)."""
     candidates(value)
@@ -88,6 +90,7 @@ class ArtifactList(BaseModel):
     workflow_id: str
     artifacts: list[ArtifactRef]
     written: list[str] = []
+
 
 def run_sync(coro: Coroutine[Any, Any, int]) -> int:
     return asyncio.run(coro)
