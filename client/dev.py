@@ -40,6 +40,7 @@ SHUTDOWN_DEADLINE_S = 30.0
 STORE_KEY = "fleetforge.store"
 """Namespace data key: the artifact store of the `fleetforge dev` that started this server."""
 PR_SET_PDEATHSIG = 1
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost"})
 
 
 def host_port(address: str) -> tuple[str, int]:
@@ -69,11 +70,11 @@ def die_with_parent() -> None:
 # -- the Temporal server ---------------------------------------------------------------------
 
 def server_command(settings: Settings) -> list[str]:
-    host, port = host_port(settings.temporal_address)
+    _, port = host_port(settings.temporal_address)
     cmd = [
         temporal_binary(), "server", "start-dev",
         "--db-filename", str(settings.state_dir.resolve() / "temporal.db"),
-        "--ip", "127.0.0.1" if host in ("localhost", "127.0.0.1") else host, "--port", str(port),
+        "--ip", "127.0.0.1", "--port", str(port),
         "--ui-port", str(settings.ui_port), "--log-level", "warn",
     ]
     for key in SEARCH_ATTRIBUTES:
@@ -238,6 +239,9 @@ async def run_dev(settings: Settings, *, worker: bool = True) -> int:
     install_stop_handlers(stop)
     proc: subprocess.Popen[bytes] | None = None
     if not port_open(settings.temporal_address):
+        if host_port(settings.temporal_address)[0] not in LOCAL_HOSTS:
+            raise FleetforgeError(Err.TEMPORAL_UNAVAILABLE, f"cannot reach Temporal at {settings.temporal_address}; "
+                                                            "fleetforge dev starts a server only on 127.0.0.1/localhost")
         proc = start_server(settings)
         out.hint(f"started the Temporal dev server at {settings.temporal_address} (db {settings.state_dir / 'temporal.db'})")
     died: list[int] = []
