@@ -23,7 +23,8 @@ from pydantic import BaseModel, ValidationError
 from activities.storage import ArtifactStore, open_store
 from client import out
 from client.ids import candidates
-from client.sdk import CANCELLED, FleetforgeClient, JobCancelled, JobHandle, JobSummary, fleet_label
+from client.jobs import CANCELLED, JobCancelled, JobHandle, JobSummary, fleet_label
+from client.sdk import FleetforgeClient
 from contracts.common import ArtifactRef, JobKind, JobStatus, TokenTotals
 from contracts.errors import Err, FleetforgeError
 from contracts.convert import OutputKind, Precision, Toolchain

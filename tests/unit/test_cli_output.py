@@ -9,7 +9,7 @@ from rich.console import Console
 
 from client import out
 from client.cli import jobs_table
-from client.sdk import JobSummary, fleet_step
+from client.jobs import JobSummary, fleet_step
 from contracts.fleet_job import FleetProgress
 
 

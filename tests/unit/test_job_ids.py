@@ -7,7 +7,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from client.ids import candidates, kind_of, run_id_of
-from client.sdk import STATUS_QUERY, list_query, status_of
+from client.jobs import STATUS_QUERY, list_query, status_of
 from contracts.common import JobKind, JobStatus
 from contracts.errors import Err, FleetforgeError
 from workflows._visibility import STATUS, normalise_target, web_ui_link
