@@ -352,3 +352,20 @@ def test_short_sdk_scripts_exit_cleanly_every_time(stack: Stack, tmp_path: Path)
     codes = [subprocess.run([sys.executable, str(script), mode], env=stack.env, capture_output=True, timeout=60).returncode
              for mode in ["with", "plain"] * 5]
     assert codes == [0] * 10, codes
+
+
+def test_cancel_takes_a_running_fleet_row_id(stack: Stack):
+    from tests.e2e.test_temporal_cli import start_fleet_awaiting_approval
+
+    row = f"fleet/{start_fleet_awaiting_approval(stack)}/0"  # waits for a person: running until cancelled
+    wait_until(lambda: row in ff("list", "--rows", "--status", "AWAITING_APPROVAL", "--json", env=stack.env).stdout,
+               timeout=60, message="the row never waited for approval")
+    assert ff("show", row, env=stack.env).stdout.split()[:3] == [row, "model-test", "AWAITING_APPROVAL"]
+
+    cancelled = ff("cancel", row, "--wait", "--json", env=stack.env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert json.loads(cancelled.stdout)["status"] == "CANCELLED"
+    assert_one_line_error(ff("show", row, env=stack.env), 1, row, "cancelled")
+    wait_until(lambda: row in ff("list", "--rows", "--status", "CANCELLED", "--json", env=stack.env).stdout,
+               timeout=20, message="the cancelled row is not listed as CANCELLED")
+    assert row not in ff("list", "--rows", "--status", "AWAITING_APPROVAL", "--json", env=stack.env).stdout
