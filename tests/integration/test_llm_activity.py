@@ -16,22 +16,25 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.llm.activity import LLMActivities, first_token_heartbeat_interval, record_offline_answer, retry_after
-    from activities.llm.structured import complete_structured
+    from activities.llm.activity import LLMActivities, first_token_heartbeat_interval, record_offline_answer
+    from activities.llm.interop import StructuredMode
+    from activities.llm.structured import Rejected, complete_structured, usable_text
     from activities.storage import FileStore
     from contracts.common import TokenTotals
     from contracts.errors import Err, FleetforgeError
     from contracts.messages import ChatRequest, ChatResult, Message, TokenUsage, ToolCallBlock, ToolDefinition
     from contracts.settings import Settings
     from tests.doubles.openai_server import (
-        Scripted, ScriptedOpenAIServer, chunk, cut_stream, error, json_reply, text_stream,
+        Scripted, ScriptedOpenAIServer, chunk, cut_stream, empty_stream, error, json_reply, llama_cpp_json_schema_refusal,
+        stream_error_event, text_stream,
     )
     from tests.helpers import assert_eventually, new_worker
     from workflows._llm import ask_structured, token_totals
 
 _RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=0.1), backoff_coefficient=1.0, maximum_attempts=4,
-    non_retryable_error_types=[Err.LLM_BAD_REQUEST, Err.LLM_AUTH, Err.LLM_OUTPUT_INVALID, Err.LLM_UNAVAILABLE],
+    non_retryable_error_types=[Err.LLM_BAD_REQUEST, Err.LLM_AUTH, Err.LLM_OUTPUT_INVALID, Err.LLM_UNAVAILABLE,
+                               Err.LLM_CONTEXT_LENGTH, Err.LLM_QUOTA, Err.LLM_RATE_LIMITED],
 )
 
 
@@ -200,13 +203,6 @@ async def test_429_honours_retry_after_then_succeeds(temporal_env, tmp_path: Pat
     assert gap >= 0.9, f"retry-after: 1 must override the 0.1 s policy interval (retried after {gap:.2f}s)"
 
 
-def test_retry_after_headers() -> None:
-    assert retry_after({"retry-after-ms": "250", "retry-after": "9"}) == timedelta(milliseconds=250)
-    assert retry_after({"retry-after": "2"}) == timedelta(seconds=2)
-    assert retry_after({"retry-after": "Wed, 21 Oct 2026 07:28:00 GMT"}) is None
-    assert retry_after({"retry-after": "100000"}) is None and retry_after(None) is None
-
-
 async def test_5xx_twice_then_succeeds(temporal_env, tmp_path: Path):
     with ScriptedOpenAIServer([error(500, "boom"), error(503, "busy"), text_stream(["fine"])]) as server:
         llm, _ = _acts(tmp_path, server)
@@ -215,7 +211,7 @@ async def test_5xx_twice_then_succeeds(temporal_env, tmp_path: Path):
 
 
 async def test_400_is_not_retried(temporal_env, tmp_path: Path):
-    with ScriptedOpenAIServer([error(400, "context length exceeded"), text_stream(["never"])]) as server:
+    with ScriptedOpenAIServer([error(400, "unknown parameter: top_k"), text_stream(["never"])]) as server:
         llm, _ = _acts(tmp_path, server)
         with pytest.raises(WorkflowFailureError) as ei:
             await _run_chat(temporal_env.client, llm, _req())
@@ -224,7 +220,7 @@ async def test_400_is_not_retried(temporal_env, tmp_path: Path):
     app = cause.cause
     assert isinstance(app, ApplicationError)
     assert app.type == Err.LLM_BAD_REQUEST and app.non_retryable
-    assert "context length exceeded" in app.message
+    assert "unknown parameter: top_k" in app.message
     assert len(server.requests) == 1
 
 
@@ -302,27 +298,65 @@ async def test_ask_structured_in_a_workflow_repairs_once_and_sums_usage(temporal
             )
     assert out.verdict == Verdict(name="a", score=3)
     assert out.tokens.model_dump(exclude={"latency_s"}) == {"calls": 2, "prompt_tokens": 20, "completion_tokens": 10,
-                                                            "total_tokens": 30}
+                                                            "total_tokens": 30, "unreported_calls": 0}
     assert out.tokens.latency_s > 0
     assert "ONLY one JSON object" in server.requests[1]["messages"][-1]["content"]
 
 
-async def test_endpoint_without_json_schema_support_gets_plain_instructions(temporal_env, tmp_path: Path):
+async def test_endpoint_without_json_schema_support_climbs_down_to_plain_instructions(temporal_env, tmp_path: Path):
+    """Each refusal of our response_format moves the endpoint one rung down, within the same call (no failed
+    step, no activity retry), and the next call starts where the last one ended."""
     script = [error(400, "response_format 'json_schema' is not supported by this model"),
+              error(400, "Unrecognized request argument supplied: response_format.schema"),
+              error(400, "'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'."),
               json_reply('{"name": "b", "score": 2}'), json_reply('{"name": "c", "score": 3}')]
     with ScriptedOpenAIServer(script) as server:
-        llm, _ = _acts(tmp_path, server)
+        llm, store = _acts(tmp_path, server)
         first = await _run_verdict(temporal_env.client, llm, _req(stream=False))
         later = await _run_verdict(temporal_env.client, llm, _req(stream=False))
     assert (first, later) == (Verdict(name="b", score=2), Verdict(name="c", score=3))
-    assert len(server.requests) == 3, "one refused request, then plain instructions (remembered for the next call)"
-    assert server.requests[0]["response_format"]["type"] == "json_schema"
+    assert len(server.requests) == 5, "three refusals, then plain instructions (remembered for the next call)"
+    assert [r.get("response_format") for r in server.requests[:3]] == [
+        {"type": "json_schema", "json_schema": {"name": "tester", "schema": Verdict.model_json_schema()}},
+        {"type": "json_object", "schema": Verdict.model_json_schema()},
+        {"type": "json_object"},
+    ]
     for sent in server.requests[1:]:
-        assert "response_format" not in sent
         instruction = sent["messages"][0]
         assert instruction["role"] == "system" and "ONLY one JSON object" in instruction["content"]
         assert json.loads(instruction["content"].split("\n")[1])["required"] == ["name", "score"]
         assert sent["messages"][1:] == server.requests[0]["messages"]
+    for sent in server.requests[3:]:
+        assert "response_format" not in sent
+    assert llm.quirks("test-model").structured is StructuredMode.PLAIN
+
+
+async def test_llama_cpp_500_on_json_schema_is_answered_with_json_object_and_its_schema(temporal_env, tmp_path: Path):
+    """llama-cpp-python's server refuses json_schema with HTTP 500 (a pydantic literal error): that is not a
+    server fault to retry but a refused response_format; its json_object + schema rung is a grammar."""
+    schema = Verdict.model_json_schema()
+    script = [llama_cpp_json_schema_refusal(), json_reply('{"name": "d", "score": 4}'), json_reply('{"name": "e", "score": 5}')]
+    with ScriptedOpenAIServer(script) as server:
+        llm, store = _acts(tmp_path, server)
+        result = await _run_chat(temporal_env.client, llm, _req(stream=False, response_schema=schema))
+        again = await _run_chat(temporal_env.client, llm, _req(stream=False, response_schema=schema))
+    assert (result.message.text, again.message.text) == ('{"name": "d", "score": 4}', '{"name": "e", "score": 5}')
+    assert result.attempt == 1 and len(server.requests) == 3, "adapted inside the first call; the second starts there"
+    assert [r["response_format"]["type"] for r in server.requests] == ["json_schema", "json_object", "json_object"]
+    assert server.requests[2]["response_format"]["schema"] == schema
+    transcript = json.loads(store.get_bytes(result.transcript))
+    assert transcript["request"]["response_format"] == {"type": "json_object", "schema": schema}
+    assert "response_format json_schema refused (500" in transcript["interop"][0]
+    assert result.usage == TokenUsage(prompt=10, completion=5, total=15), "the refused request cost nothing"
+
+
+async def test_a_500_that_is_not_about_response_format_is_still_retried(temporal_env, tmp_path: Path):
+    schema = Verdict.model_json_schema()
+    with ScriptedOpenAIServer([error(500, "CUDA out of memory"), json_reply('{"name": "f", "score": 6}')]) as server:
+        llm, _ = _acts(tmp_path, server)
+        result = await _run_chat(temporal_env.client, llm, _req(stream=False, response_schema=schema))
+    assert result.attempt == 2 and [r["response_format"]["type"] for r in server.requests] == ["json_schema"] * 2
+    assert llm.quirks("test-model").structured is StructuredMode.JSON_SCHEMA
 
 
 async def test_structured_output_invalid_twice_fails_typed(temporal_env, tmp_path: Path):
