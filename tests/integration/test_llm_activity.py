@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -421,3 +422,182 @@ async def test_offline_provider_refuses_and_offline_answers_are_recorded(tmp_pat
     transcript = json.loads(store.get_bytes(result.transcript))
     assert set(transcript) == {"agent", "provider", "attempt", "latency_s", "request", "response"}
     assert transcript["agent"] == "planner" and transcript["response"]["content"][0]["text"] == '{"plan": []}'
+
+
+# -- what real servers do that a plain double did not: usage, finish_reason, error events, retry-after --
+
+def _app_error(ei: pytest.ExceptionInfo[WorkflowFailureError]) -> ApplicationError:
+    cause = ei.value.cause
+    assert isinstance(cause, ActivityError), cause
+    assert isinstance(cause.cause, ApplicationError), cause.cause
+    return cause.cause
+
+
+async def test_a_stream_without_usage_is_marked_unreported_and_the_endpoint_is_then_asked_unstreamed(
+        temporal_env, tmp_path: Path):
+    script = [text_stream(["Hel", "lo"], with_usage=False),
+              json_reply("again", usage={"prompt_tokens": 21, "completion_tokens": 2, "total_tokens": 23})]
+    with ScriptedOpenAIServer(script) as server:
+        llm, store = _acts(tmp_path, server)
+        first = await _run_chat(temporal_env.client, llm, _req())
+        second = await _run_chat(temporal_env.client, llm, _req())
+    assert first.message.text == "Hello" and not first.usage_reported
+    assert first.usage == TokenUsage(reported=False), "zero because unknown, and it says so"
+    assert server.requests[0]["stream"] is True and "stream" not in server.requests[1]
+    assert second.usage_reported and second.usage == TokenUsage(prompt=21, completion=2, total=23)
+    totals = token_totals([first, second])
+    assert (totals.calls, totals.prompt_tokens, totals.unreported_calls) == (2, 21, 1)
+    notes = json.loads(store.get_bytes(first.transcript))["interop"]
+    assert notes == ["the stream carried no usage: this call's tokens are unreported, later calls to this endpoint "
+                     "are not streamed"]
+
+
+async def test_a_stream_ending_before_its_first_chunk_is_asked_once_unstreamed_in_the_same_call(
+        temporal_env, tmp_path: Path):
+    """llama.cpp answers a streamed request whose prompt overflows its context with 200 and an empty
+    stream; the unstreamed request gets the real answer (here: the context-length error, typed)."""
+    too_long = error(400, "This model's maximum context length is 4096 tokens. However, you requested 5036 tokens",
+                     code="context_length_exceeded")
+    with ScriptedOpenAIServer([empty_stream(), too_long, text_stream(["never"])]) as server:
+        llm, _ = _acts(tmp_path, server)
+        with pytest.raises(WorkflowFailureError) as ei:
+            await _run_chat(temporal_env.client, llm, _req())
+    app = _app_error(ei)
+    assert app.type == Err.LLM_CONTEXT_LENGTH and app.non_retryable and "maximum context length" in app.message
+    assert [r.get("stream", False) for r in server.requests] == [True, False], "no Temporal retry after that"
+
+    with ScriptedOpenAIServer([empty_stream(), json_reply("fine")]) as server:
+        llm, _ = _acts(tmp_path, server)
+        result = await _run_chat(temporal_env.client, llm, _req())
+    assert result.message.text == "fine" and result.attempt == 1 and result.usage_reported
+
+
+async def test_finish_reason_length_asks_again_with_twice_max_tokens(temporal_env, tmp_path: Path):
+    script = [json_reply('{"name": "a", "sc', finish_reason="length",
+                         usage={"prompt_tokens": 30, "completion_tokens": 8, "total_tokens": 38}),
+              json_reply('{"name": "a", "score": 1}', usage={"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42})]
+    with ScriptedOpenAIServer(script) as server:
+        llm, _ = _acts(tmp_path, server)
+        result = await _run_chat(temporal_env.client, llm, _req(stream=False, max_tokens=8))
+    assert [r["max_tokens"] for r in server.requests] == [8, 16]
+    assert result.message.text == '{"name": "a", "score": 1}' and not result.unusable
+    assert result.usage == TokenUsage(prompt=60, completion=20, total=80), "both answers were paid for"
+
+
+async def test_an_answer_still_cut_off_is_unusable_never_complete(temporal_env, tmp_path: Path):
+    cut = lambda text: json_reply(text, finish_reason="length")  # noqa: E731
+    with ScriptedOpenAIServer([cut("docker run --net"), cut("docker run --network host -e PO")]) as server:
+        llm, store = _acts(tmp_path, server)
+        result = await _run_chat(temporal_env.client, llm, _req(stream=False, max_tokens=4096))
+    assert result.unusable == "the answer was cut off at max_tokens=8192 (finish_reason=length)"
+    assert result.message.text == "" and result.message.finish_reason == "length"
+    assert usable_text(result) == Rejected(result.unusable)
+    assert result.usage == TokenUsage(prompt=20, completion=10, total=30)
+    transcript = json.loads(store.get_bytes(result.transcript))
+    assert transcript["response"]["content"] == [{"type": "text", "text": "docker run --network host -e PO"}], \
+        "the raw answer stays in the transcript"
+
+    with ScriptedOpenAIServer([text_stream(["def kernel(x):", "  return"], finish_reason="length")]) as server:
+        llm, _ = _acts(tmp_path, server)
+        streamed = await _run_chat(temporal_env.client, llm, _req())
+    assert len(server.requests) == 1, "no max_tokens: the server's limit cut it, more room is not ours to give"
+    assert streamed.unusable.startswith("the answer was cut off at the server's limit") and streamed.message.text == ""
+
+
+async def test_content_filter_and_refusal_are_recorded_as_such(temporal_env, tmp_path: Path):
+    refusal = Scripted("sse", chunks=[chunk({"refusal": "I can't help with that."}), chunk({}, "stop"),
+                                      chunk(no_choices=True, usage={"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11})])
+    with ScriptedOpenAIServer([json_reply("partial", finish_reason="content_filter"), refusal]) as server:
+        llm, _ = _acts(tmp_path, server)
+        filtered = await _run_chat(temporal_env.client, llm, _req(stream=False))
+        refused = await _run_chat(temporal_env.client, llm, _req())
+    assert filtered.message.finish_reason == "content_filter" and filtered.message.metadata["refusal"] == "content_filter"
+    assert filtered.unusable.startswith("the provider's content filter stopped the answer") and filtered.message.text == ""
+    assert refused.message.finish_reason == "refusal" and refused.unusable == "the model refused: I can't help with that."
+    assert refused.usage == TokenUsage(prompt=5, completion=6, total=11)
+
+
+async def test_structured_answer_cut_off_is_repaired_with_the_reason(temporal_env, tmp_path: Path):
+    script = [json_reply('{"name": "a", ', finish_reason="length"), json_reply('{"name": "a", "score": 2}')]
+    with ScriptedOpenAIServer(script) as server:
+        llm, _ = _acts(tmp_path, server)
+        verdict = await _run_verdict(temporal_env.client, llm, _req(stream=False))
+    assert verdict == Verdict(name="a", score=2)
+    repair = server.requests[1]["messages"][-1]["content"]
+    assert "cut off at the server's limit" in repair and server.requests[1]["messages"][-2]["content"] == "(empty)"
+
+
+@pytest.mark.parametrize(("code", "message", "err"), [
+    ("context_length_exceeded", "This model's maximum context length is 8192 tokens", Err.LLM_CONTEXT_LENGTH),
+    ("insufficient_quota", "You exceeded your current quota", Err.LLM_QUOTA),
+])
+async def test_in_stream_error_events_that_asking_again_cannot_fix_are_not_retried(
+        temporal_env, tmp_path: Path, code: str, message: str, err: Err):
+    with ScriptedOpenAIServer([stream_error_event(["par"], code=code, message=message), text_stream(["never"])]) as server:
+        llm, _ = _acts(tmp_path, server)
+        with pytest.raises(WorkflowFailureError) as ei:
+            await _run_chat(temporal_env.client, llm, _req())
+    app = _app_error(ei)
+    assert app.type == err and app.non_retryable and message in app.message and "stream error event" in app.message
+    assert len(server.requests) == 1
+
+
+async def test_an_in_stream_server_error_event_is_retried(temporal_env, tmp_path: Path):
+    script = [stream_error_event(["par"], code="server_error", message="The server had an error"), text_stream(["ok"])]
+    with ScriptedOpenAIServer(script) as server:
+        llm, _ = _acts(tmp_path, server)
+        result = await _run_chat(temporal_env.client, llm, _req())
+    assert result.message.text == "ok" and result.attempt == 2 and len(server.requests) == 2
+
+
+async def test_429_insufficient_quota_is_not_retried_like_a_rate_limit(temporal_env, tmp_path: Path):
+    quota = error(429, "You exceeded your current quota, please check your plan and billing details.",
+                  {"retry-after": "1"}, code="insufficient_quota", type="insufficient_quota")
+    with ScriptedOpenAIServer([quota, text_stream(["never"])]) as server:
+        llm, _ = _acts(tmp_path, server)
+        with pytest.raises(WorkflowFailureError) as ei:
+            await _run_chat(temporal_env.client, llm, _req())
+    app = _app_error(ei)
+    assert app.type == Err.LLM_QUOTA and app.non_retryable and len(server.requests) == 1
+
+
+async def test_context_length_400_is_typed_and_not_retried(temporal_env, tmp_path: Path):
+    too_long = error(400, "This model's maximum context length is 4096 tokens. However, you requested 5036 tokens "
+                          "(5031 in the messages, 5 in the completion).", code="context_length_exceeded")
+    with ScriptedOpenAIServer([too_long, text_stream(["never"])]) as server:
+        llm, _ = _acts(tmp_path, server)
+        with pytest.raises(WorkflowFailureError) as ei:
+            await _run_chat(temporal_env.client, llm, _req(stream=False))
+    assert _app_error(ei).type == Err.LLM_CONTEXT_LENGTH and len(server.requests) == 1
+
+
+@pytest.mark.parametrize("form", ["ms", "http-date"])
+async def test_retry_after_as_ms_or_http_date_is_honoured(temporal_env, tmp_path: Path, form: str):
+    from email.utils import formatdate
+
+    headers = {"retry-after-ms": "1200"} if form == "ms" else {"retry-after": formatdate(time.time() + 2.5, usegmt=True)}
+    with ScriptedOpenAIServer([error(429, "slow down", headers, code="rate_limit_exceeded"), text_stream(["ok"])]) as server:
+        llm, _ = _acts(tmp_path, server)
+        result = await _run_chat(temporal_env.client, llm, _req())
+    assert result.message.text == "ok" and result.attempt == 2
+    gap = server.received_at[1] - server.received_at[0]
+    assert gap >= 1.0, f"the retry came {gap:.2f}s later, before the server's retry-after ({form})"
+
+
+async def test_retry_after_beyond_the_cap_fails_the_call_with_a_clear_message(temporal_env, tmp_path: Path):
+    with ScriptedOpenAIServer([error(429, "slow down", {"retry-after": "3600"}), text_stream(["never"])]) as server:
+        store = FileStore(tmp_path / "artifacts")
+        settings = Settings(state_dir=tmp_path / "state", llm="openai", llm_base_url=server.base_url,
+                            llm_model="test-model", llm_max_retry_after_s=120)
+        with pytest.raises(WorkflowFailureError) as ei:
+            await _run_chat(temporal_env.client, LLMActivities(settings, store), _req())
+    app = _app_error(ei)
+    assert app.type == Err.LLM_RATE_LIMITED and app.non_retryable and len(server.requests) == 1
+    assert "retry after 3600 s" in app.message and "FLEETFORGE_LLM_MAX_RETRY_AFTER_S=120" in app.message
+
+
+async def test_local_provider_without_a_started_server_says_what_to_do(tmp_path: Path):
+    llm = LLMActivities(Settings(state_dir=tmp_path / "state", llm="local"), FileStore(tmp_path / "artifacts"))
+    with pytest.raises(FleetforgeError) as ei:
+        await llm.chat(_req())
+    assert ei.value.code == Err.LLM_UNAVAILABLE and "fleetforge dev" in ei.value.message
