@@ -15,7 +15,7 @@ from temporalio.service import RPCError
 
 from activities.connection import connect
 from activities.storage import open_store
-from client import out
+from client import local_llm, out
 from client.binaries import temporal_binary
 from contracts.errors import Err, FleetforgeError
 from contracts.settings import Settings
@@ -120,7 +120,8 @@ async def run_dev(settings: Settings, *, worker: bool = True) -> None:
             return
         out.hint(f"Web UI: {settings.ui_url}/namespaces/{settings.namespace}/workflows")
         if worker:
-            await serve(settings, list(QUEUE_KINDS), stop, client)
+            async with local_llm.serving(settings, stop) as worker_settings:  # FLEETFORGE_LLM=local: llama.cpp server
+                await serve(worker_settings, list(QUEUE_KINDS), stop, client)
         else:
             await stop.wait()
     finally:

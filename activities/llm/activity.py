@@ -9,7 +9,8 @@ quirks never fail a step: a refused `response_format` is asked again one rung lo
 json_object with schema → json_object → plain instructions) and remembered per endpoint; a stream
 without usage is marked unreported and later calls to that endpoint are not streamed; a stream that
 ends before its first chunk is asked once without streaming (the whole response says why); an answer
-cut off at `max_tokens` is asked again once with twice the room. An answer that stays cut off, is
+cut off at the caller's `max_tokens` is asked again once with twice the room (a request without one
+gets the worker's FLEETFORGE_LLM_MAX_TOKENS, a budget, not retried). An answer that stays cut off, is
 refused or filtered comes back with `ChatResult.unusable` set and no text, never as a complete one.
 """
 
@@ -235,12 +236,14 @@ class LLMActivities:
         started = time.monotonic()
         notes: list[str] = []
         usage: TokenUsage | None = None
-        max_tokens = req.max_tokens
+        max_tokens = req.max_tokens or self.settings.llm_max_tokens
         try:
             while True:
                 message, kw = await self._answer(req, quirks, max_tokens, notes)
                 usage = _add(usage, message.usage)
-                larger = interop.larger_max_tokens(max_tokens) if message.finish_reason == "length" else None
+                # more room only for the caller's own max_tokens: the worker's default is a budget, not a guess
+                cut = message.finish_reason == "length" and req.max_tokens is not None
+                larger = interop.larger_max_tokens(max_tokens) if cut else None
                 if larger is None:
                     break
                 notes.append(f"the answer was cut off at max_tokens={max_tokens}: asked again with {larger}")

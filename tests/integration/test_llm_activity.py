@@ -601,3 +601,16 @@ async def test_local_provider_without_a_started_server_says_what_to_do(tmp_path:
     with pytest.raises(FleetforgeError) as ei:
         await llm.chat(_req())
     assert ei.value.code == Err.LLM_UNAVAILABLE and "fleetforge dev" in ei.value.message
+
+
+async def test_the_workers_max_tokens_is_a_budget_for_requests_without_one(temporal_env, tmp_path: Path):
+    with ScriptedOpenAIServer([json_reply("ramble " * 10, finish_reason="length"), json_reply("short")]) as server:
+        store = FileStore(tmp_path / "artifacts")
+        settings = Settings(state_dir=tmp_path / "state", llm="openai", llm_base_url=server.base_url,
+                            llm_model="test-model", llm_max_tokens=64)
+        llm = LLMActivities(settings, store)
+        rambled = await _run_chat(temporal_env.client, llm, _req(stream=False))
+        own = await _run_chat(temporal_env.client, llm, _req(stream=False, max_tokens=10))
+    assert [r["max_tokens"] for r in server.requests] == [64, 10], "the budget, not retried; the caller's own wins"
+    assert rambled.unusable == "the answer was cut off at max_tokens=64 (finish_reason=length)"
+    assert own.message.text == "short"
