@@ -34,7 +34,7 @@ test: setup local-llm engines
 
 BENCHES ?= storage convert kernel fleet llm
 
-bench: setup  # every benchmark, one after the other (about 10 minutes); BENCHES="kernel llm" for some
+bench: setup local-llm  # every benchmark, one after the other (about 10 minutes); BENCHES="kernel llm" for some
 	@set -e; for b in $(BENCHES); do echo "== bench_$$b"; $(BIN)/python -m bench.bench_$$b; done
 
 clean:
