@@ -35,14 +35,18 @@ pytestmark = [pytest.mark.real_llm, pytest.mark.slow]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
+def _local_llm(state: Path) -> LocalLLM:
+    """The server the installed extra provides; a failure (never a skip) when the extra is missing."""
+    try:
+        return LocalLLM.from_settings(Settings(state_dir=state, llm="local"))
+    except FleetforgeError as e:
+        pytest.fail(f"the real-LLM tests need the local-llm extra (make local-llm): {e.message}")
+
+
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalLLM]:
     """The real server from the installed extra (the same code `fleetforge dev --llm local` runs)."""
-    state = tmp_path_factory.mktemp("llama")
-    try:
-        server = LocalLLM.from_settings(Settings(state_dir=state, llm="local"))
-    except FleetforgeError as e:
-        pytest.fail(f"the real-LLM tests need the local-llm extra (make local-llm): {e.message}")
+    server = _local_llm(tmp_path_factory.mktemp("llama"))
     server.start()
     try:
         server.wait_ready()
@@ -151,11 +155,16 @@ def assert_every_answer_is_attributed(result: dict[str, Any]) -> list[dict[str, 
 @pytest.mark.timeout(600)
 def test_fleetforge_dev_with_the_local_llm_converts_and_stops_the_server_with_the_stack(
         tmp_path: Path, model: Path) -> None:  # noqa: F811
+    _local_llm(tmp_path / "check")
     s = stack_env(tmp_path / "state")
     s.env["FLEETFORGE_LLM"] = "local"
     start_dev(s)
     log = Path(s.env["FLEETFORGE_STATE_DIR"]) / "dev.log"
     try:
+        assert s.proc is not None
+        wait_until(lambda: "local LLM ready" in log.read_text() or s.proc.poll() is not None, timeout=240, interval=0.5,
+                   message="the local LLM did not come up")
+        assert s.proc.poll() is None, log.read_text()[-2000:]
         done = ff("convert", str(model), "--soc", "sm8550", "--precision", "fp16", "--wait", "--json",
                   env=s.env, timeout=480)
         started = re.search(r"starting the local LLM \(smollm2-135m-instruct, llama\.cpp\) at http://127\.0\.0\.1:(\d+)/v1",

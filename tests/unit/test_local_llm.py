@@ -58,3 +58,15 @@ def test_serving_is_a_no_op_unless_local_without_an_endpoint(settings: Settings)
             return worker
 
     assert asyncio.run(go()) is settings
+
+
+def test_dev_llm_flag_accepts_only_known_providers(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    fleetforge = str(Path(sys.executable).parent / "fleetforge")
+    env = {**os.environ, "FLEETFORGE_STATE_DIR": str(tmp_path)}
+    done = subprocess.run([fleetforge, "dev", "--llm", "bogus"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and "'local'" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "temporal.db").exists(), "nothing started"
