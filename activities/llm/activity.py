@@ -238,16 +238,15 @@ class LLMActivities:
         usage: TokenUsage | None = None
         max_tokens = req.max_tokens or self.settings.llm_max_tokens
         try:
-            while True:
-                message, kw = await self._answer(req, quirks, max_tokens, notes)
-                usage = _add(usage, message.usage)
-                # more room only for the caller's own max_tokens: the worker's default is a budget, not a guess
-                cut = message.finish_reason == "length" and req.max_tokens is not None
-                larger = interop.larger_max_tokens(max_tokens) if cut else None
-                if larger is None:
-                    break
+            message, kw = await self._answer(req, quirks, max_tokens, notes)
+            usage = _add(usage, message.usage)
+            # once, and only for the caller's own max_tokens: the worker's default is a budget, not a guess
+            larger = interop.larger_max_tokens(req.max_tokens) if message.finish_reason == "length" else None
+            if larger is not None:
                 notes.append(f"the answer was cut off at max_tokens={max_tokens}: asked again with {larger}")
                 max_tokens = larger
+                message, kw = await self._answer(req, quirks, max_tokens, notes)
+                usage = _add(usage, message.usage)
         except FleetforgeError:
             raise
         except Exception as e:

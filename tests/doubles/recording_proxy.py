@@ -51,33 +51,42 @@ class RecordingProxy:
                     self._forward(body, raw)
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True  # our client gave up (cancellation): nothing to record
+                except httpx.HTTPError as e:  # the server broke the exchange: say so rather than hang the client
+                    outer._record(Exchange(self.path, body, 502, False, None, None))
+                    self._send(502, json.dumps({"error": {"message": f"proxy: upstream failed: {e!r}"}}).encode(),
+                               "application/json")
 
             def _forward(self, body: dict[str, Any], raw: bytes) -> None:
                 headers = {"content-type": "application/json"}
                 with httpx.stream("POST", outer._url(self.path), content=raw, headers=headers, timeout=600) as r:
                     if "text/event-stream" not in r.headers.get("content-type", ""):
                         data = r.read()
-                        self._send(r.status_code, data, r.headers.get("content-type", "application/json"))
                         parsed = _json(data)
                         choices = parsed.get("choices") or [{}]
+                        # recorded before the client can see the answer, so a test reading right after it finds it
                         outer._record(Exchange(self.path, body, r.status_code, False, parsed.get("usage"),
                                                choices[0].get("finish_reason")))
+                        self._send(r.status_code, data, r.headers.get("content-type", "application/json"))
                         return
                     self.send_response(r.status_code)
                     self.send_header("content-type", "text/event-stream")
                     self.send_header("connection", "close")
                     self.end_headers()
-                    usage, finish = None, None
+                    usage, finish, recorded = None, None, False
                     for line in r.iter_lines():
-                        self.wfile.write(line.encode() + b"\n")
-                        self.wfile.flush()
-                        if line.startswith("data: ") and line != "data: [DONE]":
+                        if line == "data: [DONE]":
+                            outer._record(Exchange(self.path, body, r.status_code, True, usage, finish))
+                            recorded = True
+                        elif line.startswith("data: "):
                             chunk = _json(line[6:].encode())
                             usage = chunk.get("usage") or usage
                             for c in chunk.get("choices") or []:
                                 finish = c.get("finish_reason") or finish
+                        self.wfile.write(line.encode() + b"\n")
+                        self.wfile.flush()
+                    if not recorded:  # a stream without [DONE]: the client sees its end when we close, after this
+                        outer._record(Exchange(self.path, body, r.status_code, True, usage, finish))
                     self.close_connection = True
-                    outer._record(Exchange(self.path, body, r.status_code, True, usage, finish))
 
             def _send(self, status: int, data: bytes, content_type: str) -> None:
                 self.send_response(status)

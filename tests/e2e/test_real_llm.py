@@ -264,3 +264,84 @@ def test_the_recording_proxy_sees_what_the_server_sends(llama: LocalLLM, proxy: 
     assert seen[0].usage == whole["usage"] and whole["usage"]["prompt_tokens"] > 0
     assert seen[1].usage is None and lines[-1] == "data: [DONE]"
     wait_until(lambda: len(proxy.exchanges) == mark + 2, timeout=5, message="exactly two exchanges")
+
+
+# -- the interop the scripted double never showed, on the real server ------------------------------------
+
+def _activities(proxy: RecordingProxy, llama: LocalLLM, tmp_path: Path) -> Any:
+    from activities.llm.activity import LLMActivities
+    from activities.storage import FileStore
+
+    settings = Settings(state_dir=tmp_path / "state", llm="openai", llm_base_url=proxy.base_url, llm_model=llama.model)
+    return LLMActivities(settings, FileStore(tmp_path / "artifacts"))
+
+
+async def test_real_server_refuses_json_schema_and_the_call_climbs_to_its_grammar(
+        llama: LocalLLM, proxy: RecordingProxy, tmp_path: Path) -> None:
+    from pydantic import BaseModel
+
+    from activities.llm.interop import StructuredMode
+    from activities.llm.structured import Parsed, parse_answer
+    from contracts.messages import ChatRequest, Message
+
+    class Colour(BaseModel):
+        name: str
+        hex: str
+
+    llm = _activities(proxy, llama, tmp_path)
+    mark = len(proxy.exchanges)
+    req = ChatRequest(messages=[Message.user("Name a colour and its hex code.")], agent="colour", temperature=0.0,
+                      max_tokens=64, stream=False, response_schema=Colour.model_json_schema())
+    result = await llm.chat(req)
+    seen = proxy.since(mark)
+    assert [(x.status, x.request["response_format"]["type"]) for x in seen] == [(500, "json_schema"), (200, "json_object")]
+    assert isinstance(parse_answer(result, Colour), Parsed), result.message.text
+    assert llm.quirks(llama.model).structured is StructuredMode.JSON_OBJECT_SCHEMA
+    assert (result.usage.prompt, result.usage.completion) == (seen[1].usage["prompt_tokens"], seen[1].usage["completion_tokens"])
+
+
+async def test_real_server_streams_carry_no_usage_so_the_call_says_so_and_the_next_is_exact(
+        llama: LocalLLM, proxy: RecordingProxy, tmp_path: Path) -> None:
+    from contracts.messages import ChatRequest, Message
+
+    llm = _activities(proxy, llama, tmp_path)
+    mark = len(proxy.exchanges)
+    req = ChatRequest(messages=[Message.user("Say hello in five words.")], agent="hello", temperature=0.0, max_tokens=32)
+    first, second = await llm.chat(req), await llm.chat(req)
+    seen = proxy.since(mark)
+    assert [x.streamed for x in seen] == [True, False] and seen[0].usage is None
+    assert not first.usage_reported and first.message.text, "a real answer whose cost is unknown, and says so"
+    assert second.usage_reported and second.usage.completion == seen[1].usage["completion_tokens"] > 0
+
+
+async def test_real_server_context_overflow_is_typed_not_retried_as_unreachable(
+        llama: LocalLLM, proxy: RecordingProxy, tmp_path: Path) -> None:
+    from temporalio.exceptions import ApplicationError
+
+    from contracts.errors import Err
+    from contracts.messages import ChatRequest, Message
+
+    llm = _activities(proxy, llama, tmp_path)
+    mark = len(proxy.exchanges)
+    req = ChatRequest(messages=[Message.user("word " * 9000)], agent="overflow", max_tokens=8)
+    with pytest.raises(ApplicationError) as ei:
+        await llm.chat(req)
+    assert ei.value.type == Err.LLM_CONTEXT_LENGTH and ei.value.non_retryable, ei.value.message
+    seen = proxy.since(mark)
+    assert [(x.streamed, x.status) for x in seen] == [(True, 200), (False, 400)], "empty stream, then the real error"
+
+
+async def test_real_server_answer_cut_at_max_tokens_is_asked_again_then_unusable(
+        llama: LocalLLM, proxy: RecordingProxy, tmp_path: Path) -> None:
+    from activities.llm.structured import Rejected, usable_text
+    from contracts.messages import ChatRequest, Message
+
+    llm = _activities(proxy, llama, tmp_path)
+    mark = len(proxy.exchanges)
+    req = ChatRequest(messages=[Message.user("Write a long story about a robot.")], agent="story", temperature=0.0,
+                      max_tokens=4, stream=False)
+    result = await llm.chat(req)
+    seen = proxy.since(mark)
+    assert [(x.request["max_tokens"], x.finish_reason) for x in seen] == [(4, "length"), (8, "length")]
+    assert isinstance(usable_text(result), Rejected) and result.message.text == ""
+    assert result.usage.completion == sum(x.usage["completion_tokens"] for x in seen) == 12

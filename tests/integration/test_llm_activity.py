@@ -488,8 +488,9 @@ async def test_an_answer_still_cut_off_is_unusable_never_complete(temporal_env, 
     cut = lambda text: json_reply(text, finish_reason="length")  # noqa: E731
     with ScriptedOpenAIServer([cut("docker run --net"), cut("docker run --network host -e PO")]) as server:
         llm, store = _acts(tmp_path, server)
-        result = await _run_chat(temporal_env.client, llm, _req(stream=False, max_tokens=4096))
-    assert result.unusable == "the answer was cut off at max_tokens=8192 (finish_reason=length)"
+        result = await _run_chat(temporal_env.client, llm, _req(stream=False, max_tokens=6))
+    assert [r["max_tokens"] for r in server.requests] == [6, 12], "asked again once, not doubled to the ceiling"
+    assert result.unusable == "the answer was cut off at max_tokens=12 (finish_reason=length)"
     assert result.message.text == "" and result.message.finish_reason == "length"
     assert usable_text(result) == Rejected(result.unusable)
     assert result.usage == TokenUsage(prompt=20, completion=10, total=30)
