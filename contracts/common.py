@@ -79,9 +79,12 @@ class TokenTotals(BaseModel):
     completion_tokens: int = 0
     total_tokens: int = 0
     latency_s: float = 0.0
+    unreported_calls: int = 0
+    """LLM calls whose server sent no usage: the token counts above leave them out (unknown, not zero)."""
 
     def __add__(self, other: "TokenTotals") -> "TokenTotals":
         return TokenTotals(calls=self.calls + other.calls, prompt_tokens=self.prompt_tokens + other.prompt_tokens,
                            completion_tokens=self.completion_tokens + other.completion_tokens,
                            total_tokens=self.total_tokens + other.total_tokens,
-                           latency_s=round(self.latency_s + other.latency_s, 3))
+                           latency_s=round(self.latency_s + other.latency_s, 3),
+                           unreported_calls=self.unreported_calls + other.unreported_calls)

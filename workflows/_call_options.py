@@ -32,7 +32,8 @@ LLM = CallOptions(
     start_to_close=timedelta(minutes=10), heartbeat=timedelta(seconds=30),
     retry=RetryPolicy(
         initial_interval=timedelta(seconds=1), maximum_attempts=6,
-        non_retryable_error_types=[Err.LLM_BAD_REQUEST, Err.LLM_AUTH, Err.LLM_OUTPUT_INVALID, Err.LLM_UNAVAILABLE],
+        non_retryable_error_types=[Err.LLM_BAD_REQUEST, Err.LLM_AUTH, Err.LLM_OUTPUT_INVALID, Err.LLM_UNAVAILABLE,
+                                   Err.LLM_CONTEXT_LENGTH, Err.LLM_QUOTA, Err.LLM_RATE_LIMITED],
     ),
 )
 

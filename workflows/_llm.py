@@ -26,6 +26,11 @@ M = TypeVar("M", bound=BaseModel)
 async def ask(req: ChatRequest, *, queue: str, summary: str = "", options: CallOptions = LLM) -> ChatResult:
     """One durable LLM call (retries, heartbeats and the transcript artifact are the activity's job).
 
+    A cut-off, refused or filtered answer comes back with `unusable` set and no text: read the answer
+    with `activities.llm.structured.usable_text` / `parse_answer` so it reaches the agent ladder as a
+    rejection with its reason. Failures that asking again cannot fix (LLM_CONTEXT_LENGTH, LLM_QUOTA,
+    LLM_AUTH, ...) raise at once, typed, for the ladder's fallback.
+
     `options` defaults to the LLM call options; a caller passes others only when it needs a different
     crash-detection time (the heartbeat timeout bounds how long a dead worker holds a call)."""
     return await workflow.execute_activity(
@@ -51,7 +56,9 @@ class Costed(Protocol):
 
 def token_totals(calls: Sequence[Costed], *, extra_calls: int = 0) -> TokenTotals:
     """A job's LLM cost for its result: how many agent answers (`extra_calls`: answers recorded
-    elsewhere, e.g. offline decisions), their summed token usage and latency."""
+    elsewhere, e.g. offline decisions), their summed token usage and latency, and how many calls the
+    server did not report usage for (their tokens are unknown, so a result can say so instead of 0)."""
     usage = sum((c.usage for c in calls), TokenUsage())
     return TokenTotals(calls=len(calls) + extra_calls, prompt_tokens=usage.prompt, completion_tokens=usage.completion,
-                       total_tokens=usage.total, latency_s=round(sum(c.latency_s for c in calls), 3))
+                       total_tokens=usage.total, latency_s=round(sum(c.latency_s for c in calls), 3),
+                       unreported_calls=sum(1 for c in calls if not c.usage.reported))

@@ -1,10 +1,17 @@
 """The chat activity: one provider call, normalised into a ChatResult with a stored transcript.
 
-`AsyncOpenAI(max_retries=0)`: Temporal owns retries. Provider errors become ApplicationErrors with
-stable types (408/409/429/5xx and connection errors retryable, honouring retry-after; 401/403 and
-other 4xx not). Heartbeats while waiting for the first token and on every streamed chunk.
-An endpoint that rejects `response_format` json_schema is asked again with the schema as plain
-instructions (and this worker keeps doing so).
+`AsyncOpenAI(max_retries=0)`: Temporal owns retries; provider errors become ApplicationErrors with
+stable types (activities/llm/provider_errors.py). Heartbeats while waiting for the first token (or the
+whole non-streamed answer) and on every streamed chunk.
+
+Within one call the activity adapts to the endpoint (activities/llm/interop.py), so a server's
+quirks never fail a step: a refused `response_format` is asked again one rung lower (json_schema →
+json_object with schema → json_object → plain instructions) and remembered per endpoint; a stream
+without usage is marked unreported and later calls to that endpoint are not streamed; a stream that
+ends before its first chunk is asked once without streaming (the whole response says why); an answer
+cut off at the caller's `max_tokens` is asked again once with twice the room (a request without one
+gets the worker's FLEETFORGE_LLM_MAX_TOKENS, a budget, not retried). An answer that stays cut off, is
+refused or filtered comes back with `ChatResult.unusable` set and no text, never as a complete one.
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
+from activities.llm import interop
 from activities.llm.converters import OpenAIConverter, dump_response, require_openai, to_openai_messages
+from activities.llm.interop import EndpointQuirks, StructuredMode
+from activities.llm.provider_errors import error_message, map_openai_error
 from activities.llm.structured import render
 from activities.storage import ArtifactStore
 from contracts.common import ArtifactRef
@@ -51,65 +60,10 @@ def first_token_heartbeat_interval(heartbeat_timeout: timedelta | None, ceiling_
     return min(ceiling_s, heartbeat_timeout.total_seconds() / 4)
 
 
-def retry_after(headers: Any) -> timedelta | None:
-    """The server's requested back-off: `retry-after-ms`, else `retry-after` (seconds)."""
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        raw = headers.get(name)
-        if raw is None:
-            continue
-        try:
-            seconds = float(raw) * scale
-        except ValueError:
-            continue  # an HTTP date: let the retry policy decide
-        if 0 <= seconds <= 600:
-            return timedelta(seconds=seconds)
-    return None
-
-
-def map_openai_error(e: Exception) -> Exception:
-    """A provider exception as an ApplicationError with a stable type (or the exception unchanged)."""
-    openai = require_openai()
-    if isinstance(e, openai.APIStatusError):
-        status = e.status_code
-        message = f"LLM endpoint answered {status}: {e.message}"
-        if status in (408, 409, 429) or status >= 500:
-            return ApplicationError(
-                message, type=Err.LLM_RETRYABLE, non_retryable=False, next_retry_delay=retry_after(e.response.headers)
-            )
-        if status in (401, 403):
-            return ApplicationError(message, type=Err.LLM_AUTH, non_retryable=True)
-        return ApplicationError(message, type=Err.LLM_BAD_REQUEST, non_retryable=True)
-    if isinstance(e, (openai.APIConnectionError, openai.APIError)):
-        return ApplicationError(f"LLM endpoint unreachable: {e}", type=Err.LLM_RETRYABLE, non_retryable=False)
-    try:
-        import httpx
-    except ImportError:  # pragma: no cover
-        return e
-    if isinstance(e, httpx.TransportError):
-        return ApplicationError(f"LLM stream broken: {e!r}", type=Err.LLM_RETRYABLE, non_retryable=False)
-    return e
-
-
-def rejects_response_format(error: ApplicationError, kw: dict[str, Any]) -> bool:
-    """The endpoint refused our `response_format` (no json_schema support): worth asking again with plain
-    instructions, unlike any other 400."""
-    return "response_format" in kw and error.type == Err.LLM_BAD_REQUEST and "response_format" in error.message
-
-
-def with_plain_json_instructions(kw: dict[str, Any]) -> dict[str, Any]:
-    """The same request without `response_format`: the schema goes into a leading system instruction."""
-    schema = json.dumps(kw["response_format"]["json_schema"]["schema"], sort_keys=True)
-    instruction = {"role": "system", "content": render("json_instructions.j2", schema=schema)}
-    plain = {k: v for k, v in kw.items() if k != "response_format"}
-    return {**plain, "messages": [instruction, *kw["messages"]]}
-
-
 def _transcript(store: ArtifactStore, *, agent: str, provider: str, attempt: int, request: dict[str, Any],
-                response: dict[str, Any], latency_s: float) -> ArtifactRef:
+                response: dict[str, Any], latency_s: float, **extra: Any) -> ArtifactRef:
     doc = {"agent": agent, "provider": provider, "attempt": attempt, "latency_s": round(latency_s, 3),
-           "request": request, "response": response}
+           "request": request, "response": response, **extra}
     data = json.dumps(doc, indent=2, sort_keys=True, default=str).encode()
     return store.put_bytes(data, media_type="application/json", name=f"llm/{agent}-transcript.json")
 
@@ -126,6 +80,10 @@ def record_offline_answer(store: ArtifactStore, agent: str, request: dict[str, A
                       provider="offline")
 
 
+class _EmptyStream(Exception):
+    """The stream ended before its first chunk (llama.cpp does this when the prompt overflows its context)."""
+
+
 class LLMActivities:
     def __init__(self, settings: Settings, store: ArtifactStore, *, first_token_heartbeat_s: float | None = None):
         """`first_token_heartbeat_s`: fixed heartbeat interval before the first token (tests); None derives it
@@ -136,8 +94,8 @@ class LLMActivities:
         self.converter = OpenAIConverter()
         self._client: Any = None
         self._client_lock = threading.Lock()
-        self._json_schema_supported = True
-        """Cleared the first time the endpoint rejects response_format; later calls use plain instructions."""
+        self._quirks: dict[tuple[str, str], EndpointQuirks] = {}
+        """Per (base URL, model): what the endpoint has shown it does not support, for this worker's lifetime."""
 
     def _openai(self) -> Any:
         """The shared client, created on first use (importing `openai` takes a second or more: it runs in a
@@ -149,13 +107,17 @@ class LLMActivities:
                 self._client = openai.AsyncOpenAI(max_retries=0, base_url=self.settings.llm_base_url, api_key=key)
             return self._client
 
+    def quirks(self, model: str) -> EndpointQuirks:
+        return self._quirks.setdefault((self.settings.llm_base_url or "", model), EndpointQuirks())
+
     def _beat_interval(self) -> float:
         if self.first_token_heartbeat_s is not None:
             return self.first_token_heartbeat_s
         return first_token_heartbeat_interval(activity.info().heartbeat_timeout if activity.in_activity() else None)
 
-    def _kwargs(self, req: ChatRequest) -> dict[str, Any]:
-        kw: dict[str, Any] = {"model": req.model or self.settings.llm_model, "messages": to_openai_messages(req.messages)}
+    def _kwargs(self, req: ChatRequest, quirks: EndpointQuirks, *, stream: bool, max_tokens: int | None) -> dict[str, Any]:
+        messages = to_openai_messages(req.messages)
+        kw: dict[str, Any] = {"model": self._model(req)}
         if req.tools:
             kw["tools"] = [
                 {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
@@ -163,31 +125,38 @@ class LLMActivities:
             ]
         if req.temperature is not None:
             kw["temperature"] = req.temperature
-        if req.max_tokens is not None:
-            kw["max_tokens"] = req.max_tokens
+        if max_tokens is not None:
+            kw["max_tokens"] = max_tokens
         if req.response_schema is not None:
-            kw["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": req.agent.replace("-", "_") or "answer", "schema": req.response_schema},
-            }
-        if req.response_schema is not None and not self._json_schema_supported:
-            kw = with_plain_json_instructions(kw)
-        if req.stream:
+            fmt = interop.response_format(quirks.structured, req.response_schema, interop.schema_name(req.agent))
+            if fmt is not None:
+                kw["response_format"] = fmt
+            if quirks.structured is not StructuredMode.JSON_SCHEMA:
+                schema = json.dumps(req.response_schema, sort_keys=True)
+                messages = [{"role": "system", "content": render("json_instructions.j2", schema=schema)}, *messages]
+        kw["messages"] = messages
+        if stream:
             kw["stream"] = True
             kw["stream_options"] = {"include_usage": True}
         return kw
 
-    async def _call(self, kw: dict[str, Any], stream: bool) -> Message:
+    def _model(self, req: ChatRequest) -> str:
+        return req.model or self.settings.llm_model
+
+    async def _call(self, kw: dict[str, Any]) -> Message:
+        """One HTTP exchange; provider exceptions propagate unmapped (the caller adapts or maps them)."""
+        stream = bool(kw.get("stream"))
         first = asyncio.Event()
         interval = self._beat_interval()
 
         async def beat_until_first_token() -> None:
             while not first.is_set():
-                _heartbeat("waiting for first token")
+                _heartbeat("waiting for first token" if stream else "waiting for the answer")
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(first.wait(), interval)
 
         beater = asyncio.create_task(beat_until_first_token())
+        n = 0
         try:
             client = self._client or await asyncio.to_thread(self._openai)
             if not stream:
@@ -198,7 +167,7 @@ class LLMActivities:
             raw = await client.chat.completions.create(**kw)
 
             async def chunks() -> AsyncIterator[Any]:
-                n = 0
+                nonlocal n
                 async for c in raw:
                     first.set()
                     n += 1
@@ -211,42 +180,98 @@ class LLMActivities:
                     final = m
             assert final is not None  # the converter always ends with one consolidated message or raises
             return final
-        except FleetforgeError:
+        except FleetforgeError as e:
+            if e.code == Err.LLM_STREAM_INCOMPLETE and n == 0:
+                raise _EmptyStream() from e
             raise
-        except Exception as e:
-            mapped = map_openai_error(e)
-            if mapped is e:
-                raise
-            raise mapped from e
         finally:
             first.set()
             beater.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beater
 
+    async def _answer(self, req: ChatRequest, quirks: EndpointQuirks, max_tokens: int | None,
+                      notes: list[str]) -> tuple[Message, dict[str, Any]]:
+        """One answer, adapting to what the endpoint refuses (bounded: each adaptation moves one way)."""
+        openai = require_openai()
+        force_whole = False
+        while True:
+            stream = interop.should_stream(req.stream, quirks) and not force_whole
+            kw = self._kwargs(req, quirks, stream=stream, max_tokens=max_tokens)
+            try:
+                message = await self._call(kw)
+            except _EmptyStream:
+                if force_whole:
+                    raise FleetforgeError(Err.LLM_STREAM_INCOMPLETE, "the stream ended before its first chunk",
+                                          retryable=True) from None
+                notes.append("the stream ended before its first chunk: asked once more without streaming")
+                force_whole = True
+                continue
+            except openai.APIStatusError as e:
+                lower = interop.next_mode(quirks.structured)
+                if "response_format" not in kw or lower is None or not interop.refuses_response_format(
+                        e.status_code, error_message(e)):
+                    raise
+                notes.append(f"response_format {kw['response_format']['type']} refused ({e.status_code}: "
+                             f"{error_message(e)[:200]}); this endpoint is asked with {lower.name.lower()} from now on")
+                quirks.structured = lower
+                continue
+            if stream:
+                reported = message.usage is not None
+                if not reported and quirks.stream_usage is not False:
+                    notes.append("the stream carried no usage: this call's tokens are unreported, later calls to "
+                                 "this endpoint are not streamed")
+                quirks.stream_usage = reported
+            return message, kw
+
     async def chat(self, req: ChatRequest) -> ChatResult:
         """One provider call (usable from other activities: structured flows, agents)."""
         if self.settings.llm_provider != "openai":
             raise FleetforgeError(Err.LLM_UNAVAILABLE, "no LLM endpoint configured (provider is offline)")
-        kw = self._kwargs(req)
+        if self.settings.llm == "local" and not self.settings.llm_base_url:
+            raise FleetforgeError(Err.LLM_UNAVAILABLE, "FLEETFORGE_LLM=local: the local server is started by "
+                                  "`fleetforge dev`; a separate worker needs FLEETFORGE_LLM_BASE_URL")
+        quirks = self.quirks(self._model(req))
         attempt = _attempt()
         started = time.monotonic()
+        notes: list[str] = []
+        usage: TokenUsage | None = None
+        max_tokens = req.max_tokens or self.settings.llm_max_tokens
         try:
-            message = await self._call(kw, req.stream)
-        except ApplicationError as e:
-            if not rejects_response_format(e, kw):
+            message, kw = await self._answer(req, quirks, max_tokens, notes)
+            usage = _add(usage, message.usage)
+            # once, and only for the caller's own max_tokens: the worker's default is a budget, not a guess
+            larger = interop.larger_max_tokens(req.max_tokens) if message.finish_reason == "length" else None
+            if larger is not None:
+                notes.append(f"the answer was cut off at max_tokens={max_tokens}: asked again with {larger}")
+                max_tokens = larger
+                message, kw = await self._answer(req, quirks, max_tokens, notes)
+                usage = _add(usage, message.usage)
+        except FleetforgeError:
+            raise
+        except Exception as e:
+            mapped = map_openai_error(e, max_retry_after_s=self.settings.llm_max_retry_after_s)
+            if mapped is e:
                 raise
-            self._json_schema_supported = False
-            kw = with_plain_json_instructions(kw)
-            message = await self._call(kw, req.stream)
+            raise mapped from e
         latency = time.monotonic() - started
-        usage = message.usage or TokenUsage()
+        assert usage is not None
         message.metadata.setdefault("provider", "openai")
+        unusable = interop.unusable_reason(message, max_tokens)
         ref = _transcript(self.store, agent=req.agent, provider="openai", attempt=attempt, request=dump_response(kw),
-                          response=message.model_dump(mode="json"), latency_s=latency)
+                          response=message.model_dump(mode="json"), latency_s=latency,
+                          usage=usage.model_dump(), unusable=unusable, interop=notes)
+        if unusable:
+            message = message.model_copy(update={"content": [], "tool_calls": []})
         return ChatResult(message=message, usage=usage, latency_s=latency, transcript=ref, attempt=attempt,
-                          provider="openai")
+                          provider="openai", unusable=unusable)
 
     @activity.defn(name="complete_chat")
     async def complete_chat(self, req: ChatRequest) -> ChatResult:
         return await self.chat(req)
+
+
+def _add(total: TokenUsage | None, usage: TokenUsage | None) -> TokenUsage:
+    """Sum the usage of this call's answers; an answer without usage makes the sum unreported."""
+    part = usage if usage is not None else TokenUsage(reported=False)
+    return part if total is None else total + part

@@ -1,8 +1,10 @@
 """LLM text → validated pydantic model, or a typed rejection (STYLE G10).
 
-`complete_structured` asks (response_format json_schema; the activity falls back to plain
-instructions, prompts/json_instructions.j2, when the endpoint rejects response_format), validates, and on failure re-asks once with the validation error and a stricter instruction
-(prompts/repair_json.j2); a second failure raises FleetforgeError(LLM_OUTPUT_INVALID).
+`complete_structured` asks (response_format json_schema; the activity climbs down to json_object or
+plain instructions, prompts/json_instructions.j2, where the endpoint refuses it), validates, and on
+failure re-asks once with the validation error and a stricter instruction (prompts/repair_json.j2);
+a second failure raises FleetforgeError(LLM_OUTPUT_INVALID). An answer the activity marked unusable
+(cut off, refused, filtered) is a rejection like any other, with its reason (`usable_text`).
 """
 
 from __future__ import annotations
@@ -97,6 +99,20 @@ class Rejected:
     reason: str
 
 
+def usable_text(result: ChatResult) -> str | Rejected:
+    """The answer's text, or a Rejected when the activity marked the answer unusable (cut off at
+    max_tokens, refused, stopped by a content filter): such an answer is never parsed as complete."""
+    if result.unusable:
+        return Rejected(result.unusable)
+    return result.message.text
+
+
+def parse_answer(result: ChatResult, model_cls: type[M]) -> Parsed[M] | Rejected:
+    """`parse_structured` of a whole ChatResult (an unusable answer is rejected with its reason)."""
+    text = usable_text(result)
+    return text if isinstance(text, Rejected) else parse_structured(text, model_cls)
+
+
 def parse_structured(text: str, model_cls: type[M]) -> Parsed[M] | Rejected:
     """The answer as `model_cls`, or a Rejected with a reason fit to show the model."""
     try:
@@ -119,7 +135,7 @@ async def complete_structured(
     results: list[ChatResult] = []
     first = await chat(req)
     results.append(first)
-    outcome = parse_structured(first.message.text, model_cls)
+    outcome = parse_answer(first, model_cls)
     if isinstance(outcome, Parsed):
         return outcome.value, results
     repair = render("repair_json.j2", error=outcome.reason, schema=json.dumps(req.response_schema, sort_keys=True))
@@ -130,7 +146,7 @@ async def complete_structured(
     ]})
     second = await chat(retry_req)
     results.append(second)
-    outcome = parse_structured(second.message.text, model_cls)
+    outcome = parse_answer(second, model_cls)
     if isinstance(outcome, Parsed):
         return outcome.value, results
     raise FleetforgeError(Err.LLM_OUTPUT_INVALID, f"{req.agent}: unusable answer after one repair: {outcome.reason}")

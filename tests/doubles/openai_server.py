@@ -1,6 +1,8 @@
 """TEST DOUBLE: `ScriptedOpenAIServer`, a real HTTP server on 127.0.0.1 that replays a scripted list
 of responses for POST /v1/chat/completions (JSON bodies, SSE streams, error statuses with headers,
-streams cut mid-way) and records every request it received. Not a model: it answers in order."""
+streams cut mid-way or before their first chunk, error events inside a stream, streams without a
+usage chunk) and records every request it received. Not a model: it answers in order. For what a
+real server does, see tests/e2e/test_real_llm.py (llama.cpp)."""
 
 from __future__ import annotations
 
@@ -49,17 +51,42 @@ def chunk(delta: dict[str, Any] | None = None, finish_reason: str | None = None,
 
 
 def text_stream(parts: list[str], *, usage: dict[str, Any] | None = None, delay_s: float = 0.0,
-                chunk_delay_s: float = 0.0) -> Scripted:
+                chunk_delay_s: float = 0.0, finish_reason: str = "stop", with_usage: bool = True) -> Scripted:
+    """A streamed answer; `with_usage=False` sends no usage chunk (llama.cpp's server does that)."""
     chunks = [chunk({"role": "assistant", "content": ""})]
     chunks += [chunk({"content": p}) for p in parts]
-    chunks.append(chunk({}, "stop"))
-    chunks.append(chunk(no_choices=True, usage=usage or {"prompt_tokens": 10, "completion_tokens": len(parts), "total_tokens": 10 + len(parts)}))
+    chunks.append(chunk({}, finish_reason))
+    if with_usage:
+        chunks.append(chunk(no_choices=True, usage=usage or {"prompt_tokens": 10, "completion_tokens": len(parts), "total_tokens": 10 + len(parts)}))
     return Scripted("sse", chunks=chunks, delay_s=delay_s, chunk_delay_s=chunk_delay_s)
 
 
-def error(status: int, message: str = "error", headers: dict[str, str] | None = None) -> Scripted:
-    body = {"error": {"message": message, "type": "invalid_request_error", "code": None}}
+def error(status: int, message: str = "error", headers: dict[str, str] | None = None, *,
+          code: str | None = None, type: str = "invalid_request_error") -> Scripted:  # noqa: A002
+    body = {"error": {"message": message, "type": type, "code": code}}
     return Scripted("error", status=status, body=body, headers=headers or {})
+
+
+LLAMA_CPP_JSON_SCHEMA_500 = (
+    "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input "
+    "should be 'text' or 'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or 'json_object'\"}}")
+"""What llama-cpp-python's server (0.3.x) answers, with HTTP 500, to response_format json_schema."""
+
+
+def llama_cpp_json_schema_refusal() -> Scripted:
+    return error(500, LLAMA_CPP_JSON_SCHEMA_500, type="internal_server_error")
+
+
+def stream_error_event(parts: list[str], *, code: str | None, message: str, type: str = "server_error") -> Scripted:  # noqa: A002
+    """A stream that sends `parts`, then an error event (`data: {"error": {...}}`), then ends."""
+    chunks = [chunk({"role": "assistant", "content": ""})] + [chunk({"content": p}) for p in parts]
+    chunks.append({"error": {"message": message, "type": type, "code": code}})
+    return Scripted("sse", chunks=chunks)
+
+
+def empty_stream() -> Scripted:
+    """200 text/event-stream, then the connection closes before any chunk (llama.cpp on a context overflow)."""
+    return Scripted("cut", chunks=[])
 
 
 def cut_stream(parts: list[str]) -> Scripted:
