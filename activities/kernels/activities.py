@@ -185,6 +185,9 @@ class KernelActivities:
             _require_gpu(req.task.arch)
         report = verify(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, trials=req.trials,
                         heartbeat=_heartbeat, gpu=not req.task.on_cpu)
+        if report.reason.startswith("reference failed"):  # the task's failure, never the candidate's verdict
+            raise FleetforgeError(Err.KERNEL_TASK_INVALID, f"the reference failed in the verifier: {report.reason}"
+                                  + (f" | {report.log[-600:]}" if report.log else ""))
         if req.task.on_cpu:
             return VerifyResult(report=report, speed=CPU_SPEED_NOTE)
         if not report.passed:

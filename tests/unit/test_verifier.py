@@ -278,7 +278,10 @@ def test_compare_in_process_tolerances_and_inf_positions():
 
     e = torch.tensor([1.0, float("inf"), 3.0])
     assert compare([[e]], [[e + 5e-5]])[0] == ""
-    assert "differ beyond atol=rtol=0.0001" in compare([[e]], [[e + 1e-3]])[0]
+    assert "differ beyond rtol=0.0001, atol=0.0003" in compare([[e]], [[e + 1e-3]])[0], "atol scales with max |e| = 3"
+    big = torch.tensor([1e4, 0.5])
+    assert compare([[big]], [[big + torch.tensor([0.0, 0.5])]])[0] == "", "near-zero values of a 1e4-scale output"
+    assert "elements differ" in compare([[big]], [[big + torch.tensor([0.0, 2.0])]])[0]
     assert "unexpected Inf" in compare([[e]], [[torch.tensor([float("inf"), float("inf"), 3.0])]])[0]
     h = e.half()
     assert compare([[h]], [[h + 5e-3]])[0] == "", "fp16 uses 1e-2"
