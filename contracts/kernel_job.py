@@ -357,6 +357,8 @@ class TraceEntry(BaseModel, frozen=True):
     """Who answered for this agent: the LLM (after how many repairs), the offline agent, or its fallback."""
     routing_provenance: AgentProvenance | None = None
     """Who chose this agent when the conductor had to decide (the routing analysis or its fallback rule)."""
+    sizes: dict[str, Number] = Field(default_factory=dict)
+    """The task file's constants set with --set for this run (the sizes this step worked on)."""
 
 
 class RecordTraceRequest(BaseModel, frozen=True):

@@ -219,18 +219,21 @@ class ConductorWorkflow:
         routing, analysis_tokens, routing_prov = self._routing
         self._state = self._state.record(record)
         self._trace.append(entry.model_copy(update={
+            "sizes": self._req.task.overrides,
             "fallback": go.fallback, "routing": routing, "routing_provenance": routing_prov, "started_at": started,
             "duration_s": round((workflow.now() - started).total_seconds(), 3), "tokens": entry.tokens + analysis_tokens,
         }))
         return ended
 
     async def _design_step(self, go: Go, config: ConductorConfig) -> tuple[AgentRecord, TraceEntry, Finish | None]:
-        dreq = DesignRequest(task=self._req.task, suggestion=go.suggestion, step=go.step, reference=self._reference,
+        dreq = DesignRequest(task=self._req.task, suggestion=go.suggestion, step=go.step,
                              output=config.output_format(AgentName.DESIGNER))
 
         def ask(provider: Provider, repair: list[str]) -> Awaitable[DesignResult]:
-            return self._llm_call(KernelActivities.design, dreq.model_copy(update={"llm": provider, "repair": repair}),
-                                  f"designer step {go.step}" + (" (offline)" if provider == "offline" else ""))
+            offline = provider == "offline"  # only the offline designer reads the trace (keeps LLM requests small)
+            update = {"llm": provider, "repair": repair, "reference": self._reference if offline else None}
+            return self._llm_call(KernelActivities.design, dreq.model_copy(update=update),
+                                  f"designer step {go.step}" + (" (offline)" if offline else ""))
 
         value, prov, results = await self._ladder(AgentName.DESIGNER, ask)
         shown = value or results[-1]
@@ -252,8 +255,8 @@ class ConductorWorkflow:
                            feedback=failed.reason if failed else "", log=failed.log if failed else "",
                            input_family=failed.input_family if failed else "",
                            mismatches=failed.mismatches if failed else [], attempts=recent_attempts(self._attempts),
-                           suggestion=go.suggestion, step=go.step, reference=self._reference,
-                           output=config.output_format(go.agent), rejected=list(self._rejected))
+                           suggestion=go.suggestion, step=go.step, output=config.output_format(go.agent),
+                           rejected=list(self._rejected))
         force = offline_fallback_due(role=go.agent, llm_configured=self._req.llm != "offline",
                                      llm_rejected=self._llm_rejected, threshold=self._req.llm_rejections_before_fallback,
                                      tried=self._offline_tried)
@@ -263,9 +266,10 @@ class ConductorWorkflow:
         def attempt(i: int) -> Callable[[Provider, list[str]], Awaitable[CodeResult]]:
             def ask(provider: Provider, repair: list[str]) -> Awaitable[CodeResult]:
                 label = f"{go.agent} step {go.step}" + (f", candidate {i + 1}/{n}" if n > 1 else "")
-                return self._llm_call(KernelActivities.code, base.model_copy(
-                    update={"candidate_index": i, "llm": provider, "repair": repair}),
-                    label + (" (offline)" if provider == "offline" else ""))
+                offline = provider == "offline"
+                return self._llm_call(KernelActivities.code, base.model_copy(update={
+                    "candidate_index": i, "llm": provider, "repair": repair,
+                    "reference": self._reference if offline else None}), label + (" (offline)" if offline else ""))
             return ask
 
         async def one(i: int) -> tuple[CodeResult | None, AgentProvenance, list[CodeResult]]:

@@ -52,6 +52,7 @@ def verify(
         return VerifierReport(passed=False, reason="static check: " + "; ".join(static.reasons), static=static,
                               durations=durations)
     key = _reference_key(task_source, seed, trials)
+    _load_torch_in_background()
     expected = _REFERENCE_CACHE.get(key)
     with tempfile.TemporaryDirectory(prefix="ff-verify-") as tmp:
         root = Path(tmp)
@@ -68,6 +69,7 @@ def verify(
         children["candidate"] = _start(cand_dir, seed, trials, candidate=True, gpu=gpu, timeout_s=timeout_s)
         try:
             wait_all(children, timeout_s, beat)
+            _torch_loaded(beat)
         finally:  # an exception or a cancelled activity must not leave children running
             for child in children.values():
                 if child.proc.poll() is None:
@@ -129,6 +131,26 @@ def profile(task_source: str, candidate_source: str, *, timeout_s: float, seed: 
     if cand <= 0:
         return None, f"speed not measured: candidate time {cand} ms"
     return ref / cand, f"speedup {ref / cand:.2f}x (reference {ref:.4f} ms, candidate {cand:.4f} ms; do_bench medians)"
+
+
+# --- torch in the worker ------------------------------------------------------------------------
+
+_TORCH = threading.Thread(target=lambda: __import__("torch"), name="import-torch", daemon=True)
+_TORCH_LOCK = threading.Lock()
+
+
+def _load_torch_in_background() -> None:
+    """The comparison needs torch in the worker; a fresh worker imports it while the children run, so the
+    activity keeps heartbeating (a blocking import on a loaded machine can outlast the heartbeat timeout)."""
+    with _TORCH_LOCK:
+        if not _TORCH.is_alive() and _TORCH.ident is None:
+            _TORCH.start()
+
+
+def _torch_loaded(beat: Callable[[str], None]) -> None:
+    while _TORCH.is_alive():
+        beat("loading torch for the comparison")
+        _TORCH.join(0.5)
 
 
 # --- reference outputs cache ------------------------------------------------------------------

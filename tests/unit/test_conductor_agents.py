@@ -124,3 +124,40 @@ def relu_analysis(tmp_path_factory):
     from tests.unit.test_conductor_offline_designer import analyse
 
     return analyse(RELU, tmp_path_factory.mktemp("relu"))
+
+
+async def test_the_offline_coder_repeating_a_rejected_candidate_is_refused_as_a_duplicate(relu_analysis, tmp_path):
+    """A deterministic agent can only repeat itself: its candidate is refused (never verified again), and
+    the conductor then ends NO_PROGRESS (workflows.conductor_policy.no_answer_finish)."""
+    import hashlib
+
+    from activities.kernels.activities import KernelActivities
+    from activities.storage import FileStore
+    from contracts.kernel_job import RejectedCandidate, Rejection
+    from contracts.settings import Settings
+
+    kernels = KernelActivities(FileStore(tmp_path / "artifacts"), Settings(state_dir=tmp_path, llm="offline"))
+    first = await kernels.code(CodeRequest(task=TASK, reference=relu_analysis, step=2))
+    assert first.parsed_ok and first.candidate is not None
+    source = kernels.store.get_bytes(first.candidate)
+    assert first.candidate.sha256 == hashlib.sha256(source).hexdigest()
+    rejected = RejectedCandidate(sha256=first.candidate.sha256, step=3, verdict="trial 0 (task inputs) output 0: wrong")
+    again = await kernels.code(CodeRequest(task=TASK, reference=relu_analysis, step=4, rejected=[rejected]))
+    assert not again.parsed_ok and again.rejection is Rejection.DUPLICATE and again.candidate is None
+    assert again.reason.startswith("the offline template's candidate is identical to the one the verifier rejected "
+                                   "at step 3 (trial 0 (task inputs) output 0: wrong)")
+
+
+async def test_no_template_is_a_typed_refusal_naming_the_aten_ops(tmp_path):
+    from activities.kernels.activities import KernelActivities
+    from activities.storage import FileStore
+    from contracts.kernel_job import Rejection
+    from contracts.settings import Settings
+    from tests.unit.test_conductor_offline_designer import analyse
+
+    cumsum = RELU.replace("torch.relu(x)", "torch.cumsum(x, dim=1)")
+    kernels = KernelActivities(FileStore(tmp_path / "artifacts"), Settings(state_dir=tmp_path, llm="offline"))
+    design = await kernels.design(DesignRequest(task=TASK, reference=analyse(cumsum, tmp_path)))
+    assert not design.parsed_ok and design.rejection is Rejection.NO_TEMPLATE
+    assert design.reason == ("no offline template: no template for cumsum (aten ops: aten.cumsum.default); "
+                             "configure an LLM (FLEETFORGE_LLM_BASE_URL) to write this kernel")
