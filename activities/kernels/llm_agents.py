@@ -8,7 +8,6 @@ repairs with it or falls back to the offline agent.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,6 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPTS_DIR), undefined
 
 TEMPLATES = {"designer": "designer.j2", "coder": "coder.j2", "optimizer": "optimizer.j2", "conductor": "analyze.j2"}
 _DESIGN_KEYS = ("family", "block_sizes", "grid", "tiling", "notes")
-_FENCED_JSON = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
 
 
 def _fields(fmt: OutputFormat) -> list[dict[str, Any]]:
@@ -93,7 +91,11 @@ def parse_code(text: str) -> str | Rejected:
 
 
 def parse_decision(answer: str | dict | LLMDecision | None) -> LLMDecision | Rejected:
-    """The routing answer as an LLMDecision (a bare agent name, JSON, fenced JSON; any case)."""
+    """The routing answer as an LLMDecision: a bare agent name, or a JSON object (bare, fenced, or inside
+    prose); any case."""
+    from activities.llm.structured import extract_json
+    from contracts.errors import FleetforgeError
+
     if isinstance(answer, LLMDecision):
         return answer
     if isinstance(answer, dict):
@@ -104,16 +106,14 @@ def parse_decision(answer: str | dict | LLMDecision | None) -> LLMDecision | Rej
     if not isinstance(answer, str) or not answer.strip():
         return Rejected("empty answer")
     text = answer.strip()
-    fenced = _FENCED_JSON.search(text)
-    candidate = fenced.group(1) if fenced else text
-    if candidate.startswith("{"):
-        try:
-            return parse_decision(json.loads(candidate))
-        except json.JSONDecodeError as e:
-            return Rejected(f"the answer is not valid JSON: {e.msg}")
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
         return LLMDecision(next_agent=text)
-    return Rejected('the answer is neither an agent name nor a {"decision": ...} object')
+    if "{" not in text:
+        return Rejected('the answer is neither an agent name nor a {"decision": ...} object')
+    try:
+        return parse_decision(extract_json(text))
+    except FleetforgeError as e:
+        return Rejected(f"the answer is not valid JSON: {e.message}")
 
 
 def validate_decision(answer: str | dict | LLMDecision | None, options: list[str]) -> LLMDecision | Rejected:
