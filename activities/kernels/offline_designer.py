@@ -247,7 +247,8 @@ class _Reader:
             if packet == "div" and call.kwargs.get("rounding_mode") not in (None,):
                 raise _NoTemplate(f"div rounding_mode={call.kwargs.get('rounding_mode')!r}")
             if alpha != 1 and packet in ("add", "sub", "rsub"):
-                b_op = _emit(built, PlanOp(op="mul", args=[b_op, Operand(kind="const", value=float(alpha))]))  # type: ignore[arg-type]
+                scale = Operand(kind="const", value=float(alpha))  # type: ignore[arg-type]
+                b_op = _emit(built, PlanOp(op="mul", args=[b_op, scale]))
             result = _emit(built, PlanOp(op=BINARY[packet], args=[a_op, b_op]))
         else:
             raise _NoTemplate(f"{packet} in an elementwise chain")
@@ -475,7 +476,8 @@ class _Rows:
                 return mean
             d = _emit(built, PlanOp(op="sub", args=[x, mean]))
             ss = _emit(built, PlanOp(op="sum", args=[_emit(built, PlanOp(op="mul", args=[d, d]))]))
-            n = _emit(built, PlanOp(op="sub", args=[numel(), Operand(kind="const", value=float(correction))]))  # type: ignore[arg-type]
+            dof = Operand(kind="const", value=float(correction))  # type: ignore[arg-type]
+            n = _emit(built, PlanOp(op="sub", args=[numel(), dof]))
             var = _emit(built, PlanOp(op="div", args=[ss, n]))
             return _emit(built, PlanOp(op="sqrt", args=[var])) if packet == "std" else var
         if packet == "native_layer_norm":
