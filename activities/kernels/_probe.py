@@ -66,10 +66,15 @@ def probe(task_path: str, seed: int) -> dict:
     source = Path(task_path).read_text(encoding="utf-8")
     result: dict[str, Any] = {"constants": numeric_constants(source, Path(task_path).name)}
     task = _load(task_path, "fleetforge_task")
-    with torch.device("meta"):
-        torch.manual_seed(seed)
-        model = task.Model(*task.get_init_inputs())
-        inputs = list(task.get_inputs())
+    try:
+        with torch.device("meta"):
+            torch.manual_seed(seed)
+            model = task.Model(*task.get_init_inputs())
+            inputs = list(task.get_inputs())
+    except Exception as e:  # noqa: BLE001 - e.g. .item() or .cuda() in the task: it may still run for real
+        result["trace_error"] = (f"the task could not be built on the meta device "
+                                 f"({type(e).__name__}: {' '.join(str(e).split())[:300]})")
+        return result
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     result["inputs"] = [
         {"kind": "tensor", "tensor": _spec(x)} if isinstance(x, torch.Tensor)

@@ -27,8 +27,9 @@ SLOW_INPUT_BYTES = 64 * 1024**2
 
 def trace_reference(task_source: str, *, timeout_s: float, seed: int = 0,
                     heartbeat: Callable[[str], None] | None = None) -> ReferenceAnalysis:
-    """The probe's ReferenceAnalysis. Raises KERNEL_TASK_INVALID when the task cannot even be built
-    (Model(*get_init_inputs()) or get_inputs() fail): the message carries the task's own error."""
+    """The probe's ReferenceAnalysis. A task that cannot be built or traced on the meta device comes back
+    with `trace_error` set (sizes unknown, no offline template; the verifier still runs it for real); a
+    probe that crashes or times out raises KERNEL_TASK_INVALID with the task's own error."""
     with tempfile.TemporaryDirectory(prefix="ff-probe-") as tmp:
         root = Path(tmp)
         (root / "task.py").write_text(task_source, encoding="utf-8")
@@ -42,7 +43,7 @@ def trace_reference(task_source: str, *, timeout_s: float, seed: int = 0,
         if child.error:
             detail = child.log_excerpt.replace("candidate.py", "task.py") or child.error
             raise FleetforgeError(Err.KERNEL_TASK_INVALID,
-                                  f"the task could not be built on the meta device ({child.error.split(':')[0]}): "
+                                  f"reading the task failed ({child.error.split(':')[0]}): "
                                   + " | ".join(detail.splitlines()[-6:]))
         return ReferenceAnalysis.model_validate_json((root / "analysis.json").read_text(encoding="utf-8"))
 
@@ -62,7 +63,9 @@ def precheck(source: str, name: str) -> str:
     problem = size_problem(analysis)
     if problem:
         raise FleetforgeError(Err.KERNEL_TASK_INVALID, f"{name}: {problem}")
-    hint = slow_hint(analysis)
+    hint = slow_hint(analysis) or (f"{analysis.trace_error}: its size is unknown and the offline agents have no "
+                                   "template; the job still runs it" if analysis.trace_error.startswith("the task")
+                                   else "")
     return f"{name}: {hint}" if hint else ""
 
 

@@ -109,6 +109,6 @@ async def test_our_kernelbench_tasks_run_unmodified_through_the_cli_with_set(tem
             assert "NO_OFFLINE_TEMPLATE" in done.stderr and "configure an LLM" in done.stderr
     listed = json.loads(ff("list", "--kind", "kernel", "--json", env=env).stdout)["jobs"]
     ours = {op for _s, _o, op, _f in RUNS.values()}
-    assert ours <= {j["model"] for j in listed}, "op names come from the file names (the problem number dropped)"
-    assert {j["target"] for j in listed if j["model"] in ours} == {"cpu-interpreter"}
+    started_here = {j["model"] for j in listed if j["target"] == "cpu-interpreter"}  # the session's server is shared
+    assert ours <= started_here, "op names come from the file names (the problem number dropped)"
     assert before == {name: (KERNELBENCH / name).read_text() for name in RUNS}, "the task files are never changed"

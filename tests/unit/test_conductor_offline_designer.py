@@ -151,3 +151,12 @@ def test_an_untraceable_reference_has_no_template_and_says_why(tmp_path):
     a = analyse(task("x if x.sum() > 0 else -x"), tmp_path)
     assert a.trace_error
     assert offline_designer.choose_plan(a).startswith("the reference could not be traced (")
+
+
+def test_a_task_that_cannot_be_built_on_the_meta_device_is_read_as_untraceable_not_refused(tmp_path):
+    source = task("torch.relu(x)").replace("return [torch.rand(4, 6)]",
+                                           "n = int(torch.randint(3, 5, (1,)).item())\n    return [torch.rand(n, 6)]")
+    a = analyse(source, tmp_path)
+    assert a.trace_error.startswith("the task could not be built on the meta device (")
+    assert a.input_bytes == 0 and a.calls == []
+    assert offline_designer.choose_plan(a).startswith("the reference could not be traced (the task could not be built")
