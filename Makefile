@@ -32,9 +32,9 @@ engines:
 test: setup local-llm engines
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-BENCHES ?= storage convert kernel fleet llm
+BENCHES ?= storage convert kernel kernelbench fleet llm
 
-bench: setup local-llm  # every benchmark, one after the other (about 10 minutes); BENCHES="kernel llm" for some
+bench: setup local-llm  # every benchmark, one after the other (about 25 minutes; kernelbench alone about 12); BENCHES="kernel llm" for some
 	@set -e; for b in $(BENCHES); do echo "== bench_$$b"; $(BIN)/python -m bench.bench_$$b; done
 
 clean:

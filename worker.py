@@ -61,7 +61,7 @@ def build_registry(settings: Settings, store: ArtifactStore) -> Registry:
     reg.by_kind["llm"] += [llm.complete_chat]
     kernels = KernelActivities(store, settings, llm)
     reg.by_kind["llm"] += [kernels.design, kernels.code, kernels.analyze]  # kernel agents: offline templates or the LLM
-    reg.by_kind["kernels"] += [kernels.verify, kernels.record_trace]
+    reg.by_kind["kernels"] += [kernels.trace_reference, kernels.verify, kernels.record_trace]
     containers = ContainerActivities(store, settings)
     reg.by_kind["containers"] += containers.all()
     reg.by_kind["workflows"] += containers.local()  # local activities run on the workflow's own worker

@@ -66,7 +66,8 @@ async def main_async(workdir: Path) -> int:
         text = f"{PADDING}\n\n{text}\n\n{PADDING}"
         return text_stream([text[i:i + 512] for i in range(0, len(text), 512)])
 
-    design = json.dumps({"family": "elementwise", "block_sizes": {"BLOCK": 1024}, "notes": "mask the tail"})
+    design = json.dumps({"family": "elementwise", "block_sizes": {"BLOCK": 1024}, "tiling": "flat 1-D tiles",
+                         "notes": "mask the tail"})
     script = [answer(design), answer(f"```python\n{MASKING_BUG}```"),
               answer(json.dumps({"decision": "coder", "suggestion": "mask must be offs < n"})),
               answer(f"```python\n{GOOD}```")]

@@ -449,31 +449,45 @@ def answer(
 
 @app.command()
 def kernel(
-    task: Annotated[Path, typer.Argument(metavar="TASK.py", help="A kernel task: a Python file with the reference PyTorch op.")],
-    arch: Annotated[str, typer.Option("--arch", metavar="ARCH", help="cpu-interpreter (Triton interpreter on CPU) or a GPU arch.")] = "cpu-interpreter",
+    task: Annotated[Path, typer.Argument(metavar="TASK.py", help="A KernelBench-format task file: class Model, get_inputs(), get_init_inputs().")],
+    arch: Annotated[str, typer.Option("--arch", metavar="ARCH", help="cpu-interpreter (Triton interpreter on CPU) or a GPU arch (a100, h100, ...).")] = "cpu-interpreter",
     workflow: Annotated[str, typer.Option("--workflow", metavar="NAME|FILE", help="A shipped workflow name or a workflow.yaml path.")] = "default",
     num_candidates: Annotated[int, typer.Option("--num-candidates", metavar="N", min=1, max=16, help="Coder candidates per round, run in parallel.")] = 1,
     max_step: Annotated[Optional[int], typer.Option("--max-step", metavar="N", min=1, help="Cap on conductor steps.")] = None,
+    op_name: Annotated[Optional[str], typer.Option("--op-name", metavar="NAME", help="The op's name (default: from the file name, 19_ReLU.py -> ReLU).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="NAME=VALUE", help="Set a module-level numeric constant of the task (batch_size, dim, M, ...); repeatable.")] = None,
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
     """Write a Triton kernel for a PyTorch op and verify it against the reference."""
     from activities.kernels.config_loader import config_for_task
+    from activities.kernels.reference import precheck
+    from activities.kernels.task_source import apply_overrides, check_op_name, check_task, op_name_for, parse_value
     from client.sdk import new_run_id
-    from contracts.kernel import KernelTask
+    from contracts.kernel import CPU_ARCH, KernelTask, canonical_arch
     from contracts.kernel_job import KernelRequest
 
     out.use_json(json_)
+    try:
+        arch = CPU_ARCH if arch in CPU_ARCH_ALIASES else canonical_arch(arch)
+    except ValueError as e:
+        raise FleetforgeError(Err.BAD_INPUT, f"--arch: {e}") from None
     if not task.is_file():
         raise FleetforgeError(Err.BAD_INPUT, f"{task}: no such task file")
     try:
         text = task.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise FleetforgeError(Err.BAD_INPUT, f"{task}: cannot read: {e}") from None
-    if arch in CPU_ARCH_ALIASES:
-        arch = "cpu"  # the kernels activities run the Triton interpreter for arch "cpu"
+    check_task(text, task.name)
+    name = check_op_name(op_name) if op_name is not None else op_name_for(task.stem)
+    overrides = {k: parse_value(k, v) for k, v in parse_sets(set_ or []).items()}
+    source = apply_overrides(text, overrides, task.name)
+    if arch == CPU_ARCH:
+        hint = precheck(source, task.name)  # exit 2 when the verifier cannot hold the inputs
+        if hint:
+            out.hint(hint)
     run_id = new_run_id()
-    kt = KernelTask(op_name=task.stem, task_desc=text, task_id=f"{task.stem}-{run_id}", arch=arch,
-                    workflow=workflow, num_candidates=num_candidates, max_step=max_step)
+    kt = KernelTask(op_name=name, task_desc=source, task_id=f"{name}-{run_id}", arch=arch, workflow=workflow,
+                    num_candidates=num_candidates, max_step=max_step, overrides=overrides, source_file=task.name)
     request = KernelRequest(task=kt, config=config_for_task(kt))
 
     async def go() -> int:
@@ -717,7 +731,7 @@ def artifacts(
 @app.command()
 def dev(
     no_worker: Annotated[bool, typer.Option("--no-worker", help="Only the Temporal server, no worker.")] = False,
-    llm: Annotated[Optional[str], typer.Option("--llm", help="local: also run a small llama.cpp LLM (same as FLEETFORGE_LLM=local).")] = None,
+    llm: Annotated[Optional[str], typer.Option("--llm", metavar="local", help="local: also run a small llama.cpp LLM (same as FLEETFORGE_LLM=local).")] = None,
 ) -> int:
     """Run the embedded stack: the Temporal dev server (state in FLEETFORGE_STATE_DIR, address
     TEMPORAL_ADDRESS) and a supervised worker process on every queue; Ctrl-C stops both."""

@@ -52,6 +52,9 @@ class Err(StrEnum):
     PARSE_FAILED = "PARSE_FAILED"
     NO_OPTIONS = "NO_OPTIONS"
     NOT_VERIFIED = "NOT_VERIFIED"
+    NO_OFFLINE_TEMPLATE = "NO_OFFLINE_TEMPLATE"
+    NO_PROGRESS = "NO_PROGRESS"
+    REPEAT_LIMIT = "REPEAT_LIMIT"
     # fleet
     MANIFEST_INVALID = "MANIFEST_INVALID"
     POLICY_REJECTED = "POLICY_REJECTED"
@@ -81,6 +84,10 @@ REMEDY: dict[Err, str] = {
     Err.MANIFEST_INVALID: "the CSV needs a header with at least model_name,status,note",
     Err.ROWS_FAILED: "see the per-model table; rerun the CSV to retest the rows that are not Yes",
     Err.MAX_STEPS: "raise --max-step, or configure an LLM (FLEETFORGE_LLM_BASE_URL) for ops the offline coder cannot write",
+    Err.NO_OFFLINE_TEMPLATE: "configure an LLM (FLEETFORGE_LLM_BASE_URL) to write kernels for these aten ops",
+    Err.NO_PROGRESS: "configure an LLM (FLEETFORGE_LLM_BASE_URL), or a different workflow.yaml: the offline coder can only repeat its rejected candidate",
+    Err.REPEAT_LIMIT: "raise the repeat limit named in the message in the workflow.yaml, or configure an LLM",
+    Err.KERNEL_TASK_INVALID: "fix the task file named in the message (KernelBench format: Model, get_inputs, get_init_inputs), or shrink it with --set NAME=VALUE",
 }
 
 

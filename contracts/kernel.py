@@ -1,11 +1,19 @@
-"""Kernel jobs: the task, the conductor's workflow.yaml model, its state and its decisions."""
+"""Kernel jobs: the task, the conductor's workflow.yaml model, its state and its decisions.
+
+workflow.yaml follows AKG's conductor format (agent_info with possible_next_agent and
+output_format.parser_name / parser_definition.output_fields, start_agent, mandatory_llm_analysis,
+limitation_info.required.max_step, limitation_info.optional.repeat_limits.single_agent / sequences);
+the shorter forms of earlier fleetforge files (`fields`, a flat `repeat_limits` mapping,
+`mandatory_analysis`) are accepted too. Everything a file names must exist: agents need an
+implementation, parsers must be registered.
+"""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 FINISH = "finish"
 """The pseudo-agent that ends the run. Never declared in `agent_info`."""
@@ -14,12 +22,29 @@ AgentId = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 
 
 class AgentName(StrEnum):
-    """Agents the conductor treats specially (any other declared agent is routed by config only)."""
+    """The agents fleetforge implements. A workflow.yaml may only route between these."""
 
     DESIGNER = "designer"
     CODER = "coder"
     VERIFIER = "verifier"
     OPTIMIZER = "optimizer"
+
+
+CANDIDATE_AGENTS = frozenset({AgentName.CODER, AgentName.OPTIMIZER})
+"""Agents whose product is a candidate the verifier must check."""
+
+PARSER_FIELDS: dict[str, frozenset[str] | None] = {
+    "code_parser": None,
+    "coder_parser": None,
+    "optimizer_parser": None,
+    "designer_parser": None,
+    "json_parser": None,
+}
+"""Registered answer parsers (activities/kernels/parsers.py implements them) and the output fields each
+can fill (None: any). The code parsers read one fenced ```python block into the agent's one mandatory
+field; designer_parser and json_parser read one JSON object and check its mandatory fields."""
+
+CODE_PARSERS = frozenset({"code_parser", "coder_parser", "optimizer_parser"})
 
 
 # --- workflow.yaml -------------------------------------------------------------------------
@@ -29,17 +54,54 @@ class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class OutputField(_Strict):
+    field_type: Literal["str", "int", "float", "bool", "dict", "list"] = "str"
+    mandatory: bool = True
+    field_description: str = ""
+
+
+class ParserDefinition(_Strict):
+    output_fields: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], OutputField] = Field(min_length=1)
+
+
 class OutputFormat(_Strict):
     parser_name: str = Field(min_length=1)
+    parser_definition: ParserDefinition | None = None
     fields: dict[str, str] = Field(default_factory=dict)
-    """Field name -> description of what the agent's answer must carry."""
+    """Short form: field name -> description (mandatory str fields)."""
+
+    @model_validator(mode="after")
+    def _check_parser(self) -> "OutputFormat":
+        if self.parser_name not in PARSER_FIELDS:
+            raise ValueError(f"parser_name: unknown parser '{self.parser_name}' (registered: {', '.join(PARSER_FIELDS)})")
+        allowed = PARSER_FIELDS[self.parser_name]
+        unknown = [f for f in self.output_fields if allowed is not None and f not in allowed]
+        if unknown:
+            raise ValueError(f"output_fields: {self.parser_name} cannot fill {', '.join(unknown)} "
+                             f"(it fills {', '.join(sorted(allowed or []))})")
+        if self.parser_name in CODE_PARSERS and len(self.mandatory_fields) > 1:
+            raise ValueError(f"output_fields: {self.parser_name} reads one fenced python block into one field; "
+                             f"{len(self.mandatory_fields)} mandatory fields declared "
+                             f"({', '.join(self.mandatory_fields)}); use json_parser for several")
+        return self
+
+    @property
+    def output_fields(self) -> dict[str, OutputField]:
+        fields = {name: OutputField(field_description=desc) for name, desc in self.fields.items()}
+        if self.parser_definition is not None:
+            fields.update(self.parser_definition.output_fields)
+        return fields
+
+    @property
+    def mandatory_fields(self) -> list[str]:
+        return [name for name, f in self.output_fields.items() if f.mandatory]
 
 
 class AgentInfo(_Strict):
     possible_next_agent: list[AgentId] = Field(min_length=1)
     output_format: OutputFormat | None = None
     max_repeats: int = Field(default=3, gt=0)
-    """How many times in a row this agent may run (self-loops and parse-failure retries)."""
+    """How many times in a row this agent may run (self-loops)."""
 
 
 class RequiredLimits(_Strict):
@@ -47,9 +109,29 @@ class RequiredLimits(_Strict):
     """Most agent executions in one run."""
 
 
+class SequenceLimit(_Strict):
+    pattern: list[AgentId] = Field(min_length=1)
+    max_repeats: int = Field(gt=0)
+    """How many times in a row `pattern` may run; the agent that would start (or complete) one more
+    repetition is not an option."""
+
+
+class RepeatLimits(_Strict):
+    single_agent: dict[AgentId, Annotated[int, Field(gt=0)]] = Field(default_factory=dict)
+    """Per-agent override of `agent_info.<agent>.max_repeats` (consecutive runs)."""
+    sequences: dict[str, SequenceLimit] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_form(cls, data: Any) -> Any:
+        """`repeat_limits: {coder: 2}` (earlier fleetforge files) means `single_agent: {coder: 2}`."""
+        if isinstance(data, dict) and data and not ({"single_agent", "sequences"} & set(data)):
+            return {"single_agent": data}
+        return data
+
+
 class OptionalLimits(_Strict):
-    repeat_limits: dict[AgentId, Annotated[int, Field(gt=0)]] = Field(default_factory=dict)
-    """Per-agent override of `agent_info.<agent>.max_repeats`."""
+    repeat_limits: RepeatLimits = Field(default_factory=RepeatLimits)
 
 
 class LimitationInfo(_Strict):
@@ -73,6 +155,11 @@ class ConductorConfig(_Strict):
         agents = self.agent_info
         if FINISH in agents:
             raise ValueError(f"agent_info.{FINISH}: '{FINISH}' is reserved and cannot be declared")
+        implemented = [a.value for a in AgentName]
+        for name in agents:
+            if name not in implemented:
+                raise ValueError(f"agent_info.{name}: no implementation for agent '{name}' "
+                                 f"(implemented: {', '.join(implemented)})")
         if self.start_agent not in agents:
             raise ValueError(f"start_agent: unknown agent '{self.start_agent}' (declared: {', '.join(agents)})")
         for name, info in agents.items():
@@ -85,9 +172,15 @@ class ConductorConfig(_Strict):
         for i, name in enumerate(self.mandatory_analysis):
             if name not in agents:
                 raise ValueError(f"mandatory_analysis.{i}: unknown agent '{name}'")
-        for name in self.limitation_info.optional.repeat_limits:
+        limits = self.limitation_info.optional.repeat_limits
+        for name in limits.single_agent:
             if name not in agents:
-                raise ValueError(f"limitation_info.optional.repeat_limits.{name}: unknown agent '{name}'")
+                raise ValueError(f"limitation_info.optional.repeat_limits.single_agent.{name}: unknown agent '{name}'")
+        for seq, lim in limits.sequences.items():
+            for name in lim.pattern:
+                if name not in agents:
+                    raise ValueError(f"limitation_info.optional.repeat_limits.sequences.{seq}.pattern: "
+                                     f"unknown agent '{name}'")
         if FINISH not in self.reachable_from(self.start_agent):
             raise ValueError(f"agent_info: '{FINISH}' is unreachable from start_agent '{self.start_agent}'")
         return self
@@ -104,21 +197,71 @@ class ConductorConfig(_Strict):
                 todo.extend(self.agent_info[cur].possible_next_agent)
         return seen
 
+    def steps_to(self, agent: str, target: str) -> int | None:
+        """Fewest agent runs from starting `agent` until `target` has run (1 when agent is target);
+        None when `target` cannot be reached."""
+        frontier, depth, seen = [agent], 1, {agent}
+        while frontier:
+            if target in frontier:
+                return depth
+            nxt = []
+            for cur in frontier:
+                for a in self.agent_info.get(cur, AgentInfo(possible_next_agent=[FINISH])).possible_next_agent:
+                    if a != FINISH and a not in seen:
+                        seen.add(a)
+                        nxt.append(a)
+            frontier, depth = nxt, depth + 1
+        return None
+
     @property
     def max_step(self) -> int:
         return self.limitation_info.required.max_step
 
+    @property
+    def sequences(self) -> dict[str, SequenceLimit]:
+        return self.limitation_info.optional.repeat_limits.sequences
+
     def repeat_limit(self, agent: str) -> int:
-        override = self.limitation_info.optional.repeat_limits.get(agent)
+        override = self.limitation_info.optional.repeat_limits.single_agent.get(agent)
         return override if override is not None else self.agent_info[agent].max_repeats
 
     def next_agents(self, agent: str) -> list[str]:
         return list(self.agent_info[agent].possible_next_agent)
 
+    def output_format(self, agent: str) -> OutputFormat | None:
+        info = self.agent_info.get(agent)
+        return info.output_format if info is not None else None
 
-CPU_ARCHES = frozenset({"cpu", "cpu-interpreter", "interpreter"})
+
+# --- targets -------------------------------------------------------------------------------
+
+CPU_ARCH = "cpu-interpreter"
+CPU_ARCHES = frozenset({"cpu", CPU_ARCH, "interpreter"})
+"""The Triton interpreter on CPU (correctness only); `cpu` and `interpreter` are aliases."""
+GPU_ARCHES = frozenset({"a10", "a100", "h100", "h20", "h800", "l4", "l40s", "rtx3090", "rtx4090", "t4", "v100",
+                        "mi250", "mi300x"})
+"""GPU targets: Triton compiles for the worker's GPU; the name says which one the job is for."""
+KNOWN_ARCHES = CPU_ARCHES | GPU_ARCHES
+
+
+def known_arches() -> str:
+    """The targets, for a one-line error: `cpu-interpreter (or cpu, interpreter), a10, a100, ...`."""
+    aliases = ", ".join(sorted(CPU_ARCHES - {CPU_ARCH}))
+    return f"{CPU_ARCH} (or {aliases}), " + ", ".join(sorted(GPU_ARCHES))
+
+
+def canonical_arch(arch: str) -> str:
+    """`cpu` and `interpreter` mean cpu-interpreter; raises ValueError naming the known targets."""
+    if arch in CPU_ARCHES:
+        return CPU_ARCH
+    if arch not in GPU_ARCHES:
+        raise ValueError(f"unknown target {arch!r}; known targets: {known_arches()}")
+    return arch
+
 
 # --- the task ------------------------------------------------------------------------------
+
+Number = int | float
 
 
 class KernelTask(BaseModel, frozen=True):
@@ -126,12 +269,12 @@ class KernelTask(BaseModel, frozen=True):
 
     op_name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     task_desc: str = Field(min_length=1)
-    """The reference program / requirements given to the agents."""
+    """The reference program as it runs (KernelBench format), with `overrides` applied."""
     task_id: str = Field(min_length=1)
     dsl: Literal["triton"] = "triton"
     framework: Literal["torch"] = "torch"
     arch: str = Field(min_length=1)
-    """e.g. "cpu-interpreter" (Triton interpreter on CPU), "a100", "h100"."""
+    """e.g. "cpu-interpreter" (Triton interpreter on CPU), "a100", "h100" (see KNOWN_ARCHES)."""
     workflow: str = "default"
     """A shipped workflow name or a workflow.yaml path; ignored when `conductor` is given."""
     conductor: ConductorConfig | None = None
@@ -139,6 +282,16 @@ class KernelTask(BaseModel, frozen=True):
     """Overrides `limitation_info.required.max_step` when set."""
     num_candidates: int = Field(default=1, ge=1, le=16)
     """Coder attempts per round, run as concurrent activities; the first verified one wins."""
+    overrides: dict[str, Number] = Field(default_factory=dict)
+    """Module-level constants of the task file set with `--set NAME=VALUE` (already applied to task_desc)."""
+    source_file: str = ""
+    """The task file's name, for people (the op name is derived from it)."""
+
+    @field_validator("arch")
+    @classmethod
+    def _known_arch(cls, arch: str) -> str:
+        canonical_arch(arch)
+        return arch
 
     @property
     def on_cpu(self) -> bool:
@@ -182,6 +335,10 @@ class ConductorState(BaseModel, frozen=True):
             n += 1
         return n
 
+    @property
+    def agents(self) -> list[str]:
+        return [r.agent for r in self.history]
+
     def record(self, rec: AgentRecord) -> "ConductorState":
         return ConductorState(step=rec.step, history=[*self.history, rec])
 
@@ -193,10 +350,17 @@ class FinishReason(StrEnum):
     VERIFIED = "VERIFIED"
     MAX_STEPS = "MAX_STEPS"
     PARSE_FAILED = "PARSE_FAILED"
+    """No usable answer on any rung of the ladder (the LLM's answers stayed unusable, no offline answer)."""
     NO_OPTIONS = "NO_OPTIONS"
     ROUTED = "ROUTED"
     """The config's only way on was `finish`."""
     LLM_DECIDED = "LLM_DECIDED"
+    NO_OFFLINE_TEMPLATE = "NO_OFFLINE_TEMPLATE"
+    """No LLM answered and the offline agents have no template for the reference's aten ops."""
+    NO_PROGRESS = "NO_PROGRESS"
+    """The only candidate left to try is one the verifier already rejected (a deterministic agent repeats itself)."""
+    REPEAT_LIMIT = "REPEAT_LIMIT"
+    """A repeat limit of workflow.yaml (single_agent or a sequence) left no agent to run."""
 
 
 class Go(BaseModel, frozen=True):
@@ -212,6 +376,8 @@ class Finish(BaseModel, frozen=True):
     kind: Literal["finish"] = "finish"
     reason: FinishReason
     step: int = Field(ge=0)
+    detail: str = ""
+    """What a person needs to know (which limit, which aten ops, which candidate), one line."""
 
 
 class AskLLM(BaseModel, frozen=True):
@@ -227,10 +393,15 @@ Decision = Annotated[Go | Finish | AskLLM, Field(discriminator="kind")]
 
 class LLMDecision(BaseModel, frozen=True):
     """The conductor LLM's answer (analyze.j2): which agent next, and guidance for it.
-    The prompt asks for `{"decision", "suggestion"}`; `next_agent` is accepted too."""
+    The prompt asks for `{"decision", "suggestion"}`; `next_agent` is accepted too, in any case."""
 
     next_agent: str = Field(validation_alias=AliasChoices("decision", "next_agent"))
     suggestion: str = ""
+
+    @field_validator("next_agent")
+    @classmethod
+    def _normalise(cls, value: str) -> str:
+        return value.strip().lower()
 
 
 # --- static checks -------------------------------------------------------------------------

@@ -7,10 +7,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 
+from contracts.agents import AgentProvenance
 from contracts.common import ArtifactRef, Failure, JobStatus, TaskQueues, TokenTotals
-from contracts.kernel import ConductorConfig, FinishReason, KernelTask, LLMDecision, StaticReport
+from contracts.kernel import ConductorConfig, FinishReason, KernelTask, LLMDecision, Number, OutputFormat, StaticReport
 from contracts.messages import TokenUsage
 
 Provider = Literal["offline", "openai"]
@@ -19,6 +20,8 @@ Provider = Literal["offline", "openai"]
 
 class Mismatch(BaseModel, frozen=True):
     trial: int
+    family: str = ""
+    """The input distribution of that run (task, signed_normal, large, near_zero)."""
     output: int
     """Which output tensor of the forward (0 for a single tensor)."""
     index: list[int]
@@ -36,17 +39,145 @@ class VerifierReport(BaseModel, frozen=True):
     static: StaticReport
     durations: dict[str, float] = Field(default_factory=dict)
     """Seconds per phase: static, reference, candidate, compare."""
+    input_family: str = ""
+    """Which input distribution the failing trial used (task, signed_normal, large, near_zero)."""
+    families: list[str] = Field(default_factory=list)
+    """The input distributions every trial set ran (the task's own get_inputs first)."""
+    log: str = ""
+    """A bounded excerpt of the candidate's log when it crashed: the traceback frames in the candidate's
+    own file (file:line and the source line) and the error, not only the last line."""
+
+
+# --- the reference, read by tracing it -------------------------------------------------------
+
+
+class TensorSpec(BaseModel, frozen=True):
+    shape: list[int]
+    dtype: str
+    """torch dtype name without the prefix: float32, int64, ..."""
+
+
+class InputSpec(BaseModel, frozen=True):
+    kind: Literal["tensor", "scalar", "other"]
+    tensor: TensorSpec | None = None
+    value: float | int | bool | None = None
+    """A scalar input's value (the traced get_inputs())."""
+
+
+class ParamSpec(BaseModel, frozen=True):
+    name: str
+    """Dotted name on the Model (`ln.weight`); a buffer's too."""
+    tensor: TensorSpec
+
+
+class AtenCall(BaseModel, frozen=True):
+    """One aten op of the traced forward. Arguments are JSON; a tensor argument is a reference
+    `{"ref": "input"|"param"|"node", "index": i}` (node = an earlier call's output, `item` for a tuple)."""
+
+    op: str
+    """e.g. `aten.mean.dim`, `getitem`."""
+    args: list[JsonValue] = Field(default_factory=list)
+    kwargs: dict[str, JsonValue] = Field(default_factory=dict)
+    out: list[TensorSpec] = Field(default_factory=list)
+
+
+class ReferenceAnalysis(BaseModel, frozen=True):
+    """What the reference computes, read from a trace of `Model.forward` on the task's inputs
+    (meta tensors: shapes and dtypes, no data), and how big the task is."""
+
+    inputs: list[InputSpec] = Field(default_factory=list)
+    params: list[ParamSpec] = Field(default_factory=list)
+    calls: list[AtenCall] = Field(default_factory=list)
+    outputs: list[JsonValue] = Field(default_factory=list)
+    """References to what forward returns."""
+    constants: dict[str, Number] = Field(default_factory=dict)
+    """The task file's module-level numeric constants (after --set)."""
+    input_bytes: int = 0
+    param_bytes: int = 0
+    trace_error: str = ""
+    """Why the forward could not be traced (the offline agents then have no template; an LLM can still work)."""
+
+    @property
+    def aten_ops(self) -> list[str]:
+        """The distinct ops the forward ran, in order (getitem left out)."""
+        seen: list[str] = []
+        for c in self.calls:
+            if c.op != "getitem" and c.op not in seen:
+                seen.append(c.op)
+        return seen
+
+
+class TraceReferenceRequest(BaseModel, frozen=True):
+    task: KernelTask
+    timeout_s: float = Field(default=120.0, gt=0)
+
+
+# --- the offline designer's template choice ---------------------------------------------------
+
+
+class Operand(BaseModel, frozen=True):
+    """An operand of a plan op: the tensor input `x`, an earlier op's value, a scalar forward input
+    (passed to the kernel at run time), a constant, or a parameter of the Model (by name)."""
+
+    kind: Literal["x", "value", "scalar", "const", "param"]
+    index: int = 0
+    value: float = 0.0
+    name: str = ""
+
+
+class PlanOp(BaseModel, frozen=True):
+    op: str
+    """Our op vocabulary (relu, gelu, add, sum, amax, argmax, ...), read from the aten op."""
+    args: list[Operand] = Field(default_factory=list)
+    attrs: dict[str, JsonValue] = Field(default_factory=dict)
+    """The op's non-tensor arguments: approximate, negative_slope, alpha, eps, ..."""
+
+
+class KernelPlan(BaseModel, frozen=True):
+    """A template and its parameters, chosen from the reference's aten ops (never from its text).
+
+    elementwise: `ops` on every element of input `x` (shape unchanged).
+    rowwise: the dims `dims` of input `x` form a row; `ops` mix per-element values and per-row
+      reductions (sum, amax, amin, argmax, argmin); the last op is the output, per element or per row
+      (`keepdim` says how a per-row output is shaped).
+    matmul: `inputs[0] @ inputs[1]` with `transpose_a` / `transpose_b`, `batched` for bmm, a trailing
+      vector for matvec.
+    """
+
+    template: Literal["elementwise", "rowwise", "matmul"]
+    label: str
+    """What the designer recognised, for people: `elementwise(gelu tanh)`, `rowwise dims=[1]: softmax`."""
+    x: int = 0
+    inputs: list[int] = Field(default_factory=list)
+    scalars: list[int] = Field(default_factory=list)
+    """Forward arguments that are Python scalars (passed to the kernel at run time)."""
+    params: list[str] = Field(default_factory=list)
+    ops: list[PlanOp] = Field(default_factory=list)
+    dims: list[int] = Field(default_factory=list)
+    keepdim: bool = False
+    transpose_a: bool = False
+    transpose_b: bool = False
+    batched: bool = False
+    vector: bool = False
+    """matmul: the second operand is a vector (aten.mv)."""
+    out_dtype: str = "float32"
 
 
 class KernelDesign(BaseModel, frozen=True):
-    """The designer's small structured plan for the coder."""
+    """The designer's structured plan for the coder."""
 
     family: str
-    """elementwise, row_softmax, row_log_softmax, row_sum, rmsnorm, matmul, unknown."""
+    """elementwise, rowwise, matmul, or what an LLM designer called it."""
     block_sizes: dict[str, int] = Field(default_factory=dict)
     grid: str = ""
     tiling: str = ""
     notes: str = ""
+    sketch: str = ""
+    """Free-form design text (an AKG designer's `code` field: pseudocode)."""
+    fields: dict[str, JsonValue] = Field(default_factory=dict)
+    """Other output fields the workflow.yaml asked for, as answered."""
+    plan: KernelPlan | None = None
+    """The offline designer's template choice (the offline coder renders it)."""
 
 
 class AgentCall(BaseModel, frozen=True):
@@ -62,11 +193,30 @@ class AgentCall(BaseModel, frozen=True):
     """The call's transcript (request and normalised answer), the same shape for every provider."""
 
 
+class Rejection(StrEnum):
+    """Why an agent's answer was refused; the conductor ends differently for each."""
+
+    UNUSABLE = "UNUSABLE"
+    """Unparseable, or a mandatory output field missing."""
+    STATIC = "STATIC"
+    """The candidate failed the static checks (no kernel launch, forbidden import, syntax)."""
+    DUPLICATE = "DUPLICATE"
+    """The candidate is identical (sha256) to one the verifier already rejected."""
+    NO_TEMPLATE = "NO_TEMPLATE"
+    """The offline agent has no template for the reference's aten ops."""
+
+
 class DesignRequest(BaseModel, frozen=True):
     task: KernelTask
     suggestion: str = ""
     step: int = 1
     llm: Provider = "offline"
+    reference: ReferenceAnalysis | None = None
+    """The traced reference (the offline designer chooses its template from it)."""
+    output: OutputFormat | None = None
+    """The workflow.yaml's output_format for the designer: parser and mandatory fields."""
+    repair: list[str] = Field(default_factory=list)
+    """Why this decision's earlier answers were refused (the ladder's repair rounds), oldest first."""
 
 
 class DesignResult(BaseModel, frozen=True):
@@ -75,6 +225,7 @@ class DesignResult(BaseModel, frozen=True):
     artifact: ArtifactRef | None = None
     reason: str = ""
     """Why the answer was unusable (empty when parsed)."""
+    rejection: Rejection | None = None
     call: AgentCall = Field(default_factory=AgentCall)
 
 
@@ -86,6 +237,14 @@ class Attempt(BaseModel, frozen=True):
     verdict: str
 
 
+class RejectedCandidate(BaseModel, frozen=True):
+    """A candidate the verifier rejected: an identical one (same sha256) is not verified again."""
+
+    sha256: str
+    step: int
+    verdict: str
+
+
 class CodeRequest(BaseModel, frozen=True):
     """The coder's (or optimizer's) context: the workflow sends this, never a prompt string."""
 
@@ -94,6 +253,10 @@ class CodeRequest(BaseModel, frozen=True):
     design: KernelDesign | None = None
     feedback: str = ""
     """The last verifier report's reason, when it failed."""
+    log: str = ""
+    """The last verifier report's bounded log excerpt (the candidate's own file/line and the error)."""
+    input_family: str = ""
+    """The input distribution the last candidate failed on."""
     mismatches: list[Mismatch] = Field(default_factory=list)
     """The last verifier report's first mismatches (index, expected, got)."""
     attempts: list[Attempt] = Field(default_factory=list)
@@ -103,6 +266,12 @@ class CodeRequest(BaseModel, frozen=True):
     candidate_index: int = 0
     """Which of the round's `num_candidates` parallel attempts this is."""
     llm: Provider = "offline"
+    reference: ReferenceAnalysis | None = None
+    output: OutputFormat | None = None
+    repair: list[str] = Field(default_factory=list)
+    """Why this decision's earlier answers were refused (parse, static checks, duplicate), oldest first."""
+    rejected: list[RejectedCandidate] = Field(default_factory=list)
+    """Every candidate the verifier rejected so far: an identical answer is refused, not verified again."""
 
 
 class CodeResult(BaseModel, frozen=True):
@@ -110,6 +279,7 @@ class CodeResult(BaseModel, frozen=True):
     candidate: ArtifactRef | None = None
     """The candidate source (text/x-python)."""
     reason: str = ""
+    rejection: Rejection | None = None
     call: AgentCall = Field(default_factory=AgentCall)
 
 
@@ -123,8 +293,13 @@ class AnalyzeRequest(BaseModel, frozen=True):
     last_result: str = ""
     """One line: what the last agent produced (e.g. the verifier's reason)."""
     recent: list[str] = Field(default_factory=list)
-    """The last few trace lines ("step 3 verifier: FAILED: ..."), oldest first."""
+    """The attempt history, bounded: the last trace lines ("step 3 verifier: FAILED: ..."), oldest first."""
     llm: Provider = "openai"
+    candidate: ArtifactRef | None = None
+    """The last candidate (the activity loads its source into the prompt)."""
+    report: VerifierReport | None = None
+    """The verifier's full last report: reason, failing input family, mismatches, log excerpt."""
+    repair: list[str] = Field(default_factory=list)
 
 
 class AnalyzeResult(BaseModel, frozen=True):
@@ -139,7 +314,8 @@ class VerifyRequest(BaseModel, frozen=True):
     candidate: ArtifactRef
     timeout_s: float = Field(default=120.0, gt=0)
     seed: int = 0
-    trials: int = Field(default=5, ge=1, le=50)
+    trials: int = Field(default=2, ge=1, le=50)
+    """Trial sets; each runs the task's own inputs and the other input families (same shapes/dtypes)."""
 
 
 class VerifyResult(BaseModel, frozen=True):
@@ -177,6 +353,12 @@ class TraceEntry(BaseModel, frozen=True):
     duration_s: float = 0.0
     tokens: TokenUsage = Field(default_factory=TokenUsage)
     """This agent's LLM usage plus the routing analysis that chose it."""
+    provenance: AgentProvenance | None = None
+    """Who answered for this agent: the LLM (after how many repairs), the offline agent, or its fallback."""
+    routing_provenance: AgentProvenance | None = None
+    """Who chose this agent when the conductor had to decide (the routing analysis or its fallback rule)."""
+    sizes: dict[str, Number] = Field(default_factory=dict)
+    """The task file's constants set with --set for this run (the sizes this step worked on)."""
 
 
 class RecordTraceRequest(BaseModel, frozen=True):
@@ -199,6 +381,11 @@ class KernelRequest(BaseModel, frozen=True):
     verify_timeout_s: float = Field(default=120.0, gt=0)
     llm: Provider = "offline"
     """Filled from the settings by the client SDK; offline is the default and the fallback."""
+    max_llm_answers: int = Field(default=3, ge=1, le=10)
+    """LLM answers per agent decision (the first and its repairs) before the offline agent answers."""
+    llm_rejections_before_fallback: int = Field(default=3, ge=1, le=50)
+    """After this many LLM candidates rejected by the verifier, the offline template's candidate is tried
+    (once, when the offline agents have one)."""
 
 
 class KernelResult(BaseModel):
@@ -216,3 +403,13 @@ class KernelResult(BaseModel):
     speedup: float | None = None
     """Only when measured (GPU); on CPU see `speed`."""
     speed: str = ""
+    overrides: dict[str, Number] = Field(default_factory=dict)
+    """The task file's constants set with --set (the sizes this result is about)."""
+    op_family: str = ""
+    """What the offline designer recognised in the traced reference (`elementwise(relu)`), or why not."""
+    aten_ops: list[str] = Field(default_factory=list)
+    """The aten ops the reference's forward ran."""
+    fallbacks: list[str] = Field(default_factory=list)
+    """Every offline fallback of an LLM agent, one line each (step, agent, why)."""
+    duplicates_refused: int = 0
+    """Candidates identical to an already-rejected one, refused without running the verifier again."""

@@ -1,11 +1,17 @@
 """ConductorWorkflow: the workflow.yaml-driven kernel loop (designer → coder → verifier → ...).
 
-Routing is `conductor_policy` (pure); each agent is one activity that gets a typed context and
-answers with ArtifactRefs (prompts, raw answers and sources live in the artifact store), so the
-history grows by a few KiB per step. The agents run on the llm queue (the offline templates or
-the request's LLM); verification runs on the kernels queue. When the conductor must choose
-between several agents it asks the LLM (analyze.j2); an unusable answer, or no LLM, is resolved
-by `apply_llm_decision`'s deterministic fallback, and the trace says so.
+The job first reads the reference (a traced `Model.forward`: aten ops, shapes, size; a task the
+verifier cannot hold ends here). Routing is `conductor_policy` (pure). Every agent — designer,
+coder, optimizer and the routing analysis — climbs the one fallback ladder (workflows/agent_ladder.py):
+the LLM's answer, validated by its activity (parser, static checks, not an already-rejected
+candidate), bounded repair rounds with the concrete refusal, then the offline agent, recorded as a
+fallback. Agent activities answer with ArtifactRefs (prompts, raw answers and sources live in the
+artifact store), so the history grows by a few KiB per step.
+
+A candidate identical to one the verifier rejected is never verified again: the coder is told so,
+and an offline coder that can only repeat itself ends the run NO_PROGRESS; after
+`llm_rejections_before_fallback` LLM candidates rejected by the verifier, the offline template's
+candidate is tried once.
 """
 
 from __future__ import annotations
@@ -15,12 +21,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.kernels import offline_designer
     from activities.kernels.activities import KernelActivities
     from activities.kernels.config_loader import config_for_task
+    from activities.kernels.reference import size_problem
+    from activities.llm.structured import Rejected
+    from contracts.agents import AgentProvenance, AnswerSource
     from contracts.common import ArtifactRef, Failure, JobStatus
+    from contracts.errors import Err
     from contracts.kernel import (
         AgentName,
         AgentRecord,
@@ -30,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         Finish,
         FinishReason,
         Go,
+        LLMDecision,
     )
     from contracts.kernel_job import (
         AgentCall,
@@ -46,7 +58,11 @@ with workflow.unsafe.imports_passed_through():
         KernelResult,
         Provider,
         RecordTraceRequest,
+        ReferenceAnalysis,
+        RejectedCandidate,
+        Rejection,
         TraceEntry,
+        TraceReferenceRequest,
         VerifierReport,
         VerifyRequest,
         VerifyResult,
@@ -55,12 +71,25 @@ with workflow.unsafe.imports_passed_through():
     from workflows import _visibility as ui
     from workflows._call_options import KERNEL, LLM
     from workflows._llm import token_totals
-    from workflows.conductor_policy import apply_llm_decision, faster, get_next_agent, provider_for, recent_attempts
+    from workflows.agent_ladder import Accepted, climb
+    from workflows.conductor_policy import (
+        ANALYSIS_HISTORY,
+        ROUTING_LLM_ANSWERS,
+        decided,
+        fallback_agent,
+        faster,
+        get_next_agent,
+        no_answer_finish,
+        offline_fallback_due,
+        recent_attempts,
+    )
     from workflows.failures import failure_from
     from workflows.job_end import end_failed, is_cancellation, mark_cancelled
 
-R = TypeVar("R")
-AgentRequest = TypeVar("AgentRequest", DesignRequest, CodeRequest)
+R = TypeVar("R", DesignResult, CodeResult)
+
+CONDUCTOR_V2 = "kernel-conductor-traced-reference-ladder"
+"""Patch: the conductor reads the traced reference first and every agent climbs the fallback ladder."""
 
 
 @workflow.defn
@@ -78,24 +107,41 @@ class ConductorWorkflow:
         self._speedup: float | None = None
         self._calls: list[AgentCall] = []
         """Every agent answer and routing analysis, for the result's token/latency totals."""
-        self._routing = ("config", TokenUsage())
-        """How the next agent was chosen, and what the analysis that chose it cost."""
+        self._routing: tuple[str, TokenUsage, AgentProvenance | None] = ("config", TokenUsage(), None)
+        """How the next agent was chosen, what the analysis that chose it cost, and who answered it."""
         self._where = "starting"
+        self._reference: ReferenceAnalysis | None = None
+        self._family = ""
+        self._rejected: list[RejectedCandidate] = []
+        self._authors: dict[str, AnswerSource] = {}
+        """Who wrote each candidate (by sha256): the LLM, or the offline agent."""
+        self._llm_rejected = 0
+        self._offline_tried = False
+        self._fallbacks: list[str] = []
+        self._duplicates = 0
 
     @workflow.run
     async def run(self, req: KernelRequest) -> KernelResult:
         self._req = req
+        if not workflow.patched(CONDUCTOR_V2):  # a history recorded by the earlier conductor cannot replay
+            raise ApplicationError("this kernel job was recorded by an earlier conductor version; start it again",
+                                   type=Err.INTERNAL, non_retryable=True)
         config = self._config(req)
-        self._show("starting")
+        self._show("reading the reference")
         try:
+            refused = await self._read_reference()
+            if refused is not None:
+                return self._refuse(refused)
             while True:
                 decision = get_next_agent(self._state, config)
-                self._routing = ("config", TokenUsage())
+                self._routing = ("config", TokenUsage(), None)
                 if isinstance(decision, AskLLM):
-                    decision = await self._analyse(decision)
+                    decision = await self._route(decision)
                 if isinstance(decision, Finish):
                     return await self._finish(decision)
-                await self._run_agent(decision, provider_for(decision.agent, self._state, config, req.llm))
+                ended = await self._run_agent(decision, config)
+                if ended is not None:
+                    return await self._finish(ended)
         except (ActivityError, asyncio.CancelledError) as e:
             if is_cancellation(e):
                 mark_cancelled()
@@ -114,85 +160,187 @@ class ConductorWorkflow:
         """The request's validated config with the task's max_step override (pure: no file read)."""
         return config_for_task(req.task.model_copy(update={"conductor": req.config}))
 
-    async def _analyse(self, ask: AskLLM) -> Go | Finish:
-        """Ask the conductor LLM which option runs next; no LLM or an unusable answer → fallback rule."""
-        if self._req.llm == "offline":
-            result = AnalyzeResult(reason="offline conductor (no LLM)")
-        else:
-            last = self._trace[-1] if self._trace else None
-            areq = AnalyzeRequest(task=self._req.task, agent=ask.agent, options=ask.options, step=ask.step,
-                                  last_result=last.summary if last else "",
-                                  recent=[f"step {e.step} {e.agent}: {e.summary}" for e in self._trace[-5:]])
-            try:
-                result = await self._llm_call(KernelActivities.analyze, areq, f"conductor: route after {ask.agent}")
-                self._calls.append(result.call)
-            except ActivityError as e:
-                result = AnalyzeResult(reason=f"LLM failed: {failure_from(e, where='analyze').message}")
-        decision = apply_llm_decision(result.decision, ask.options, self._state)
-        if isinstance(decision, Go) and decision.fallback:
-            why = result.reason or f"decision {result.decision.next_agent if result.decision else ''!r} not in {ask.options}"
-            self._routing = (f"fallback: {why}"[:300], result.call.usage)
-        else:
-            self._routing = (f"llm: {result.decision.next_agent}" if result.decision else "fallback", result.call.usage)
-        return decision
+    async def _read_reference(self) -> Failure | None:
+        """Trace the reference on the kernels queue; refuse (a Failure) a task the verifier cannot hold."""
+        self._where = "reading the reference"
+        self._reference = await workflow.execute_activity_method(
+            KernelActivities.trace_reference, TraceReferenceRequest(task=self._req.task, timeout_s=self._req.verify_timeout_s),
+            task_queue=self._req.queues.kernels, summary="trace the reference",
+            start_to_close_timeout=KERNEL.start_to_close, heartbeat_timeout=KERNEL.heartbeat, retry_policy=KERNEL.retry,
+        )
+        plan = offline_designer.choose_plan(self._reference)
+        self._family = f"no offline template: {plan}" if isinstance(plan, str) else plan.label
+        problem = size_problem(self._reference) if self._req.task.on_cpu else ""
+        if problem:
+            return Failure(code=Err.KERNEL_TASK_INVALID, message=problem, where="reading the reference")
+        return None
 
-    async def _run_agent(self, go: Go, provider: Provider) -> None:
+    async def _route(self, ask: AskLLM) -> Go | Finish:
+        """Ask the conductor LLM which option runs next (validated: one of the options, any case); an
+        unusable answer is repaired once, then the deterministic rule decides (the trace says so)."""
+        results: list[AnalyzeResult] = []
+        last = self._trace[-1] if self._trace else None
+
+        async def llm(repair: list[str]) -> Accepted[LLMDecision] | Rejected:
+            areq = AnalyzeRequest(
+                task=self._req.task, agent=ask.agent, options=ask.options, step=ask.step,
+                last_result=last.summary if last else "",
+                recent=[f"step {e.step} {e.agent}: {e.summary}" for e in self._trace[-ANALYSIS_HISTORY:]],
+                candidate=self._candidates[0] if self._candidates else None, report=self._report, repair=repair)
+            res = await self._llm_call(KernelActivities.analyze, areq, f"conductor: route after {ask.agent}")
+            results.append(res)
+            return Accepted(res.decision) if res.decision is not None else Rejected(res.reason)
+
+        async def rule(_why: str) -> Accepted[LLMDecision]:
+            return Accepted(LLMDecision(next_agent=fallback_agent(ask.options, self._state)))
+
+        climbed = await climb("conductor", llm=llm if self._req.llm != "offline" else None, offline=rule,
+                              max_llm_answers=ROUTING_LLM_ANSWERS)
+        self._calls += [r.call for r in results]
+        usage = sum((r.call.usage for r in results), TokenUsage())
+        prov = climbed.provenance
+        assert climbed.value is not None
+        by_llm = prov.source is AnswerSource.LLM
+        why = prov.fallback_reason or "offline conductor (no LLM)"
+        self._routing = (f"llm: {climbed.value.next_agent}" if by_llm else f"fallback: {why}"[:300], usage, prov)
+        return decided(climbed.value, self._state, fallback=not by_llm)
+
+    async def _run_agent(self, go: Go, config: ConductorConfig) -> Finish | None:
         self._where = f"{go.agent} step {go.step}"
         self._show(self._where)
         started = workflow.now()
         if go.agent == AgentName.DESIGNER:
-            record, entry = await self._design_step(go, provider)
+            record, entry, ended = await self._design_step(go, config)
         elif go.agent in (AgentName.CODER, AgentName.OPTIMIZER):
-            record, entry = await self._code_step(go, provider)
-        elif go.agent == AgentName.VERIFIER:
-            record, entry = await self._verify_step(go)
+            record, entry, ended = await self._code_step(go, config)
         else:
-            record = AgentRecord(agent=go.agent, step=go.step, parsed_ok=False, suggestion=go.suggestion)
-            entry = TraceEntry(step=go.step, agent=go.agent, summary="no activity for this agent", ok=False)
-        routing, analysis_tokens = self._routing
+            record, entry = await self._verify_step(go)
+            ended = None
+        routing, analysis_tokens, routing_prov = self._routing
         self._state = self._state.record(record)
         self._trace.append(entry.model_copy(update={
-            "fallback": go.fallback, "routing": routing, "started_at": started,
+            "sizes": self._req.task.overrides,
+            "fallback": go.fallback, "routing": routing, "routing_provenance": routing_prov, "started_at": started,
             "duration_s": round((workflow.now() - started).total_seconds(), 3), "tokens": entry.tokens + analysis_tokens,
         }))
+        return ended
 
-    async def _design_step(self, go: Go, provider: Provider) -> tuple[AgentRecord, TraceEntry]:
-        dreq = DesignRequest(task=self._req.task, suggestion=go.suggestion, step=go.step, llm=provider)
-        res, note = await self._agent(KernelActivities.design, dreq, f"designer step {go.step}")
-        if res.parsed_ok:
-            self._design = res.design
-        self._calls.append(res.call)
-        summary = f"design: {res.design.family}" if res.design else f"unusable answer: {res.reason}"
-        return (AgentRecord(agent=go.agent, step=go.step, parsed_ok=res.parsed_ok, suggestion=go.suggestion),
-                TraceEntry(step=go.step, agent=go.agent, summary=note + summary, ok=res.parsed_ok, artifact=res.artifact,
-                           provider=res.call.provider, prompt=res.call.prompt, output=res.call.output,
-                           transcript=res.call.transcript, parse_error=res.reason, tokens=res.call.usage))
+    async def _design_step(self, go: Go, config: ConductorConfig) -> tuple[AgentRecord, TraceEntry, Finish | None]:
+        dreq = DesignRequest(task=self._req.task, suggestion=go.suggestion, step=go.step,
+                             output=config.output_format(AgentName.DESIGNER))
 
-    async def _code_step(self, go: Go, provider: Provider) -> tuple[AgentRecord, TraceEntry]:
+        def ask(provider: Provider, repair: list[str]) -> Awaitable[DesignResult]:
+            offline = provider == "offline"  # only the offline designer reads the trace (keeps LLM requests small)
+            update = {"llm": provider, "repair": repair, "reference": self._reference if offline else None}
+            return self._llm_call(KernelActivities.design, dreq.model_copy(update=update),
+                                  f"designer step {go.step}" + (" (offline)" if offline else ""))
+
+        value, prov, results = await self._ladder(AgentName.DESIGNER, ask)
+        shown = value or results[-1]
+        if value is not None:
+            self._design = value.design
+        summary = f"design: {value.design.family}" if value and value.design else f"no design: {shown.reason}"
+        ended = None if value is not None else self._no_answer(go, results, prov)
+        entry = _entry(go, shown.call, summary, value is not None, shown.artifact, prov,
+                       "; ".join(dict.fromkeys(r.reason for r in results if not r.parsed_ok)))
+        usage = sum((r.call.usage for r in results), TokenUsage())
+        return (AgentRecord(agent=go.agent, step=go.step, parsed_ok=value is not None, suggestion=go.suggestion),
+                entry.model_copy(update={"tokens": usage}), ended)
+
+    async def _code_step(self, go: Go, config: ConductorConfig) -> tuple[AgentRecord, TraceEntry, Finish | None]:
         """One round: `num_candidates` concurrent coder attempts (the optimizer writes one)."""
         n = self._req.task.num_candidates if go.agent == AgentName.CODER else 1
         failed = self._report if self._report is not None and not self._report.passed else None
         base = CodeRequest(task=self._req.task, role=go.agent, design=self._design,
-                           feedback=failed.reason if failed else "", mismatches=failed.mismatches if failed else [],
-                           attempts=recent_attempts(self._attempts), suggestion=go.suggestion, step=go.step, llm=provider)
-        outcomes = await asyncio.gather(*(
-            self._agent(KernelActivities.code, base.model_copy(update={"candidate_index": i}),
-                        f"{go.agent} step {go.step}" + (f", candidate {i + 1}/{n}" if n > 1 else ""))
-            for i in range(n)))
-        results: list[CodeResult] = [r for r, _ in outcomes]
-        usage = sum((r.call.usage for r in results), TokenUsage())
-        self._calls += [r.call for r in results]
-        good = _unique([r.candidate for r in results if r.parsed_ok and r.candidate is not None])
+                           feedback=failed.reason if failed else "", log=failed.log if failed else "",
+                           input_family=failed.input_family if failed else "",
+                           mismatches=failed.mismatches if failed else [], attempts=recent_attempts(self._attempts),
+                           suggestion=go.suggestion, step=go.step, output=config.output_format(go.agent),
+                           rejected=list(self._rejected))
+        force = offline_fallback_due(role=go.agent, llm_configured=self._req.llm != "offline",
+                                     llm_rejected=self._llm_rejected, threshold=self._req.llm_rejections_before_fallback,
+                                     tried=self._offline_tried)
+        if force:
+            self._offline_tried = True
+
+        def attempt(i: int) -> Callable[[Provider, list[str]], Awaitable[CodeResult]]:
+            def ask(provider: Provider, repair: list[str]) -> Awaitable[CodeResult]:
+                label = f"{go.agent} step {go.step}" + (f", candidate {i + 1}/{n}" if n > 1 else "")
+                offline = provider == "offline"
+                return self._llm_call(KernelActivities.code, base.model_copy(update={
+                    "candidate_index": i, "llm": provider, "repair": repair,
+                    "reference": self._reference if offline else None}), label + (" (offline)" if offline else ""))
+            return ask
+
+        async def one(i: int) -> tuple[CodeResult | None, AgentProvenance, list[CodeResult]]:
+            if force:
+                value, prov, results = await self._ladder(go.agent, attempt(i), force_offline=force)
+                if value is not None:
+                    return value, prov, results
+                more = await self._ladder(go.agent, attempt(i))
+                return more[0], more[1], results + more[2]
+            return await self._ladder(go.agent, attempt(i))
+
+        outcomes = await asyncio.gather(*(one(i) for i in range(n)))
+        good: list[ArtifactRef] = []
+        for value, prov, _ in outcomes:
+            if value is not None and value.candidate is not None and value.candidate.sha256 not in {g.sha256 for g in good}:
+                good.append(value.candidate)
+                self._authors.setdefault(value.candidate.sha256, prov.source)
         if good:
             self._candidates = good
-        errors = "; ".join(r.reason for r in results if not r.parsed_ok)
-        summary = (f"{len(good)} candidate(s) written" if n > 1 else "candidate written") if good else f"unusable answer: {errors}"
-        first = results[0].call
+        results = [r for _, _, rs in outcomes for r in rs]
+        value, prov, _ = next((o for o in outcomes if o[0] is not None), outcomes[0])
+        shown = value or results[-1]
+        usage = sum((r.call.usage for r in results), TokenUsage())
+        errors = "; ".join(dict.fromkeys(r.reason for r in results if not r.parsed_ok))
+        if good:
+            summary = (f"{len(good)} candidate(s) written" if n > 1 else "candidate written") + _by(prov)
+        else:
+            summary = f"no candidate: {shown.reason}"
+        ended = None if good else self._no_answer(go, [r for _, _, rs in outcomes for r in rs], outcomes[0][1])
+        entry = _entry(go, shown.call, summary, bool(good), good[0] if good else None, prov, errors)
         return (AgentRecord(agent=go.agent, step=go.step, parsed_ok=bool(good), suggestion=go.suggestion),
-                TraceEntry(step=go.step, agent=go.agent, summary=outcomes[0][1] + summary, ok=bool(good),
-                           artifact=good[0] if good else None, candidates=good, provider=first.provider,
-                           prompt=first.prompt, output=first.output, transcript=first.transcript, parse_error=errors,
-                           tokens=usage))
+                entry.model_copy(update={"candidates": good, "tokens": usage}), ended)
+
+    async def _ladder(self, agent: str, ask: Callable[[Provider, list[str]], Awaitable[R]], *,
+                      force_offline: str = "") -> tuple[R | None, AgentProvenance, list[R]]:
+        """Climb the agent ladder with one activity (`ask(provider, repair)`): the LLM and its repairs, then
+        the offline agent (none for the optimizer). `force_offline` skips the LLM and says why."""
+        results: list[R] = []
+
+        async def llm(repair: list[str]) -> Accepted[R] | Rejected:
+            res = await ask("openai", repair)
+            results.append(res)
+            return Accepted(res) if res.parsed_ok else Rejected(res.reason)
+
+        async def offline(_why: str) -> Accepted[R] | Rejected:
+            res = await ask("offline", [])
+            results.append(res)
+            return Accepted(res) if res.parsed_ok else Rejected(res.reason)
+
+        use_llm = self._req.llm != "offline" and not force_offline
+        climbed = await climb(agent, llm=llm if use_llm else None,
+                              offline=offline if agent != AgentName.OPTIMIZER else None,
+                              max_llm_answers=self._req.max_llm_answers)
+        prov = climbed.provenance
+        if force_offline and climbed.value is not None:
+            prov = prov.model_copy(update={"source": AnswerSource.FALLBACK, "fallback_reason": force_offline})
+        self._calls += [r.call for r in results]
+        self._duplicates += sum(r.rejection is Rejection.DUPLICATE for r in results)
+        if prov.source is AnswerSource.FALLBACK:
+            self._fallbacks.append(f"step {self._state.step + 1} {agent}: {prov.fallback_reason}"[:400])
+        return climbed.value, prov, results
+
+    def _no_answer(self, go: Go, results: list[DesignResult] | list[CodeResult], prov: AgentProvenance) -> Finish:
+        kinds = [r.rejection for r in results]
+        kind = kinds[-1] if kinds else None
+        if kind is Rejection.NO_TEMPLATE and Rejection.DUPLICATE in kinds:
+            kind = Rejection.DUPLICATE
+        why = results[-1].reason if results else prov.fallback_reason
+        if self._req.llm != "offline" and prov.fallback_reason and kind is not Rejection.DUPLICATE:
+            why = prov.fallback_reason
+        return no_answer_finish(step=go.step, llm_configured=self._req.llm != "offline", rejection=kind, why=why)
 
     async def _verify_step(self, go: Go) -> tuple[AgentRecord, TraceEntry]:
         """Verify the round's candidates concurrently; the first that passes wins, the rest are cancelled."""
@@ -215,6 +363,11 @@ class ConductorWorkflow:
         await asyncio.gather(*pending, return_exceptions=True)
         for i in sorted(done):
             self._attempts.append(Attempt(step=go.step, candidate=cands[i], verdict=done[i].report.reason))
+            if not done[i].report.passed:
+                self._rejected.append(RejectedCandidate(sha256=cands[i].sha256, step=go.step,
+                                                        verdict=done[i].report.reason[:300]))
+                if self._authors.get(cands[i].sha256) is AnswerSource.LLM:
+                    self._llm_rejected += 1
         shown = winner if winner is not None else min(done)
         res = done[shown]
         self._report, self._speed = res.report, res.speed or self._speed
@@ -239,19 +392,7 @@ class ConductorWorkflow:
         )
         return index, res
 
-    async def _agent(self, method: Callable[[Any, AgentRequest], Awaitable[R]], req: AgentRequest, summary: str) -> tuple[R, str]:
-        """An agent call with the request's provider; when the LLM fails (unreachable, auth, retries
-        spent) the offline templates answer instead. Returns the result and a note for the trace."""
-        try:
-            return await self._llm_call(method, req, summary), ""
-        except ActivityError as e:
-            if req.llm == "offline":
-                raise
-            why = failure_from(e, where=summary).message
-            offline = req.model_copy(update={"llm": "offline"})
-            return await self._llm_call(method, offline, f"{summary} (offline fallback)"), f"LLM failed ({why[:200]}); offline: "
-
-    async def _llm_call(self, method: Callable[[Any, Any], Awaitable[R]], req: Any, summary: str) -> R:
+    async def _llm_call(self, method: Callable[[Any, Any], Awaitable[Any]], req: Any, summary: str) -> Any:
         return await workflow.execute_activity_method(
             method, req, task_queue=self._req.queues.llm, summary=summary,
             start_to_close_timeout=LLM.start_to_close, heartbeat_timeout=LLM.heartbeat, retry_policy=LLM.retry,
@@ -264,6 +405,13 @@ class ConductorWorkflow:
             start_to_close_timeout=KERNEL.start_to_close, heartbeat_timeout=KERNEL.heartbeat, retry_policy=KERNEL.retry,
         )
 
+    def _result(self, **fields: Any) -> KernelResult:
+        base = dict(best_candidate=self._best, report=self._report, steps=self._state.step, trace=list(self._trace),
+                    tokens=token_totals(self._calls), overrides=self._req.task.overrides, op_family=self._family,
+                    aten_ops=self._reference.aten_ops if self._reference else [], fallbacks=list(self._fallbacks),
+                    duplicates_refused=self._duplicates)
+        return KernelResult(**{**base, **fields})
+
     async def _finish(self, decision: Finish) -> KernelResult:
         outcome = {FinishReason.VERIFIED: KernelOutcome.VERIFIED,
                    FinishReason.MAX_STEPS: KernelOutcome.MAX_STEPS}.get(decision.reason, KernelOutcome.FAILED)
@@ -272,48 +420,68 @@ class ConductorWorkflow:
         status = JobStatus.COMPLETED if outcome is KernelOutcome.VERIFIED else JobStatus.FAILED
         trace_ref = await self._record_trace()
         self._show(f"finished: {outcome.value} ({decision.reason.value})")
-        result = KernelResult(
-            outcome=outcome, status=status, finish_reason=decision.reason,
-            best_candidate=self._best or (self._candidates[0] if self._candidates else None),
-            report=self._report, steps=self._state.step, trace=list(self._trace), trace_artifact=trace_ref,
-            tokens=token_totals(self._calls), speed=self._speed, speedup=self._speedup,
-        )
+        result = self._result(outcome=outcome, status=status, finish_reason=decision.reason,
+                              best_candidate=self._best or (self._candidates[0] if self._candidates else None),
+                              trace_artifact=trace_ref, speed=self._speed, speedup=self._speedup)
         if status is JobStatus.COMPLETED:
             ui.set_status(status)
             return result
-        failure = unverified(decision.reason, self._report.reason if self._report else "", self._where)
+        failure = unverified(decision, self._report.reason if self._report else "", self._where)
         return end_failed(result.model_copy(update={"failure": failure}), failure)
+
+    def _refuse(self, failure: Failure) -> KernelResult:
+        self._show("refused", error=f"{failure.code}: {failure.message}")
+        return end_failed(self._result(outcome=KernelOutcome.FAILED, status=JobStatus.FAILED, failure=failure), failure)
 
     async def _fail(self, error: ActivityError) -> KernelResult:
         failure = failure_from(error, where=self._where)
         self._show("failed", error=f"{failure.code}: {failure.message}")
-        return end_failed(KernelResult(outcome=KernelOutcome.FAILED, status=JobStatus.FAILED, best_candidate=self._best,
-                                       report=self._report, steps=self._state.step, trace=list(self._trace),
-                                       failure=failure, tokens=token_totals(self._calls)), failure)
+        return end_failed(self._result(outcome=KernelOutcome.FAILED, status=JobStatus.FAILED, failure=failure), failure)
 
     def _show(self, step: str, error: str = "") -> None:
         last = self._trace[-1] if self._trace else None
         ui.details(f"kernel {self._req.task.op_name}", {
             "step": step, "steps run": self._state.step,
+            "reference": self._family or "-",
+            "sizes": ", ".join(f"{k}={v}" for k, v in self._req.task.overrides.items()) or "as in the task file",
             "last": f"{last.agent}: {last.summary}" if last else "",
             "last error": error or (self._report.reason if self._report and not self._report.passed else ""),
             "tokens": token_totals(self._calls).total_tokens,
         })
 
 
-def unverified(reason: FinishReason, last_verdict: str, where: str) -> Failure:
-    """Why a kernel job ended without a verified candidate: the finish reason is the code."""
+def unverified(decision: Finish, last_verdict: str, where: str) -> Failure:
+    """Why a kernel job ended without a verified candidate: the finish reason is the code (NOT_VERIFIED
+    for the routing ends), the message what happened."""
+    reason = decision.reason
     message = {
         FinishReason.MAX_STEPS: "no candidate verified within max_step",
-        FinishReason.PARSE_FAILED: "the agent's answers stayed unusable",
+        FinishReason.PARSE_FAILED: "no usable answer: the LLM's answers stayed unusable and no offline agent answered",
         FinishReason.NO_OPTIONS: "the workflow.yaml left no agent to run",
+        FinishReason.NO_OFFLINE_TEMPLATE: "the offline agents have no template for this reference and no LLM is configured",
+        FinishReason.NO_PROGRESS: "the only candidate left to try was already rejected by the verifier",
+        FinishReason.REPEAT_LIMIT: "a repeat limit of the workflow.yaml stopped the loop",
     }.get(reason, "the conductor finished without a verified candidate")
-    code = reason.value if reason in (FinishReason.MAX_STEPS, FinishReason.PARSE_FAILED, FinishReason.NO_OPTIONS) \
-        else "NOT_VERIFIED"
-    return Failure(code=code, message=message + (f"; last verdict: {last_verdict}" if last_verdict else ""), where=where)
+    coded = (FinishReason.MAX_STEPS, FinishReason.PARSE_FAILED, FinishReason.NO_OPTIONS, FinishReason.NO_OFFLINE_TEMPLATE,
+             FinishReason.NO_PROGRESS, FinishReason.REPEAT_LIMIT)
+    code = reason.value if reason in coded else Err.NOT_VERIFIED
+    if decision.detail:
+        message += f": {decision.detail}"
+    if last_verdict and reason is not FinishReason.NO_OFFLINE_TEMPLATE:
+        message += f"; last verdict: {last_verdict}"
+    return Failure(code=code, message=message, where=where)
 
 
-def _unique(refs: list[ArtifactRef]) -> list[ArtifactRef]:
-    """Candidates by content (the offline provider writes the same source for every attempt)."""
-    seen: set[str] = set()
-    return [r for r in refs if not (r.sha256 in seen or seen.add(r.sha256))]
+def _by(prov: AgentProvenance) -> str:
+    if prov.source is AnswerSource.LLM:
+        return f" (LLM, {prov.llm_answers} answer(s))" if prov.llm_answers > 1 else ""
+    if prov.source is AnswerSource.FALLBACK:
+        return " (offline fallback)"
+    return ""
+
+
+def _entry(go: Go, call: AgentCall, summary: str, ok: bool, artifact: ArtifactRef | None, prov: AgentProvenance,
+           parse_error: str) -> TraceEntry:
+    return TraceEntry(step=go.step, agent=go.agent, summary=summary[:500], ok=ok, artifact=artifact,
+                      provider=call.provider, prompt=call.prompt, output=call.output, transcript=call.transcript,
+                      parse_error=parse_error[:1000], tokens=call.usage, provenance=prov)

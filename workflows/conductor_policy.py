@@ -1,12 +1,15 @@
-"""The conductor's routing: pure functions over ConductorState and ConductorConfig (no I/O)."""
+"""The conductor's routing and its ends: pure functions over ConductorState and ConductorConfig (no I/O).
+
+Which agent runs next obeys workflow.yaml (possible_next_agent, single_agent and sequence repeat
+limits, mandatory_llm_analysis, max_step) plus two rules of our own: an agent whose product the
+verifier must check only runs when the step budget still leaves room for that verification (so the
+last step is never an unverified coder), and a failed verification never routes to `finish`.
+"""
 
 from __future__ import annotations
 
-import json
-import re
-
-from pydantic import ValidationError
-
+from activities.kernels.llm_agents import parse_decision, validate_decision
+from activities.llm.structured import Rejected
 from contracts.kernel import (
     FINISH,
     AgentName,
@@ -17,16 +20,16 @@ from contracts.kernel import (
     FinishReason,
     Go,
     LLMDecision,
+    SequenceLimit,
 )
-from contracts.kernel_job import Attempt, Provider
-
-OFFLINE_TEMPLATE_AGENTS = frozenset({AgentName.DESIGNER, AgentName.CODER})
-"""Agents the offline provider can answer for (deterministic templates)."""
+from contracts.kernel_job import Attempt, Rejection
 
 CODER_HISTORY = 2
 """How many earlier candidates (with their verdicts) the coder's prompt shows."""
-
-_FENCED_JSON = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
+ANALYSIS_HISTORY = 8
+"""How many earlier trace lines the routing analysis sees (the attempt history, bounded)."""
+ROUTING_LLM_ANSWERS = 2
+"""Routing answers per decision (the first and one repair) before the deterministic rule decides."""
 
 
 def get_next_agent(state: ConductorState, config: ConductorConfig) -> Go | Finish | AskLLM:
@@ -34,6 +37,9 @@ def get_next_agent(state: ConductorState, config: ConductorConfig) -> Go | Finis
     step = state.step + 1
     last = state.last
     if last is None:
+        if not _room_to_verify(config.start_agent, step, config):
+            return Finish(reason=FinishReason.MAX_STEPS, step=0,
+                          detail=f"max_step {config.max_step} leaves no room to verify a candidate")
         return Go(agent=config.start_agent, step=step)
 
     if last.agent == AgentName.VERIFIER and last.verifier_passed:
@@ -44,13 +50,14 @@ def get_next_agent(state: ConductorState, config: ConductorConfig) -> Go | Finis
     if step > config.max_step:
         return Finish(reason=FinishReason.MAX_STEPS, step=state.step)
 
-    if not last.parsed_ok:
-        if state.consecutive_repeats < config.repeat_limit(last.agent):
-            return Go(agent=last.agent, step=step, suggestion=last.suggestion)
+    if not last.parsed_ok:  # the ladder already repaired and fell back: nothing left to ask
         return Finish(reason=FinishReason.PARSE_FAILED, step=state.step)
 
-    options = _options(state, config)
+    options, dropped = _options(state, config)
     if not options:
+        if dropped:
+            reason, detail = dropped[0]
+            return Finish(reason=reason, step=state.step, detail=detail)
         return Finish(reason=FinishReason.NO_OPTIONS, step=state.step)
     if len(options) == 1 and last.agent not in config.mandatory_analysis:
         if options[0] == FINISH:
@@ -59,21 +66,21 @@ def get_next_agent(state: ConductorState, config: ConductorConfig) -> Go | Finis
     return AskLLM(agent=last.agent, options=options, step=step)
 
 
-def apply_llm_decision(
-    decision: str | dict | LLMDecision | None, options: list[str], state: ConductorState
-) -> Go | Finish:
-    """Turn the LLM's answer into a decision. An unusable answer (unparseable, or an agent not in
-    `options`) falls back to `fallback_agent`, never to a silent finish."""
-    step = state.step + 1
-    parsed = _parse_decision(decision)
-    if parsed is not None and parsed.next_agent in options:
-        if parsed.next_agent == FINISH:
-            return Finish(reason=FinishReason.LLM_DECIDED, step=state.step)
-        return Go(agent=parsed.next_agent, step=step, suggestion=parsed.suggestion)
-    agent = fallback_agent(options, state)
-    if agent == FINISH:
-        return Finish(reason=FinishReason.ROUTED, step=state.step)
-    return Go(agent=agent, step=step, suggestion=parsed.suggestion if parsed else "", fallback=True)
+def decided(decision: LLMDecision, state: ConductorState, *, fallback: bool = False) -> Go | Finish:
+    """A validated routing decision as the next step (`finish` chosen by the LLM ends the run)."""
+    if decision.next_agent == FINISH:
+        return Finish(reason=FinishReason.LLM_DECIDED if not fallback else FinishReason.ROUTED, step=state.step)
+    return Go(agent=decision.next_agent, step=state.step + 1, suggestion=decision.suggestion, fallback=fallback)
+
+
+def apply_llm_decision(answer: str | dict | LLMDecision | None, options: list[str], state: ConductorState) -> Go | Finish:
+    """The LLM's answer if it names an option, else the deterministic `fallback_agent` (never a silent finish)."""
+    checked = validate_decision(answer, options)
+    if not isinstance(checked, Rejected):
+        return decided(checked, state)
+    parsed = parse_decision(answer)
+    suggestion = parsed.suggestion if isinstance(parsed, LLMDecision) else ""
+    return decided(LLMDecision(next_agent=fallback_agent(options, state), suggestion=suggestion), state, fallback=True)
 
 
 def fallback_agent(options: list[str], state: ConductorState) -> str:
@@ -87,16 +94,21 @@ def fallback_agent(options: list[str], state: ConductorState) -> str:
     return agents[0] if agents else FINISH
 
 
-def provider_for(agent: str, state: ConductorState, config: ConductorConfig, requested: Provider) -> Provider:
-    """The requested provider, except on an agent's last allowed retry after unusable LLM answers:
-    then the offline templates answer (offline is the fallback, so a run does not end on parsing)."""
-    if requested == "offline" or agent not in OFFLINE_TEMPLATE_AGENTS:
-        return requested
-    last = state.last
-    if (last is not None and last.agent == agent and not last.parsed_ok
-            and state.consecutive_repeats + 1 >= config.repeat_limit(agent)):
-        return "offline"
-    return requested
+def offline_fallback_due(*, role: str, llm_configured: bool, llm_rejected: int, threshold: int, tried: bool) -> str:
+    """Why the coder should answer with the offline template this round instead of the LLM (empty: it
+    should not): the verifier rejected `threshold` LLM candidates and the offline one was not tried."""
+    if role != AgentName.CODER or not llm_configured or tried or llm_rejected < threshold:
+        return ""
+    return f"the verifier rejected {llm_rejected} LLM candidates; trying the offline template's candidate"
+
+
+def no_answer_finish(*, step: int, llm_configured: bool, rejection: Rejection | None, why: str) -> Finish:
+    """How the run ends when an agent's ladder gave no answer at all."""
+    if rejection is Rejection.DUPLICATE:
+        return Finish(reason=FinishReason.NO_PROGRESS, step=step, detail=why)
+    if rejection is Rejection.NO_TEMPLATE and not llm_configured:
+        return Finish(reason=FinishReason.NO_OFFLINE_TEMPLATE, step=step, detail=why)
+    return Finish(reason=FinishReason.PARSE_FAILED, step=step, detail=why)
 
 
 def faster(speedup: float | None, best: float | None) -> bool:
@@ -109,17 +121,69 @@ def recent_attempts(attempts: list[Attempt]) -> list[Attempt]:
     return attempts[-CODER_HISTORY:]
 
 
-def _options(state: ConductorState, config: ConductorConfig) -> list[str]:
+def sequence_repeats(agents: list[str], pattern: list[str]) -> int:
+    """How many times `pattern` ran back to back at the end of `agents`."""
+    n, end = 0, len(agents)
+    while end >= len(pattern) and agents[end - len(pattern):end] == pattern:
+        n += 1
+        end -= len(pattern)
+    return n
+
+
+def sequence_allows(agents: list[str], nxt: str, limit: SequenceLimit) -> bool:
+    """Would running `nxt` start or complete a repetition of `limit.pattern` beyond `max_repeats`?
+    (Blocking the repetition's first agent keeps a coder's candidate from going unverified.)"""
+    pattern = limit.pattern
+    for k, agent in enumerate(pattern):
+        if agent != nxt:
+            continue
+        head = pattern[:k]
+        if head and agents[len(agents) - len(head):] != head:
+            continue
+        before = agents[:len(agents) - len(head)] if head else agents
+        if sequence_repeats(before, pattern) >= limit.max_repeats:
+            return False
+    return True
+
+
+def _room_to_verify(agent: str, step: int, config: ConductorConfig) -> bool:
+    """Can a candidate this agent leads to still be verified within max_step (agents that cannot reach
+    the verifier always can run)?"""
+    if agent == AgentName.VERIFIER or AgentName.VERIFIER not in config.agent_info:
+        return True
+    distance = config.steps_to(agent, AgentName.VERIFIER)
+    return distance is None or step + distance - 1 <= config.max_step
+
+
+def _options(state: ConductorState, config: ConductorConfig) -> tuple[list[str], list[tuple[FinishReason, str]]]:
+    """The agents (or finish) that may run next, and why the others were dropped."""
     last = state.last
     assert last is not None
-    options = [
-        a
-        for a in config.next_agents(last.agent)
-        if a == FINISH or a != last.agent or state.consecutive_repeats < config.repeat_limit(a)
-    ]
-    if last.agent == AgentName.VERIFIER and last.verifier_passed is False:
-        options = [a for a in options if a != FINISH]
-    return options
+    step = state.step + 1
+    agents = state.agents
+    options: list[str] = []
+    dropped: list[tuple[FinishReason, str]] = []
+    for a in config.next_agents(last.agent):
+        if a == FINISH:
+            if not (last.agent == AgentName.VERIFIER and last.verifier_passed is False):
+                options.append(a)
+            continue
+        if a == last.agent and state.consecutive_repeats >= config.repeat_limit(a):
+            dropped.append((FinishReason.REPEAT_LIMIT, f"{a} ran {state.consecutive_repeats} times in a row "
+                                                       f"(repeat limit {config.repeat_limit(a)})"))
+            continue
+        blocked = next((name for name, lim in config.sequences.items() if not sequence_allows(agents, a, lim)), None)
+        if blocked is not None:
+            lim = config.sequences[blocked]
+            dropped.append((FinishReason.REPEAT_LIMIT, f"sequence {blocked} ({' -> '.join(lim.pattern)}) ran "
+                                                       f"{lim.max_repeats} times (its max_repeats)"))
+            continue
+        if not _room_to_verify(a, step, config):
+            dropped.append((FinishReason.MAX_STEPS, f"max_step {config.max_step} leaves no room for {a} and the "
+                                                    "verification of its candidate"))
+            continue
+        options.append(a)
+    return options, dropped
 
 
 def _optimizer_fits(state: ConductorState, config: ConductorConfig) -> bool:
@@ -128,29 +192,10 @@ def _optimizer_fits(state: ConductorState, config: ConductorConfig) -> bool:
     After an optimizer round, another one only if that round made the kernel faster."""
     if AgentName.OPTIMIZER not in config.next_agents(AgentName.VERIFIER) or state.step + 2 > config.max_step:
         return False
+    if any(not sequence_allows(state.agents, AgentName.OPTIMIZER, lim) for lim in config.sequences.values()):
+        return False
     speeds = [r.speedup for r in state.history if r.agent == AgentName.VERIFIER and r.verifier_passed]
     if speeds[-1] is None:
         return False
     earlier = [s for s in speeds[:-1] if s is not None]
     return not earlier or speeds[-1] > max(earlier)
-
-
-def _parse_decision(decision: str | dict | LLMDecision | None) -> LLMDecision | None:
-    if isinstance(decision, LLMDecision):
-        return decision
-    if isinstance(decision, dict):
-        try:
-            return LLMDecision.model_validate(decision)
-        except ValidationError:
-            return None
-    if not isinstance(decision, str) or not decision.strip():
-        return None
-    text = decision.strip()
-    fenced = _FENCED_JSON.search(text)
-    candidate = fenced.group(1) if fenced else text
-    if candidate.startswith("{"):
-        try:
-            return _parse_decision(json.loads(candidate))
-        except json.JSONDecodeError:
-            return None
-    return LLMDecision(next_agent=text.lower()) if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text) else None

@@ -2,9 +2,13 @@
 or `... _child --profile TASK.py OUT.json SEED CANDIDATE.py` (GPU only, after verification passed).
 
 Builds the task's `Model` (or, with a candidate file, the candidate's `ModelNew`) from
-`get_init_inputs()` after `torch.manual_seed(SEED)`, runs it on `get_inputs()` seeded per trial,
-and only writes the outputs (torch.save) to OUT.pt. It never compares anything: the verifier
-does that in its own process, so a candidate cannot fake its verdict.
+`get_init_inputs()` after `torch.manual_seed(SEED)`, runs it on every trial set's inputs and only
+writes the outputs (torch.save) to OUT.pt. It never compares anything: the verifier does that in its
+own process, so a candidate cannot fake its verdict.
+
+A trial set is the task's own `get_inputs()` (seeded per trial) followed by the same inputs redrawn
+from other distributions (FAMILIES: same shapes and dtypes, floating tensors only), so a kernel cannot
+pass by relying on the task's input range (KernelBench draws with `torch.rand`: all inputs >= 0).
 
 For a candidate it also writes LAUNCHES_FILE next to OUT.pt: which outputs do not depend on any
 storage a Triton launch received in that forward call (see `LaunchRecorder`).
@@ -22,8 +26,14 @@ from contextlib import contextmanager, nullcontext
 from types import ModuleType
 from typing import Any
 
+FAMILIES = ("task", "signed_normal", "large", "near_zero")
+"""Input distributions of every trial set: the task's own, N(0, 1), N(0, 1) x LARGE_SCALE, N(0, 1) x NEAR_ZERO_SCALE."""
+LARGE_SCALE = 100.0
+NEAR_ZERO_SCALE = 1e-3
+
 LAUNCHES_FILE = "launches.json"
-"""`{"not_kernel_derived": [[trial, output], ...]}`, written by a candidate child after OUT.pt."""
+"""`{"not_kernel_derived": [[run, output], ...]}` (run = trial * len(FAMILIES) + family), written by a
+candidate child after OUT.pt."""
 
 
 def _load(path: str, name: str) -> ModuleType:
@@ -187,6 +197,19 @@ def _inputs(task: ModuleType) -> list:
     return [x.to(_device()) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
 
 
+def family_inputs(task_inputs: list, family: str, seed: int) -> list:
+    """The task's inputs redrawn from `family` (floating tensors only; integer tensors and scalars
+    stay as the task made them), seeded so the reference and the candidate children agree."""
+    import torch
+
+    if family == "task":
+        return task_inputs
+    scale = {"signed_normal": 1.0, "large": LARGE_SCALE, "near_zero": NEAR_ZERO_SCALE}[family]
+    torch.manual_seed(seed)
+    return [torch.randn_like(x) * scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in task_inputs]
+
+
 def apply_limits() -> None:
     """Address space, CPU seconds, no core files, bounded output files: set by the verifier."""
     mem = int(os.environ.get("FLEETFORGE_CHILD_MEMORY_BYTES", 8 * 1024**3))
@@ -225,12 +248,14 @@ def main(argv: list[str]) -> int:
     with torch.no_grad():
         for trial in range(trials):
             torch.manual_seed(seed + 1 + trial)
-            inputs = _inputs(task)
-            with recorder.call() if recorder else nullcontext():
-                items = _items(model(*inputs))
-            if recorder:
-                not_derived += [[trial, i] for i, x in enumerate(items) if not recorder.derived(x)]
-            outputs.append(_as_list(items))
+            task_inputs = _inputs(task)
+            for k, family in enumerate(FAMILIES):
+                inputs = family_inputs(task_inputs, family, seed + 1000 * (k + 1) + trial)
+                with recorder.call() if recorder else nullcontext():
+                    items = _items(model(*inputs))
+                if recorder:
+                    not_derived += [[len(outputs), i] for i, x in enumerate(items) if not recorder.derived(x)]
+                outputs.append(_as_list(items))
     torch.save(outputs, out_path)
     if recorder:
         with open(os.path.join(os.path.dirname(out_path), LAUNCHES_FILE), "w", encoding="utf-8") as f:

@@ -1,27 +1,31 @@
-"""Kernel activities: the agents (designer, coder/optimizer, conductor analysis), the verifier and
-the trace recorder.
+"""Kernel activities: reading the reference, the agents (designer, coder/optimizer, conductor
+analysis), the verifier and the trace recorder.
 
-The agents take the typed context the workflow sent, render their jinja2 template
-(llm_agents), ask the provider the request names (`offline` templates or an OpenAI-compatible
-endpoint through LLMActivities.chat, the same call `complete_chat` makes), and store the prompt,
-the raw answer and the parsed product in the artifact store: the workflow history carries
-ArtifactRefs, token counts and short reasons only.
+Each agent activity answers once, for the provider the request names (the offline templates or an
+OpenAI-compatible endpoint through LLMActivities.chat), and validates what it got: parsed with the
+workflow.yaml's registered parser, then (a candidate) the static checks and the already-rejected
+check. It returns the product or a typed refusal (`Rejection` + the reason). The repair rounds and
+the offline fallback live in one place, the workflow's agent ladder (workflows/agent_ladder.py): a
+refusal's reason comes back in the next request's `repair`. Prompts, raw answers and products go to
+the artifact store: the workflow history carries ArtifactRefs, token counts and short reasons only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 
 from temporalio import activity
 
-from activities.kernels import llm_agents, offline_coder
+from activities.kernels import llm_agents, offline_coder, offline_designer, parsers
+from activities.kernels.static_checks import static_check
 from activities.llm.activity import LLMActivities, record_offline_answer
 from activities.llm.structured import Rejected
 from activities.storage import ArtifactStore
 from contracts.common import ArtifactRef
 from contracts.errors import Err, FleetforgeError
-from contracts.kernel import LLMDecision
+from contracts.kernel import CODE_PARSERS, LLMDecision
 from contracts.kernel_job import (
     AgentCall,
     AnalyzeRequest,
@@ -30,8 +34,10 @@ from contracts.kernel_job import (
     CodeResult,
     DesignRequest,
     DesignResult,
-    KernelDesign,
     RecordTraceRequest,
+    ReferenceAnalysis,
+    Rejection,
+    TraceReferenceRequest,
     VerifyRequest,
     VerifyResult,
 )
@@ -42,6 +48,7 @@ PY = "text/x-python"
 JSON = "application/json"
 MD = "text/markdown"
 CPU_SPEED_NOTE = "speed not measurable on CPU (Triton interpreter): correctness only"
+NO_TEMPLATE_HINT = "configure an LLM (FLEETFORGE_LLM_BASE_URL) to write this kernel"
 
 
 def _heartbeat(detail: str) -> None:
@@ -55,52 +62,86 @@ class KernelActivities:
         self.settings = settings
         self.llm = llm or LLMActivities(settings, store)
 
-    # -- agents ------------------------------------------------------------------------------
+    # -- the reference -----------------------------------------------------------------------------
+
+    @activity.defn
+    def trace_reference(self, req: TraceReferenceRequest) -> ReferenceAnalysis:
+        """What the reference computes (aten ops, input/param shapes) and its size; a task that cannot
+        be built is KERNEL_TASK_INVALID (non-retryable: the file is wrong, not the worker)."""
+        from activities.kernels.reference import trace_reference
+
+        return trace_reference(req.task.task_desc, timeout_s=req.timeout_s, heartbeat=_heartbeat)
+
+    # -- agents ------------------------------------------------------------------------------------
 
     @activity.defn
     async def design(self, req: DesignRequest) -> DesignResult:
-        base = f"kernels/{req.task.task_id}/designer-step{req.step}"
+        base = f"kernels/{req.task.task_id}/designer-step{req.step}-a{len(req.repair)}"
+        fmt = parsers.output_format("designer", req.output)
         if req.llm == "offline":
-            parsed = offline_coder.design(req.task)
-            call = await self._offline("designer", base, req, parsed.model_dump_json(indent=2))
-            if parsed.family == "unknown":
-                parsed = Rejected(parsed.notes)
+            chosen = offline_designer.design(req.reference)
+            text = (f"no offline template: {chosen}\n" if isinstance(chosen, str)
+                    else chosen.model_dump_json(indent=2, exclude_defaults=True))
+            call = await self._offline("designer", base, req, text)
+            if isinstance(chosen, str):
+                return DesignResult(parsed_ok=False, reason=f"no offline template: {chosen}; {NO_TEMPLATE_HINT}",
+                                    rejection=Rejection.NO_TEMPLATE, call=call)
+            parsed = chosen
         else:
-            text, call = await self._ask("designer", base, llm_agents.design_prompt(req),
-                                         schema=KernelDesign.model_json_schema())
-            parsed = llm_agents.parse_design(text)
-        if isinstance(parsed, Rejected):
-            return DesignResult(parsed_ok=False, reason=parsed.reason, call=call)
+            text, call = await self._ask("designer", base, llm_agents.design_prompt(req))
+            answer = llm_agents.design_from(text, fmt)
+            if isinstance(answer, Rejected):
+                return DesignResult(parsed_ok=False, reason=answer.reason, rejection=Rejection.UNUSABLE, call=call)
+            parsed = answer
         ref = await self._put(parsed.model_dump_json(indent=2), JSON, f"{base}-design.json")
         return DesignResult(parsed_ok=True, design=parsed, artifact=ref, call=call)
 
     @activity.defn
     async def code(self, req: CodeRequest) -> CodeResult:
-        """The coder or the optimizer (`req.role`): one complete candidate, or an unusable answer."""
-        base = f"kernels/{req.task.task_id}/{req.role}-step{req.step}-c{req.candidate_index}"
+        """The coder or the optimizer (`req.role`): one candidate that parses, passes the static checks
+        and is not one the verifier already rejected; otherwise the refusal and its reason."""
+        base = f"kernels/{req.task.task_id}/{req.role}-step{req.step}-c{req.candidate_index}-a{len(req.repair)}"
+        fmt = parsers.output_format(req.role, req.output)
         if req.llm == "offline":
-            source = offline_coder.code(req.task, req.design)
-            text = offline_coder.render_answer(source) if source else f"no template for op '{req.task.op_name}'\n"
+            plan = offline_coder.plan_for(req.task, req.design, req.reference)
+            if isinstance(plan, str):
+                call = await self._offline(req.role, base, req, f"no offline template: {plan}\n")
+                return CodeResult(parsed_ok=False, reason=f"no offline template: {plan}; {NO_TEMPLATE_HINT}",
+                                  rejection=Rejection.NO_TEMPLATE, call=call)
+            text = _offline_answer(offline_coder.render(plan, req.task.task_desc), fmt)
             call = await self._offline(req.role, base, req, text)
         else:
             sources = [await self._get_text(a.candidate) for a in req.attempts]
             text, call = await self._ask(req.role, base, llm_agents.code_prompt(req, sources))
-        parsed = llm_agents.parse_code(text)
-        if isinstance(parsed, Rejected):
-            return CodeResult(parsed_ok=False, reason=parsed.reason, call=call)
-        candidate = await self._put(parsed, PY, f"{base}-candidate.py")
+        source = llm_agents.source_from(text, fmt)
+        if isinstance(source, Rejected):
+            return CodeResult(parsed_ok=False, reason=source.reason, rejection=Rejection.UNUSABLE, call=call)
+        static = static_check(source)
+        if not static.ok:
+            return CodeResult(parsed_ok=False, reason="static check: " + "; ".join(static.reasons),
+                              rejection=Rejection.STATIC, call=call)
+        sha = hashlib.sha256(source.encode("utf-8")).hexdigest()
+        same = next((r for r in req.rejected if r.sha256 == sha), None)
+        if same is not None:
+            who = "the offline template's candidate is" if req.llm == "offline" else "the candidate is"
+            return CodeResult(parsed_ok=False, rejection=Rejection.DUPLICATE, call=call,
+                              reason=f"{who} identical to the one the verifier rejected at step {same.step} "
+                                     f"({same.verdict[:240]}); it is not verified again: write a different one")
+        candidate = await self._put(source, PY, f"{base}-candidate.py")
         return CodeResult(parsed_ok=True, candidate=candidate, call=call)
 
     @activity.defn
     async def analyze(self, req: AnalyzeRequest) -> AnalyzeResult:
-        """The conductor's routing question; an unusable answer is `decision=None` plus the reason."""
-        base = f"kernels/{req.task.task_id}/conductor-step{req.step}"
-        text, call = await self._ask("conductor", base, llm_agents.analyze_prompt(req),
+        """The conductor's routing question; a decision that is not one of the options (any case) is
+        refused with the reason."""
+        base = f"kernels/{req.task.task_id}/conductor-step{req.step}-a{len(req.repair)}"
+        candidate = await self._get_text(req.candidate) if req.candidate is not None else ""
+        text, call = await self._ask("conductor", base, llm_agents.analyze_prompt(req, candidate),
                                      schema=LLMDecision.model_json_schema())
-        parsed = llm_agents.parse_decision(text)
-        if isinstance(parsed, Rejected):
-            return AnalyzeResult(reason=parsed.reason, call=call)
-        return AnalyzeResult(decision=parsed, call=call)
+        decision = llm_agents.validate_decision(text, req.options)
+        if isinstance(decision, Rejected):
+            return AnalyzeResult(reason=decision.reason, call=call)
+        return AnalyzeResult(decision=decision, call=call)
 
     async def _ask(self, agent: str, base: str, prompt: str, *, schema: dict | None = None) -> tuple[str, AgentCall]:
         """One provider call; prompt and raw answer stored next to the call's transcript."""
@@ -115,10 +156,10 @@ class KernelActivities:
     async def _offline(self, agent: str, base: str, context: DesignRequest | CodeRequest, text: str) -> AgentCall:
         """The offline provider's answer, recorded exactly like an LLM answer (transcript, usage zero).
         Its "prompt" is the typed context it decided from; its answer uses the agreed format."""
-        prompt_ref = await self._put(context.model_dump_json(indent=2), JSON, f"{base}-context.json")
+        shown = context.model_dump(mode="json", exclude={"reference"})
+        prompt_ref = await self._put(json.dumps(shown, indent=2), JSON, f"{base}-context.json")
         output_ref = await self._put(text, MD, f"{base}-answer.md")
-        result = await asyncio.to_thread(record_offline_answer, self.store, f"kernel-{agent}",
-                                         context.model_dump(mode="json"), text)
+        result = await asyncio.to_thread(record_offline_answer, self.store, f"kernel-{agent}", shown, text)
         return AgentCall(provider="offline", prompt=prompt_ref, output=output_ref, usage=result.usage,
                          transcript=result.transcript)
 
@@ -140,8 +181,13 @@ class KernelActivities:
             source = self.store.get_bytes(req.candidate).decode("utf-8")
         except UnicodeDecodeError as e:
             raise FleetforgeError(Err.VERIFIER_ERROR, f"candidate {req.candidate.uri} is not UTF-8 text") from e
+        if not req.task.on_cpu:
+            _require_gpu(req.task.arch)
         report = verify(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, trials=req.trials,
                         heartbeat=_heartbeat, gpu=not req.task.on_cpu)
+        if report.reason.startswith("reference failed"):  # the task's failure, never the candidate's verdict
+            raise FleetforgeError(Err.KERNEL_TASK_INVALID, f"the reference failed in the verifier: {report.reason}"
+                                  + (f" | {report.log[-600:]}" if report.log else ""))
         if req.task.on_cpu:
             return VerifyResult(report=report, speed=CPU_SPEED_NOTE)
         if not report.passed:
@@ -155,6 +201,22 @@ class KernelActivities:
         previous = self.store.get_bytes(req.previous) if req.previous is not None else b""
         lines = b"".join(e.model_dump_json().encode() + b"\n" for e in req.entries)
         return self.store.put_bytes(previous + lines, media_type="application/jsonl", name="trace.jsonl")
+
+
+def _offline_answer(source: str, fmt) -> str:  # noqa: ANN001 - OutputFormat
+    """The offline coder's candidate in the answer format the workflow.yaml's parser reads."""
+    if fmt.parser_name in CODE_PARSERS:
+        return offline_coder.render_answer(source)
+    return json.dumps({parsers.code_field(fmt): source}, indent=2)
+
+
+def _require_gpu(arch: str) -> None:
+    """A GPU target on a worker without one is the worker's problem, never the candidate's."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise FleetforgeError(Err.VERIFIER_ERROR, f"arch {arch} needs a GPU, and this kernels worker has none: run a "
+                                                  "kernels worker on a GPU machine, or use --arch cpu-interpreter")
 
 
 def read_trace(store: ArtifactStore, ref: ArtifactRef) -> list[dict]:

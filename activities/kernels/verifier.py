@@ -3,10 +3,12 @@
 
 The candidate never shares a process with the reference or with the comparison, runs under
 resource limits with a timeout, in a throwaway directory, with the Triton interpreter on CPU.
-Outputs that match are then checked against the candidate child's provenance record: an output
-that depends on no buffer a Triton kernel wrote is a torch-computed decoy
-(`_child.LaunchRecorder`; advisory, since it runs in the candidate's process: the comparison here
-is the guarantee).
+Every trial set runs the task's own inputs and the same shapes redrawn from other distributions
+(`_child.FAMILIES`); a failure names the family. Outputs that match are then checked against the
+candidate child's provenance record: an output that depends on no buffer a Triton kernel wrote is a
+torch-computed decoy (`_child.LaunchRecorder`; advisory, since it runs in the candidate's process:
+the comparison here is the guarantee). A crash's report carries a bounded log excerpt with the
+candidate's own file/line frames.
 """
 
 from __future__ import annotations
@@ -14,10 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -26,14 +24,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from activities.kernels._child import LAUNCHES_FILE
+from activities.kernels._child import FAMILIES, LAUNCHES_FILE
+from activities.kernels._proc import MEMORY_LIMIT_BYTES, Child, kill, spawn, wait_all
 from activities.kernels.static_checks import static_check
 from contracts.kernel_job import Mismatch, VerifierReport
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MEMORY_LIMIT_BYTES = 8 * 1024**3
+__all__ = ["MEMORY_LIMIT_BYTES", "compare", "profile", "verify"]
 MAX_MISMATCHES = 10
-_POLL_S = 0.5
 NOT_KERNEL_DERIVED = ("the output does not depend on any buffer a Triton kernel wrote in that forward call: "
                       "ModelNew computed it from its inputs with torch ops only (a kernel launched only on "
                       "other buffers is a decoy)")
@@ -44,7 +41,7 @@ class ChildFailed(Exception):
 
 
 def verify(
-    task_source: str, candidate_source: str, *, timeout_s: float, seed: int = 0, trials: int = 5,
+    task_source: str, candidate_source: str, *, timeout_s: float, seed: int = 0, trials: int = 2,
     heartbeat: Callable[[str], None] | None = None, gpu: bool = False,
 ) -> VerifierReport:
     beat = heartbeat or (lambda _msg: None)
@@ -55,10 +52,11 @@ def verify(
         return VerifierReport(passed=False, reason="static check: " + "; ".join(static.reasons), static=static,
                               durations=durations)
     key = _reference_key(task_source, seed, trials)
+    _load_torch_in_background()
     expected = _REFERENCE_CACHE.get(key)
     with tempfile.TemporaryDirectory(prefix="ff-verify-") as tmp:
         root = Path(tmp)
-        children: dict[str, _Child] = {}
+        children: dict[str, Child] = {}
         if expected is None:
             ref_dir = root / "reference"
             ref_dir.mkdir()
@@ -70,16 +68,19 @@ def verify(
         (cand_dir / "candidate.py").write_text(candidate_source, encoding="utf-8")
         children["candidate"] = _start(cand_dir, seed, trials, candidate=True, gpu=gpu, timeout_s=timeout_s)
         try:
-            results = _wait_all(children, timeout_s, beat)
+            wait_all(children, timeout_s, beat)
+            _torch_loaded(beat)
         finally:  # an exception or a cancelled activity must not leave children running
             for child in children.values():
                 if child.proc.poll() is None:
-                    _kill(child.proc)
-        durations.update({k: round(v[1], 3) for k, v in results.items()})
-        ref_err = results["reference"][0] if "reference" in results else None
-        cand_err = results["candidate"][0]
+                    kill(child.proc)
+        durations.update({k: round(c.elapsed, 3) for k, c in children.items()})
+        ref_err = children["reference"].error if "reference" in children else None
+        cand = children["candidate"]
+        cand_err = cand.error
         if ref_err:
-            return VerifierReport(passed=False, reason=f"reference failed: {ref_err}", static=static, durations=durations)
+            return VerifierReport(passed=False, reason=f"reference failed: {ref_err}", static=static,
+                                  durations=durations, log=children["reference"].log_excerpt)
         t1 = time.monotonic()
         try:
             if expected is None:
@@ -87,16 +88,21 @@ def verify(
                 _REFERENCE_CACHE.put(key, expected)
         except ChildFailed as e:
             return VerifierReport(passed=False, reason=f"reference failed: {e}", static=static, durations=durations)
+        families = list(FAMILIES)
         if cand_err:
-            return VerifierReport(passed=False, reason=f"candidate {cand_err}", static=static, durations=durations)
+            return VerifierReport(passed=False, reason=f"candidate {cand_err}", static=static, durations=durations,
+                                  families=families, log=cand.log_excerpt)
         try:
             got = _load_outputs(cand_dir / "out.pt")
         except ChildFailed as e:
-            return VerifierReport(passed=False, reason=str(e), static=static, durations=durations)
+            return VerifierReport(passed=False, reason=str(e), static=static, durations=durations, families=families)
         reason, mismatches = compare(expected, got)
-        reason = reason or _not_kernel_derived(cand_dir / LAUNCHES_FILE)
+        family = _family_of(reason, mismatches)
+        if not reason:
+            reason, family = _not_kernel_derived(cand_dir / LAUNCHES_FILE)
         durations["compare"] = round(time.monotonic() - t1, 4)
-    return VerifierReport(passed=not reason, reason=reason, mismatches=mismatches, static=static, durations=durations)
+    return VerifierReport(passed=not reason, reason=reason, mismatches=mismatches, static=static, durations=durations,
+                          families=families, input_family=family if reason else "")
 
 
 def profile(task_source: str, candidate_source: str, *, timeout_s: float, seed: int = 0,
@@ -108,12 +114,13 @@ def profile(task_source: str, candidate_source: str, *, timeout_s: float, seed: 
         root = Path(tmp)
         (root / "task.py").write_text(task_source, encoding="utf-8")
         (root / "candidate.py").write_text(candidate_source, encoding="utf-8")
-        child = _spawn(root, ["--profile", "task.py", "times.json", str(seed), "candidate.py"], gpu=True, timeout_s=timeout_s)
+        child = spawn("activities.kernels._child", root, ["--profile", "task.py", "times.json", str(seed), "candidate.py"],
+                      gpu=True, timeout_s=timeout_s)
         try:
-            error = _wait_all({"profiler": child}, timeout_s, heartbeat or (lambda _m: None))["profiler"][0]
+            error = wait_all({"profiler": child}, timeout_s, heartbeat or (lambda _m: None))["profiler"].error
         finally:
             if child.proc.poll() is None:
-                _kill(child.proc)
+                kill(child.proc)
         if error:
             return None, f"speed not measured: profiler {error}"
         try:
@@ -124,6 +131,26 @@ def profile(task_source: str, candidate_source: str, *, timeout_s: float, seed: 
     if cand <= 0:
         return None, f"speed not measured: candidate time {cand} ms"
     return ref / cand, f"speedup {ref / cand:.2f}x (reference {ref:.4f} ms, candidate {cand:.4f} ms; do_bench medians)"
+
+
+# --- torch in the worker ------------------------------------------------------------------------
+
+_TORCH = threading.Thread(target=lambda: __import__("torch"), name="import-torch", daemon=True)
+_TORCH_LOCK = threading.Lock()
+
+
+def _load_torch_in_background() -> None:
+    """The comparison needs torch in the worker; a fresh worker imports it while the children run, so the
+    activity keeps heartbeating (a blocking import on a loaded machine can outlast the heartbeat timeout)."""
+    with _TORCH_LOCK:
+        if not _TORCH.is_alive() and _TORCH.ident is None:
+            _TORCH.start()
+
+
+def _torch_loaded(beat: Callable[[str], None]) -> None:
+    while _TORCH.is_alive():
+        beat("loading torch for the comparison")
+        _TORCH.join(0.5)
 
 
 # --- reference outputs cache ------------------------------------------------------------------
@@ -162,97 +189,9 @@ def _reference_key(task_source: str, seed: int, trials: int) -> str:
 # --- child processes ------------------------------------------------------------------------
 
 
-def _child_env(gpu: bool, cpu_s: int) -> dict[str, str]:
-    """A minimal environment (no secrets of the worker) plus the limits the child applies to itself
-    before importing anything (no preexec_fn: it is unsafe in a threaded worker)."""
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
-    env.update(PYTHONPATH=str(REPO_ROOT), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
-               FLEETFORGE_CHILD_MEMORY_BYTES=str(MEMORY_LIMIT_BYTES), FLEETFORGE_CHILD_CPU_S=str(cpu_s),
-               FLEETFORGE_CHILD_PARENT_PID=str(os.getpid()))
-    if gpu:  # CUDA reserves far more address space than it uses: no RLIMIT_AS there
-        env.update(FLEETFORGE_CHILD_DEVICE="cuda", FLEETFORGE_CHILD_MEMORY_BYTES="0")
-    else:
-        env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
-    return env
-
-
-class _Child:
-    def __init__(self, proc: subprocess.Popen, log: Path):
-        self.proc = proc
-        self.log = log
-        self.started = time.monotonic()
-        self.error: str | None = None
-        self.elapsed = 0.0
-
-
-def _start(workdir: Path, seed: int, trials: int, *, candidate: bool, gpu: bool, timeout_s: float) -> _Child:
+def _start(workdir: Path, seed: int, trials: int, *, candidate: bool, gpu: bool, timeout_s: float) -> Child:
     args = ["task.py", "out.pt", str(seed), str(trials)] + (["candidate.py"] if candidate else [])
-    return _spawn(workdir, args, gpu=gpu, timeout_s=timeout_s)
-
-
-def _spawn(workdir: Path, args: list[str], *, gpu: bool, timeout_s: float) -> _Child:
-    log = workdir / "child.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "activities.kernels._child", *args], cwd=workdir,
-            env=_child_env(gpu, int(timeout_s) + 10), stdin=subprocess.DEVNULL, stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    return _Child(proc, log)
-
-
-def _wait_all(children: dict[str, _Child], timeout_s: float, beat: Callable[[str], None]) -> dict[str, tuple[str | None, float]]:
-    deadline = time.monotonic() + timeout_s
-    pending = dict(children)
-    while pending:
-        for name, child in list(pending.items()):
-            code = child.proc.poll()
-            if code is not None:
-                child.elapsed = time.monotonic() - child.started
-                child.error = _exit_reason(code, child.log) if code != 0 else None
-                del pending[name]
-        if not pending:
-            break
-        if time.monotonic() > deadline:
-            for child in pending.values():
-                _kill(child.proc)
-                child.elapsed = time.monotonic() - child.started
-                child.error = f"timed out after {timeout_s:g}s (killed)"
-            break
-        beat(f"waiting for {', '.join(pending)}")
-        try:
-            next(iter(pending.values())).proc.wait(timeout=_POLL_S)
-        except subprocess.TimeoutExpired:
-            pass
-    return {name: (c.error, c.elapsed) for name, c in children.items()}
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _exit_reason(code: int, log: Path) -> str:
-    tail = _tail(log)
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = str(-code)
-        return f"crashed: killed by signal {name}" + (f": {tail}" if tail else "")
-    return f"crashed: exit code {code}" + (f": {tail}" if tail else "")
-
-
-def _tail(log: Path, limit: int = 400) -> str:
-    try:
-        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return (lines[-1] if lines else "")[-limit:]
+    return spawn("activities.kernels._child", workdir, args, gpu=gpu, timeout_s=timeout_s)
 
 
 def _load_outputs(path: Path) -> list[list[Any]]:
@@ -269,13 +208,31 @@ def _load_outputs(path: Path) -> list[list[Any]]:
     return data
 
 
-def _not_kernel_derived(path: Path) -> str:
-    """Empty when every output of every trial depends on a Triton kernel's writes in its forward call."""
+def _not_kernel_derived(path: Path) -> tuple[str, str]:
+    """("", "") when every output of every run depends on a Triton kernel's writes in its forward call;
+    else the reason and the input family of the first run that does not."""
     try:
         missing = json.loads(path.read_text(encoding="utf-8"))["not_kernel_derived"]
-        return f"trial {missing[0][0]} output {missing[0][1]}: {NOT_KERNEL_DERIVED}" if missing else ""
+        if not missing:
+            return "", ""
+        run, output = int(missing[0][0]), int(missing[0][1])
+        return f"{_where(run, output)}: {NOT_KERNEL_DERIVED}", FAMILIES[run % len(FAMILIES)]
     except (OSError, ValueError, LookupError, TypeError) as e:
-        return f"candidate launch record unreadable ({type(e).__name__})"
+        return f"candidate launch record unreadable ({type(e).__name__})", ""
+
+
+def _where(run: int, output: int) -> str:
+    """`trial 1 (signed_normal inputs) output 0` for a run index (trial * len(FAMILIES) + family)."""
+    return f"trial {run // len(FAMILIES)} ({FAMILIES[run % len(FAMILIES)]} inputs) output {output}"
+
+
+def _family_of(reason: str, mismatches: list[Mismatch]) -> str:
+    if mismatches:
+        return mismatches[0].family
+    for family in FAMILIES:
+        if f"({family} inputs)" in reason:
+            return family
+    return ""
 
 
 # --- comparison -----------------------------------------------------------------------------
@@ -292,27 +249,29 @@ def compare(expected: list[list[Any]], got: list[list[Any]]) -> tuple[str, list[
     import torch
 
     if len(expected) != len(got):
-        return f"ran {len(got)} trials, expected {len(expected)}", []
-    for trial, (exp_outs, got_outs) in enumerate(zip(expected, got)):
+        return f"ran {len(got)} forward calls, expected {len(expected)}", []
+    for run, (exp_outs, got_outs) in enumerate(zip(expected, got)):
         if len(exp_outs) != len(got_outs):
-            return f"trial {trial}: forward returned {len(got_outs)} outputs, expected {len(exp_outs)}", []
+            return f"{_where(run, 0).rsplit(' output', 1)[0]}: forward returned {len(got_outs)} outputs, " \
+                   f"expected {len(exp_outs)}", []
         for i, (e, g) in enumerate(zip(exp_outs, got_outs)):
-            where = f"trial {trial} output {i}"
+            where = _where(run, i)
             if not isinstance(g, torch.Tensor):
                 return f"{where}: not a tensor ({type(g).__name__})", []
             if tuple(e.shape) != tuple(g.shape):
                 return f"{where}: wrong shape {tuple(g.shape)}, expected {tuple(e.shape)}", []
             if e.dtype != g.dtype:
                 return f"{where}: wrong dtype {g.dtype}, expected {e.dtype}", []
-            reason, mismatches = _compare_values(e, g, trial, i, where)
+            reason, mismatches = _compare_values(e, g, run, i, where)
             if reason:
                 return reason, mismatches
     return "", []
 
 
-def _compare_values(e: Any, g: Any, trial: int, output: int, where: str) -> tuple[str, list[Mismatch]]:
+def _compare_values(e: Any, g: Any, run: int, output: int, where: str) -> tuple[str, list[Mismatch]]:
     import torch
 
+    atol = tol = 0.0
     if not (e.is_floating_point() or e.is_complex()):
         bad = e != g
     else:
@@ -322,27 +281,39 @@ def _compare_values(e: Any, g: Any, trial: int, output: int, where: str) -> tupl
         e_inf, g_inf = torch.isinf(ef), torch.isinf(gf)
         special = e_nan | g_nan | e_inf | g_inf
         bad_special = (e_nan != g_nan) | (e_inf != g_inf) | (e_inf & g_inf & (torch.sign(ef) != torch.sign(gf)))
-        close = torch.isclose(ef, gf, rtol=tol, atol=tol)
+        atol = tol * _scale(ef, special)
+        close = torch.isclose(ef, gf, rtol=tol, atol=atol)
         bad = bad_special | (~special & ~close)
         if bool(bad_special.any()):
             n_nan = int((g_nan & ~e_nan).sum())
             n_inf = int((g_inf & ~e_inf).sum())
             what = f"{n_nan} unexpected NaN, {n_inf} unexpected Inf" if (n_nan or n_inf) else "NaN/Inf positions differ"
-            return f"{where}: {what}", _mismatches(e, g, bad_special, trial, output)
+            return f"{where}: {what}", _mismatches(e, g, bad_special, run, output)
     n_bad = int(bad.sum())
     if n_bad:
         total = e.numel()
-        return (f"{where}: {n_bad}/{total} elements differ beyond atol=rtol={tolerance(e.dtype):g}",
-                _mismatches(e, g, bad, trial, output))
+        if not tol:
+            return f"{where}: {n_bad}/{total} elements differ", _mismatches(e, g, bad, run, output)
+        return (f"{where}: {n_bad}/{total} elements differ beyond rtol={tol:g}, atol={atol:.3g}",
+                _mismatches(e, g, bad, run, output))
     return "", []
 
 
-def _mismatches(e: Any, g: Any, bad: Any, trial: int, output: int) -> list[Mismatch]:
+def _scale(ef: Any, special: Any) -> float:
+    """The output's largest finite magnitude, at least 1: atol scales with it, because a reduction's
+    rounding error grows with the magnitude of its terms (a dot product of 100x inputs cancels to
+    values near 0 whose absolute error is not near 0), while rtol alone would demand more than fp32 holds."""
+    finite = ef[~special]
+    return max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
+
+
+def _mismatches(e: Any, g: Any, bad: Any, run: int, output: int) -> list[Mismatch]:
     idx = bad.nonzero()[:MAX_MISMATCHES]
     out = []
     for row in idx.tolist():
         ev, gv = e[tuple(row)].item(), g[tuple(row)].item()
-        out.append(Mismatch(trial=trial, output=output, index=row, expected=_num(ev), got=_num(gv)))
+        out.append(Mismatch(trial=run // len(FAMILIES), family=FAMILIES[run % len(FAMILIES)], output=output,
+                            index=row, expected=_num(ev), got=_num(gv)))
     return out
 
 

@@ -1,7 +1,9 @@
 """ConductorWorkflow with LLM agents (llm="openai") against a scripted OpenAI-compatible server:
-verifier feedback routed back to the coder, unparsable answers retried, MAX_STEPS with the full
-trace, an invalid routing decision resolved by the deterministic fallback, parallel candidates.
-Real dev server, real artifact store, real verifier children under the Triton interpreter."""
+verifier feedback routed back to the coder, unusable answers repaired inside the step (the agent
+ladder), broken answers falling back to the offline template, a rejected candidate never verified
+twice, AKG workflow.yaml limits, MAX_STEPS with the full trace, routing decisions in any case and
+their deterministic fallback, parallel candidates. Real dev server, real artifact store, real
+verifier children under the Triton interpreter."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ from temporalio.client import Client
 
 from activities.kernels.activities import read_trace
 from activities.kernels.config_loader import load_workflow_config
+from activities.kernels.task_source import apply_overrides
 from activities.storage import ArtifactStore
+from contracts.agents import AnswerSource
 from contracts.common import JobKind, JobStatus
-from contracts.kernel import FinishReason, KernelTask
+from contracts.kernel import ConductorConfig, FinishReason, KernelTask
 from contracts.kernel_job import KernelOutcome, KernelRequest, KernelResult
 from contracts.settings import Settings
 from tests.doubles.openai_server import Scripted, ScriptedOpenAIServer, error, text_stream
@@ -26,7 +30,8 @@ from worker import build_registry
 from workflows._visibility import start_attributes
 from workflows.conductor import ConductorWorkflow
 
-RELU = (Path(__file__).resolve().parents[2] / "examples" / "kernels" / "relu.py").read_text()
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+RELU = (EXAMPLES / "kernels" / "relu.py").read_text()
 
 KERNEL_SOURCE = '''import torch
 import torch.nn as nn
@@ -55,6 +60,9 @@ class ModelNew(nn.Module):
 GOOD = KERNEL_SOURCE.format(mask="offs < n")
 MASKING_BUG = KERNEL_SOURCE.format(mask="offs < n - 100")
 """The tail of the tensor is never written: the last 100 outputs stay 0."""
+OTHER_MASKING_BUG = KERNEL_SOURCE.format(mask="offs < n - 50")
+BROKEN = "```python\nimport torch\nclass ModelNew(:\n    pass\n```"
+"""A syntax error: refused by the static checks, never run."""
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 40, "total_tokens": 140}
 
@@ -81,13 +89,15 @@ def prompt_of(request: dict[str, Any]) -> str:
 
 
 async def run_llm_conductor(client: Client, tmp_path: Path, store: ArtifactStore, server: ScriptedOpenAIServer,
-                            workflow: str, **task_kw: Any) -> KernelResult:
+                            workflow: str | ConductorConfig, *, source: str = RELU, request_kw: dict | None = None,
+                            **task_kw: Any) -> KernelResult:
     settings = Settings(state_dir=tmp_path / "state", llm="openai", llm_base_url=server.base_url, llm_model="scripted")
     reg = build_registry(settings, store)
     queues = fresh_queues()
-    task = KernelTask(op_name="relu", task_desc=RELU, task_id=f"relu-llm-{uuid.uuid4().hex[:6]}",
+    task = KernelTask(op_name="relu", task_desc=source, task_id=f"relu-llm-{uuid.uuid4().hex[:6]}",
                       arch="cpu-interpreter", **task_kw)
-    req = KernelRequest(task=task, config=load_workflow_config(workflow), queues=queues, verify_timeout_s=90, llm="openai")
+    config = workflow if isinstance(workflow, ConductorConfig) else load_workflow_config(workflow)
+    req = KernelRequest(task=task, config=config, queues=queues, verify_timeout_s=90, llm="openai", **(request_kw or {}))
     async with new_worker(client, workflows=[ConductorWorkflow], task_queue=queues.workflows,
                           activities=reg.by_kind["llm"] + reg.by_kind["kernels"]):
         handle = await client.start_workflow(
@@ -100,7 +110,7 @@ async def run_llm_conductor(client: Client, tmp_path: Path, store: ArtifactStore
 
 @pytest.mark.slow
 async def test_masking_bug_feedback_reaches_the_coder_and_the_second_candidate_verifies(temporal_env, tmp_path, file_store):
-    script = [design_answer(), code_answer(MASKING_BUG), decision("coder", "write the tail: mask must be offs < n"),
+    script = [design_answer(), code_answer(MASKING_BUG), decision("Coder", "write the tail: mask must be offs < n"),
               code_answer(GOOD)]
     with ScriptedOpenAIServer(script) as server:
         result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default")
@@ -111,7 +121,11 @@ async def test_masking_bug_feedback_reaches_the_coder_and_the_second_candidate_v
     failed = result.trace[2].report
     assert failed is not None and "elements differ" in failed.reason
     assert failed.mismatches and all(m.index[0] == 6 and m.index[1] >= 900 for m in failed.mismatches)
-    assert result.trace[3].routing == "llm: coder" and not result.trace[3].fallback
+    assert result.trace[3].routing == "llm: coder" and not result.trace[3].fallback, '{"decision": "Coder"} is the coder'
+    assert result.trace[3].routing_provenance is not None and result.trace[3].routing_provenance.source is AnswerSource.LLM
+    analysis = prompt_of(server.requests[2])
+    for expected in ("return torch.relu(x)", "offs < n - 100", failed.reason, "step 3 verifier: FAILED"):
+        assert expected in analysis, f"the routing analysis sees {expected!r}"
 
     second_prompt = prompt_of(server.requests[3])
     assert failed.reason in second_prompt, "the verifier's feedback reached the coder"
@@ -130,48 +144,166 @@ async def test_masking_bug_feedback_reaches_the_coder_and_the_second_candidate_v
     assert len(server.requests) == 4
 
 
-async def test_unparsable_coder_answer_is_retried(temporal_env, tmp_path, file_store):
+async def test_an_unparsable_coder_answer_is_repaired_inside_the_step(temporal_env, tmp_path, file_store):
     script = [answer("I would write a Triton kernel that masks the tail."), code_answer(GOOD)]
     with ScriptedOpenAIServer(script) as server:
         result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only")
 
     assert result.outcome is KernelOutcome.VERIFIED
-    assert [(e.agent, e.ok) for e in result.trace] == [("coder", False), ("coder", True), ("verifier", True)]
-    assert "no fenced ```python block" in result.trace[0].parse_error
-    assert file_store.get_bytes(result.trace[0].output).decode().startswith("I would write"), "the raw answer is kept"
-    assert [e.provider for e in result.trace[:2]] == ["openai", "openai"]
+    assert [(e.agent, e.ok) for e in result.trace] == [("coder", True), ("verifier", True)]
+    coder = result.trace[0]
+    assert coder.provenance is not None and coder.provenance.source is AnswerSource.LLM
+    assert coder.provenance.llm_answers == 2
+    assert coder.provenance.rejections == ["the answer has no fenced ```python block with the candidate"]
+    assert "no fenced ```python block" in prompt_of(server.requests[1]), "the repair round saw the concrete error"
+    assert coder.provider == "openai" and result.tokens.calls == 2
+
+
+async def test_a_coder_that_keeps_sending_broken_code_ends_verified_through_the_offline_template(
+        temporal_env, tmp_path, file_store):
+    with ScriptedOpenAIServer([answer(BROKEN)] * 3) as server:
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only")
+
+    assert result.outcome is KernelOutcome.VERIFIED and result.status is JobStatus.COMPLETED
+    assert [(e.agent, e.ok) for e in result.trace] == [("coder", True), ("verifier", True)]
+    coder = result.trace[0]
+    assert coder.provenance is not None and coder.provenance.source is AnswerSource.FALLBACK
+    assert coder.provenance.llm_answers == 3 and len(coder.provenance.rejections) == 3
+    assert all(r.startswith("static check: syntax error at line 2") for r in coder.provenance.rejections)
+    assert "3 LLM answer(s) refused" in coder.provenance.fallback_reason
+    assert coder.provider == "offline" and coder.summary == "candidate written (offline fallback)"
+    assert result.fallbacks == [f"step 1 coder: {coder.provenance.fallback_reason}"]
+    stored = read_trace(file_store, result.trace_artifact)
+    assert stored[0]["provenance"]["source"] == "fallback", "the fallback is in the recorded trace"
+    assert len(server.requests) == 3
+
+
+@pytest.mark.slow
+async def test_after_n_llm_candidates_fail_verification_the_offline_template_is_tried(temporal_env, tmp_path, file_store):
+    with ScriptedOpenAIServer([code_answer(MASKING_BUG), code_answer(OTHER_MASKING_BUG)]) as server:
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only",
+                                         request_kw={"llm_rejections_before_fallback": 2})
+
+    assert result.outcome is KernelOutcome.VERIFIED
+    assert [(e.agent, e.ok) for e in result.trace] == [("coder", True), ("verifier", False), ("coder", True),
+                                                       ("verifier", False), ("coder", True), ("verifier", True)]
+    fallback = result.trace[4].provenance
+    assert fallback is not None and fallback.source is AnswerSource.FALLBACK
+    assert fallback.fallback_reason == "the verifier rejected 2 LLM candidates; trying the offline template's candidate"
+    assert result.fallbacks and len(server.requests) == 2
+
+
+@pytest.mark.slow
+async def test_a_rejected_candidate_sent_again_is_not_verified_again_and_the_job_ends_no_progress(
+        temporal_env, tmp_path, file_store):
+    cumsum = apply_overrides((EXAMPLES / "kernelbench" / "36_Cumsum.py").read_text(), {"batch_size": 4, "length": 10})
+    wrong = KERNEL_SOURCE.format(mask="offs < n").replace("def __init__(self):", "def __init__(self, dim):")
+    with ScriptedOpenAIServer([code_answer(wrong)] * 4) as server:
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only", source=cumsum)
+
+    assert result.finish_reason is FinishReason.NO_PROGRESS and result.status is JobStatus.FAILED
+    assert [(e.agent, e.ok) for e in result.trace] == [("coder", True), ("verifier", False), ("coder", False)]
+    assert result.duplicates_refused == 3, "three answers repeated the rejected candidate; none was verified"
+    assert "identical to the one the verifier rejected at step 2" in prompt_of(server.requests[2])
+    assert result.failure is not None and result.failure.code == "NO_PROGRESS"
+    assert len(server.requests) == 4
+
+
+AKG_YAML = """\
+agent_info:
+  designer:
+    possible_next_agent: [coder]
+    output_format:
+      parser_name: designer_parser
+      parser_definition:
+        output_fields:
+          code:
+            field_type: str
+            mandatory: true
+            field_description: "Algorithm pseudocode implementation"
+  coder:
+    possible_next_agent: [verifier]
+    output_format:
+      parser_name: coder_parser
+      parser_definition:
+        output_fields:
+          code:
+            field_type: str
+            mandatory: true
+            field_description: "Complete executable code implementation"
+  verifier:
+    possible_next_agent: [finish, coder]
+start_agent: designer
+mandatory_llm_analysis: [verifier]
+limitation_info:
+  required:
+    max_step: 20
+  optional:
+    repeat_limits:
+      single_agent:
+        coder: 2
+      sequences:
+        coder_verifier:
+          pattern: [coder, verifier]
+          max_repeats: 2
+"""
+
+
+@pytest.mark.slow
+async def test_an_akg_workflow_yaml_runs_and_its_sequence_limit_stops_the_loop(temporal_env, tmp_path, file_store):
+    path = tmp_path / "akg.yaml"
+    path.write_text(AKG_YAML)
+    script = [answer(json.dumps({"code": "for each block: y = max(x, 0)"})), code_answer(MASKING_BUG),
+              decision("coder", "write the tail"), code_answer(OTHER_MASKING_BUG)]
+    with ScriptedOpenAIServer(script) as server:
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, load_workflow_config(path))
+
+    assert [(e.agent, e.ok) for e in result.trace] == [
+        ("designer", True), ("coder", True), ("verifier", False), ("coder", True), ("verifier", False)]
+    assert result.finish_reason is FinishReason.REPEAT_LIMIT and result.status is JobStatus.FAILED
+    assert result.failure is not None and result.failure.code == "REPEAT_LIMIT"
+    assert "sequence coder_verifier (coder -> verifier) ran 2 times" in result.failure.message
+    design = json.loads(file_store.get_bytes(result.trace[0].artifact))
+    assert design["sketch"] == "for each block: y = max(x, 0)", "designer_parser read the AKG `code` field"
+    assert '"code" (str, mandatory): Algorithm pseudocode implementation' in prompt_of(server.requests[0])
+    assert len(server.requests) == 4, "the limit ended the run before another analysis or coder answer"
 
 
 @pytest.mark.slow
 async def test_max_step_ends_with_max_steps_and_the_full_trace(temporal_env, tmp_path, file_store):
-    script = [code_answer(MASKING_BUG), code_answer(MASKING_BUG)]
+    script = [code_answer(MASKING_BUG), code_answer(OTHER_MASKING_BUG)]
     with ScriptedOpenAIServer(script) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only", max_step=3)
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only", max_step=5)
 
     assert result.outcome is KernelOutcome.MAX_STEPS and result.finish_reason is FinishReason.MAX_STEPS
-    assert result.status is JobStatus.FAILED and result.steps == 3
-    assert [(e.step, e.agent, e.ok) for e in result.trace] == [(1, "coder", True), (2, "verifier", False), (3, "coder", True)]
+    assert result.status is JobStatus.FAILED and result.steps == 4, "step 5 would be an unverified coder"
+    assert [(e.step, e.agent, e.ok) for e in result.trace] == [
+        (1, "coder", True), (2, "verifier", False), (3, "coder", True), (4, "verifier", False)]
     for entry in result.trace:
         assert entry.started_at is not None and entry.duration_s >= 0
     coders = [e for e in result.trace if e.agent == "coder"]
     assert all(e.prompt and e.output and e.artifact and e.tokens.total == 140 for e in coders)
     assert result.trace[1].report is not None and result.trace[1].report.mismatches
     stored = read_trace(file_store, result.trace_artifact)
-    assert [(e["step"], e["agent"]) for e in stored] == [(1, "coder"), (2, "verifier"), (3, "coder")]
+    assert [(e["step"], e["agent"]) for e in stored] == [(1, "coder"), (2, "verifier"), (3, "coder"), (4, "verifier")]
     assert (result.tokens.total_tokens, result.tokens.calls) == (2 * 140, 2)
+    assert "no room for coder" in result.failure.message
 
 
 @pytest.mark.slow
-async def test_invalid_analysis_decision_falls_back_to_the_deterministic_rule(temporal_env, tmp_path, file_store):
-    script = [design_answer(), code_answer(MASKING_BUG), decision("banana", "peel it"), code_answer(GOOD)]
+async def test_unusable_analysis_decisions_fall_back_to_the_deterministic_rule(temporal_env, tmp_path, file_store):
+    script = [design_answer(), code_answer(MASKING_BUG), decision("banana", "peel it"), decision("banana", "peel it"),
+              code_answer(GOOD)]
     with ScriptedOpenAIServer(script) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default", max_step=4)
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default", max_step=5)
 
-    assert [e.agent for e in result.trace] == ["designer", "coder", "verifier", "coder"]
+    assert [e.agent for e in result.trace] == ["designer", "coder", "verifier", "coder", "verifier"]
     rerouted = result.trace[3]
     assert rerouted.fallback, "the trace marks the fallback"
-    assert rerouted.routing.startswith("fallback: decision 'banana' not in ['coder']"), rerouted.routing
-    assert result.outcome is KernelOutcome.MAX_STEPS, "never a silent finish: the fallback chose the coder"
+    assert rerouted.routing.startswith("fallback: 2 LLM answer(s) refused; the last: decision 'banana' not in ['coder']"), \
+        rerouted.routing
+    assert "decision 'banana' not in ['coder']" in prompt_of(server.requests[3]), "the analysis was asked to repair"
+    assert result.outcome is KernelOutcome.VERIFIED, "never a silent finish: the fallback chose the coder"
 
 
 @pytest.mark.slow
@@ -193,4 +325,7 @@ async def test_unusable_llm_endpoint_falls_back_to_the_offline_templates(tempora
 
     assert result.outcome is KernelOutcome.VERIFIED
     coder = result.trace[0]
-    assert coder.provider == "offline" and coder.summary.startswith("LLM failed (LLM endpoint answered 401")
+    assert coder.provider == "offline" and coder.provenance is not None
+    assert coder.provenance.source is AnswerSource.FALLBACK
+    assert coder.provenance.fallback_reason.startswith("the LLM call failed: [LLM_AUTH]"), coder.provenance.fallback_reason
+    assert len(server.requests) == 1

@@ -13,6 +13,7 @@ from temporalio.worker import Replayer
 
 from activities.kernels.activities import read_trace
 from activities.kernels.config_loader import load_workflow_config
+from activities.kernels.task_source import apply_overrides
 from activities.storage import ArtifactStore
 from contracts.common import JobKind, JobStatus
 from contracts.kernel import FinishReason, KernelTask
@@ -24,6 +25,7 @@ from workflows._visibility import start_attributes
 from workflows.conductor import ConductorWorkflow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
+KERNELBENCH = EXAMPLES.parent / "kernelbench"
 
 
 ALL_EXAMPLES = ["relu", "leaky_relu", "gelu", "softmax", "log_softmax", "sum_dim", "rmsnorm", "matmul"]
@@ -86,6 +88,8 @@ async def test_all_eight_examples_end_verified_offline_through_one_worker(tempor
         source = file_store.get_bytes(result.best_candidate).decode()
         assert "@triton.jit" in source and "class ModelNew" in source
         assert [e["agent"] for e in read_trace(file_store, result.trace_artifact)] == ["designer", "coder", "verifier"]
+        assert [e.provenance.source for e in result.trace[:2]] == ["offline", "offline"]
+        assert result.fallbacks == [] and result.duplicates_refused == 0 and result.aten_ops
         for entry in result.trace[:2]:  # offline answers are recorded exactly like LLM answers
             assert entry.transcript is not None, entry
             transcript = json.loads(file_store.get_bytes(entry.transcript))
@@ -93,6 +97,13 @@ async def test_all_eight_examples_end_verified_offline_through_one_worker(tempor
             assert transcript["response"]["usage"]["total"] == 0
             assert transcript["response"]["content"][0]["text"] == file_store.get_bytes(entry.output).decode()
     assert first_trace == results[0].trace
+    assert [r.op_family for r in results] == [
+        "elementwise(relu)", "elementwise(leaky_relu)", "elementwise(gelu erf)", "rowwise dims=[1]: softmax",
+        "rowwise dims=[1]: log_softmax", "rowwise dims=[1]: sum", "rowwise dims=[1]: mul, mean, add, sqrt, div",
+        "matmul(A, B)"]
+    replay = await Replayer(workflows=[ConductorWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        await handles[0].fetch_history(), raise_on_replay_failure=False)
+    assert replay.replay_failure is None, "the conductor's history must replay deterministically"
 
 
 async def test_with_optimizer_on_cpu_finishes_once_verified_as_speed_cannot_be_measured(temporal_env, file_store, settings):
@@ -104,39 +115,39 @@ async def test_with_optimizer_on_cpu_finishes_once_verified_as_speed_cannot_be_m
     assert result.speedup is None and result.speed.startswith("speed not measurable on CPU")
 
 
-async def test_max_step_two_ends_with_max_steps_and_its_trace(temporal_env, file_store, settings):
+async def test_a_max_step_without_room_to_verify_ends_before_any_agent_runs(temporal_env, file_store, settings):
     result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("relu", max_step=2))
 
     assert result.outcome is KernelOutcome.MAX_STEPS and result.status is JobStatus.FAILED
-    assert result.finish_reason is FinishReason.MAX_STEPS
-    assert result.steps == 2 and result.report is None
-    assert [e.agent for e in trace] == ["designer", "coder"]
-    assert result.best_candidate is not None, "the unverified candidate is still returned"
-    assert len(read_trace(file_store, result.trace_artifact)) == 2
+    assert result.finish_reason is FinishReason.MAX_STEPS and result.steps == 0 and trace == []
+    assert result.failure is not None and result.failure.code == "MAX_STEPS"
+    assert "max_step 2 leaves no room to verify a candidate" in result.failure.message
+    assert result.op_family == "elementwise(relu)" and result.aten_ops == ["aten.relu.default"]
 
 
-async def test_unknown_op_fails_after_repeated_unusable_answers(temporal_env, file_store, settings):
-    task = KernelTask(op_name="cumprod", task_desc="class Model: pass  # no template for this op", task_id="cumprod",
-                      arch="cpu", workflow="coder_only")
-    result, trace = await run_conductor(temporal_env.client, file_store, settings, task, workflow="coder_only")
-    assert result.outcome is KernelOutcome.FAILED and result.finish_reason is FinishReason.PARSE_FAILED
-    assert [e.agent for e in trace] == ["coder"] * 3 and not any(e.ok for e in trace)
+CUMSUM = (KERNELBENCH / "36_Cumsum.py").read_text()
 
 
-@pytest.mark.slow
-async def test_failed_verification_goes_back_to_the_coder_until_max_steps(temporal_env, file_store, settings):
-    # The reference doubles the ReLU, so the offline relu template never matches it.
-    src = (EXAMPLES / "relu.py").read_text().replace("return torch.relu(x)", "return torch.relu(x) * 2.0")
-    task = KernelTask(op_name="relu", task_desc=src, task_id=f"relu2x-{uuid.uuid4().hex[:6]}", arch="cpu", max_step=5)
-    histories: list = []
-    result, trace = await run_conductor(temporal_env.client, file_store, settings, task, histories=histories)
+async def test_an_op_without_offline_template_ends_at_once_naming_its_aten_ops(temporal_env, file_store, settings):
+    source = apply_overrides(CUMSUM, {"batch_size": 4, "length": 10})
+    task = KernelTask(op_name="Cumsum", task_desc=source, task_id=f"cumsum-{uuid.uuid4().hex[:6]}", arch="cpu",
+                      overrides={"batch_size": 4, "length": 10})
+    for workflow in ("default", "coder_only"):
+        result, trace = await run_conductor(temporal_env.client, file_store, settings, task, workflow=workflow)
+        assert result.outcome is KernelOutcome.FAILED and result.finish_reason is FinishReason.NO_OFFLINE_TEMPLATE
+        assert [(e.agent, e.ok) for e in trace] == [("designer" if workflow == "default" else "coder", False)]
+        assert result.failure is not None and result.failure.code == "NO_OFFLINE_TEMPLATE"
+        assert "no template for cumsum (aten ops: aten.cumsum.default)" in result.failure.message
+        assert "configure an LLM" in result.failure.message
+        assert result.overrides == {"batch_size": 4, "length": 10}
 
-    assert result.outcome is KernelOutcome.MAX_STEPS and result.finish_reason is FinishReason.MAX_STEPS
-    replay = await Replayer(workflows=[ConductorWorkflow], data_converter=pydantic_data_converter).replay_workflow(
-        histories[0], raise_on_replay_failure=False)
-    assert replay.replay_failure is None, "the conductor's history must replay deterministically"
-    assert [(e.agent, e.ok) for e in trace] == [
-        ("designer", True), ("coder", True), ("verifier", False), ("coder", True), ("verifier", False)]
-    assert trace[3].fallback, "the conductor's analysis fell back to the deterministic rule (no LLM)"
-    assert "elements differ" in trace[2].summary
-    assert result.report is not None and not result.report.passed and result.report.mismatches
+
+async def test_a_task_too_big_for_the_verifier_is_refused_before_any_agent(temporal_env, file_store, settings):
+    task = KernelTask(op_name="ReLU", task_desc=(KERNELBENCH / "01_ReLU.py").read_text(),
+                      task_id=f"relu-big-{uuid.uuid4().hex[:6]}", arch="cpu-interpreter")
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task)
+
+    assert result.status is JobStatus.FAILED and trace == [] and result.steps == 0
+    assert result.failure is not None and result.failure.code == "KERNEL_TASK_INVALID"
+    assert "the task's inputs take 2.0 GiB (2048x262144 float32)" in result.failure.message
+    assert "--set batch_size=N --set dim=N (now batch_size=2048, dim=262144)" in result.failure.message

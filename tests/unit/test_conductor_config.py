@@ -54,8 +54,11 @@ def test_the_three_shipped_workflows_are_listed_and_load():
     with_optimizer = load_workflow_config("with_optimizer")
     assert "optimizer" in with_optimizer.next_agents("verifier")
     assert with_optimizer.next_agents("optimizer") == ["verifier"]
-    assert with_optimizer.repeat_limit("coder") == 2
+    assert with_optimizer.repeat_limit("optimizer") == 2
     assert with_optimizer.repeat_limit("designer") == 3
+    assert with_optimizer.sequences["optimizer_verifier"].max_repeats == 3
+    assert default.output_format("coder").parser_name == "coder_parser"
+    assert default.output_format("coder").mandatory_fields == ["code"]
 
 
 def test_a_path_loads_and_the_llm_analysis_alias_is_accepted(tmp_path):
@@ -130,8 +133,91 @@ def test_repeat_limit_overrides_must_name_declared_agents():
         "start_agent": "coder",
         "limitation_info": {"required": {"max_step": 5}, "optional": {"repeat_limits": {"ghost": 2}}},
     }
-    with pytest.raises(ValidationError, match="repeat_limits.ghost: unknown agent"):
+    with pytest.raises(ValidationError, match="repeat_limits.single_agent.ghost: unknown agent"):
         ConductorConfig.model_validate(data)
+
+
+AKG = """\
+# AKG's own workflow.yaml shape: parser_definition with output_fields, single_agent and sequence limits
+agent_info:
+  designer:
+    possible_next_agent: [coder]
+    output_format:
+      parser_name: designer_parser
+      parser_definition:
+        output_fields:
+          code:
+            field_type: str
+            mandatory: true
+            field_description: "Algorithm pseudocode implementation"
+  coder:
+    possible_next_agent: [verifier]
+    output_format:
+      parser_name: coder_parser
+      parser_definition:
+        output_fields:
+          code:
+            field_type: str
+            mandatory: true
+            field_description: "Complete executable code implementation"
+  verifier:
+    possible_next_agent: [finish, coder]
+start_agent: designer
+mandatory_llm_analysis: [verifier]
+limitation_info:
+  required:
+    max_step: 20
+  optional:
+    repeat_limits:
+      single_agent:
+        coder: 2
+      sequences:
+        coder_verifier:
+          pattern: [coder, verifier]
+          max_repeats: 3
+"""
+
+
+def test_akg_workflow_yaml_keys_are_understood(tmp_path):
+    cfg = load_workflow_config(_write(tmp_path, AKG))
+    assert cfg.mandatory_analysis == ["verifier"]
+    assert cfg.repeat_limit("coder") == 2 and cfg.repeat_limit("designer") == 3
+    assert cfg.sequences["coder_verifier"].pattern == ["coder", "verifier"]
+    assert cfg.sequences["coder_verifier"].max_repeats == 3
+    designer = cfg.output_format("designer")
+    assert designer.parser_name == "designer_parser"
+    assert designer.output_fields["code"].field_description == "Algorithm pseudocode implementation"
+    assert cfg.output_format("coder").mandatory_fields == ["code"]
+
+
+def test_the_flat_repeat_limits_form_still_means_single_agent():
+    data = {"agent_info": {"coder": {"possible_next_agent": ["finish", "coder"]}}, "start_agent": "coder",
+            "limitation_info": {"required": {"max_step": 5}, "optional": {"repeat_limits": {"coder": 4}}}}
+    assert ConductorConfig.model_validate(data).repeat_limit("coder") == 4
+
+
+@pytest.mark.parametrize(("old", "new", "key", "problem"), [
+    ("parser_name: coder_parser", "parser_name: magic_parser", "agent_info.coder.output_format",
+     "unknown parser 'magic_parser' (registered: code_parser, coder_parser"),
+    ("  verifier:\n    possible_next_agent: [finish, coder]",
+     "  verifier:\n    possible_next_agent: [finish, coder, tuner]\n  tuner:\n    possible_next_agent: [verifier]",
+     "agent_info.tuner", "no implementation for agent 'tuner' (implemented: designer, coder, verifier, optimizer)"),
+    ("          pattern: [coder, verifier]", "          pattern: [coder, tester]",
+     "limitation_info.optional.repeat_limits.sequences.coder_verifier.pattern", "unknown agent 'tester'"),
+    ("            field_description: \"Complete executable code implementation\"",
+     "            field_description: \"x\"\n          tests:\n            field_type: str\n            mandatory: true",
+     "agent_info.coder.output_format", "reads one fenced python block into one field; 2 mandatory fields"),
+], ids=["unknown parser", "agent without implementation", "sequence with an unknown agent", "two code fields"])
+def test_akg_config_errors_name_the_key_at_load(tmp_path, old, new, key, problem):
+    assert old in AKG
+    message = _error(_write(tmp_path, AKG.replace(old, new, 1)))
+    assert key in message and problem in message, message
+
+
+def test_kernel_task_arch_must_be_a_known_target():
+    assert KernelTask(op_name="relu", task_desc="x", task_id="t", arch="interpreter").on_cpu
+    with pytest.raises(ValidationError, match="unknown target 'cpu_interpeter'; known targets: cpu-interpreter"):
+        KernelTask(op_name="relu", task_desc="x", task_id="t", arch="cpu_interpeter")
 
 
 def test_kernel_task_defaults_and_validation():
@@ -152,5 +238,5 @@ def test_config_for_task_prefers_inline_config_and_applies_max_step():
     named = KernelTask(op_name="relu", task_desc="x", task_id="t1", arch="cpu", workflow="with_optimizer", max_step=7)
     cfg = config_for_task(named)
     assert cfg.start_agent == "designer" and cfg.max_step == 7
-    assert cfg.repeat_limit("coder") == 2
+    assert cfg.repeat_limit("optimizer") == 2
     assert load_workflow_config("with_optimizer").max_step == 24

@@ -1,4 +1,4 @@
-"""get_next_agent / apply_llm_decision: the conductor's routing table, without a server."""
+"""get_next_agent / apply_llm_decision / the ends of a run: the conductor's routing table, without a server."""
 
 from __future__ import annotations
 
@@ -18,15 +18,20 @@ from contracts.kernel import (
     Go,
     LLMDecision,
 )
-from contracts.kernel_job import Attempt
+from activities.llm.structured import Rejected
+from contracts.kernel_job import Attempt, Rejection
 from workflows.conductor_policy import (
     CODER_HISTORY,
     apply_llm_decision,
     fallback_agent,
     faster,
     get_next_agent,
-    provider_for,
+    no_answer_finish,
+    offline_fallback_due,
     recent_attempts,
+    sequence_allows,
+    sequence_repeats,
+    validate_decision,
 )
 
 DEFAULT = load_workflow_config("default")
@@ -52,6 +57,15 @@ def _with_max_step(cfg: ConductorConfig, max_step: int) -> ConductorConfig:
     return ConductorConfig.model_validate(data)
 
 
+SEQUENCE_2 = ConductorConfig.model_validate({
+    "agent_info": {"coder": {"possible_next_agent": ["verifier"]},
+                   "verifier": {"possible_next_agent": ["finish", "coder"]}},
+    "start_agent": "coder",
+    "limitation_info": {"required": {"max_step": 30}, "optional": {"repeat_limits": {
+        "sequences": {"coder_verifier": {"pattern": ["coder", "verifier"], "max_repeats": 2}}}}},
+})
+
+
 def _self_looping(max_repeats: int) -> ConductorConfig:
     return ConductorConfig.model_validate(
         {
@@ -73,22 +87,10 @@ CASES = [
     ("single option, not mandatory -> go", DEFAULT, [("designer",)], Go(agent="coder", step=2)),
     ("coder -> verifier", DEFAULT, [("designer",), ("coder",)], Go(agent="verifier", step=3)),
     (
-        "parse failure retries the same agent",
+        "a step without an answer ends the run (the ladder already repaired and fell back)",
         DEFAULT,
         [("designer",), ("coder", False)],
-        Go(agent="coder", step=3),
-    ),
-    (
-        "parse failure retry is bounded by the repeat limit",
-        DEFAULT,
-        [("designer",), ("coder", False), ("coder", False), ("coder", False)],
-        Finish(reason=FinishReason.PARSE_FAILED, step=4),
-    ),
-    (
-        "repeat limit override applies to parse retries",
-        WITH_OPTIMIZER,
-        [("designer",), ("coder", False), ("coder", False)],
-        Finish(reason=FinishReason.PARSE_FAILED, step=3),
+        Finish(reason=FinishReason.PARSE_FAILED, step=2),
     ),
     (
         "verifier pass -> finish",
@@ -163,10 +165,36 @@ CASES = [
         Finish(reason=FinishReason.MAX_STEPS, step=3),
     ),
     (
-        "step budget beats a parse retry",
+        "the last step is never an unverified coder",
+        _with_max_step(CODER_ONLY, 3),
+        [("coder",), ("verifier", True, False)],
+        Finish(reason=FinishReason.MAX_STEPS, step=2,
+               detail="max_step 3 leaves no room for coder and the verification of its candidate"),
+    ),
+    (
+        "a coder with room for its verification still runs",
+        _with_max_step(CODER_ONLY, 4),
+        [("coder",), ("verifier", True, False)],
+        Go(agent="coder", step=3),
+    ),
+    (
+        "a budget without room for designer, coder and verifier ends before starting",
         _with_max_step(DEFAULT, 2),
-        [("designer",), ("coder", False)],
-        Finish(reason=FinishReason.MAX_STEPS, step=2),
+        [],
+        Finish(reason=FinishReason.MAX_STEPS, step=0, detail="max_step 2 leaves no room to verify a candidate"),
+    ),
+    (
+        "the coder -> verifier sequence limit stops the loop",
+        SEQUENCE_2,
+        [("coder",), ("verifier", True, False), ("coder",), ("verifier", True, False)],
+        Finish(reason=FinishReason.REPEAT_LIMIT, step=4,
+               detail="sequence coder_verifier (coder -> verifier) ran 2 times (its max_repeats)"),
+    ),
+    (
+        "below the sequence limit the coder runs again",
+        SEQUENCE_2,
+        [("coder",), ("verifier", True, False)],
+        Go(agent="coder", step=3),
     ),
     (
         "two options -> ask the LLM",
@@ -193,9 +221,29 @@ def test_verifier_pass_beats_an_exhausted_budget():
     assert get_next_agent(state, _with_max_step(DEFAULT, 3)) == Finish(reason=FinishReason.VERIFIED, step=3)
 
 
-def test_parse_retry_carries_the_previous_suggestion():
-    state = ConductorState().record(AgentRecord(agent="coder", step=1, parsed_ok=False, suggestion="use BLOCK=128"))
-    assert get_next_agent(state, CODER_ONLY) == Go(agent="coder", step=2, suggestion="use BLOCK=128")
+def test_self_loop_limit_names_the_repeat_limit():
+    state = _state(("designer",), ("designer",))
+    only_self = ConductorConfig.model_validate({
+        "agent_info": {"designer": {"possible_next_agent": ["designer"], "max_repeats": 2},
+                       "coder": {"possible_next_agent": ["finish"]}},
+        "start_agent": "coder", "limitation_info": {"required": {"max_step": 9}}})
+    assert get_next_agent(state, only_self) == Finish(reason=FinishReason.REPEAT_LIMIT, step=2,
+                                                      detail="designer ran 2 times in a row (repeat limit 2)")
+
+
+@pytest.mark.parametrize(("agents", "nxt", "allowed"), [
+    ([], "coder", True),
+    (["coder", "verifier"], "coder", True),
+    (["coder", "verifier", "coder", "verifier"], "coder", False),
+    (["coder", "verifier", "coder"], "verifier", True),
+    (["designer", "coder", "verifier", "coder", "verifier"], "coder", False),
+    (["coder", "verifier", "designer", "coder", "verifier"], "coder", True),
+], ids=["empty", "one repetition", "two repetitions block the third", "the repetition's own verifier runs",
+        "a prefix does not count", "only back-to-back repetitions count"])
+def test_sequence_limit_blocks_the_agent_that_starts_one_repetition_too_many(agents, nxt, allowed):
+    limit = SEQUENCE_2.sequences["coder_verifier"]
+    assert sequence_allows(agents, nxt, limit) is allowed
+    assert sequence_repeats(["a", "b", "a", "b"], ["a", "b"]) == 2
 
 
 def test_consecutive_repeats_counts_the_trailing_run_only():
@@ -235,6 +283,8 @@ LLM_CASES = [
     ("dict", {"next_agent": "coder"}, ["designer", "coder"], AFTER_DESIGNER, Go(agent="coder", step=2)),
     ("analyze.j2 format", '{"decision": "coder", "suggestion": "mask"}', ["designer", "coder"], AFTER_DESIGNER,
      Go(agent="coder", step=2, suggestion="mask")),
+    ("the decision's case does not matter", '{"decision": "Coder"}', ["coder"], FAILED_VERIFY, Go(agent="coder", step=4)),
+    ("a bare name in capitals", "CODER", ["designer", "coder"], AFTER_DESIGNER, Go(agent="coder", step=2)),
     ("valid finish is honoured", "finish", ["finish", "coder"], AFTER_DESIGNER,
      Finish(reason=FinishReason.LLM_DECIDED, step=1)),
     (
@@ -283,21 +333,35 @@ def test_full_default_run_with_one_failed_verification():
     assert decision == Finish(reason=FinishReason.VERIFIED, step=5)
 
 
-@pytest.mark.parametrize(
-    ("history", "agent", "requested", "expected"),
-    [
-        ((), "designer", "openai", "openai"),
-        ((("coder", False),), "coder", "openai", "openai"),
-        ((("coder", False), ("coder", False)), "coder", "openai", "offline"),
-        ((("coder", True), ("coder", True)), "coder", "openai", "openai"),
-        ((("coder", False), ("coder", False)), "coder", "offline", "offline"),
-        ((("verifier", True, True), ("optimizer", False), ("optimizer", False)), "optimizer", "openai", "openai"),
-    ],
-    ids=["first call", "one unusable answer: retry the LLM", "last allowed retry: offline templates",
-         "parsed answers never fall back", "offline stays offline", "no offline optimizer"],
-)
-def test_provider_for_falls_back_to_offline_on_the_last_retry(history, agent, requested, expected):
-    assert provider_for(agent, _state(*history), DEFAULT, requested) == expected
+def test_validate_decision_names_the_options_when_refusing():
+    assert validate_decision('{"decision": "Coder", "suggestion": "s"}', ["coder", "finish"]) == \
+        LLMDecision(next_agent="coder", suggestion="s")
+    assert validate_decision("banana", ["coder"]) == Rejected("decision 'banana' not in ['coder']")
+    assert isinstance(validate_decision('{"decision": "cod', ["coder"]), Rejected)
+
+
+@pytest.mark.parametrize(("kw", "due"), [
+    (dict(role="coder", llm_configured=True, llm_rejected=3, threshold=3, tried=False), True),
+    (dict(role="coder", llm_configured=True, llm_rejected=2, threshold=3, tried=False), False),
+    (dict(role="coder", llm_configured=True, llm_rejected=5, threshold=3, tried=True), False),
+    (dict(role="coder", llm_configured=False, llm_rejected=5, threshold=3, tried=False), False),
+    (dict(role="optimizer", llm_configured=True, llm_rejected=5, threshold=3, tried=False), False),
+], ids=["threshold reached", "below the threshold", "tried once already", "offline anyway", "no offline optimizer"])
+def test_the_offline_template_is_tried_once_after_n_llm_candidates_fail_verification(kw, due):
+    assert bool(offline_fallback_due(**kw)) is due
+
+
+@pytest.mark.parametrize(("llm", "rejection", "reason"), [
+    (False, Rejection.NO_TEMPLATE, FinishReason.NO_OFFLINE_TEMPLATE),
+    (True, Rejection.NO_TEMPLATE, FinishReason.PARSE_FAILED),
+    (False, Rejection.DUPLICATE, FinishReason.NO_PROGRESS),
+    (True, Rejection.DUPLICATE, FinishReason.NO_PROGRESS),
+    (True, Rejection.UNUSABLE, FinishReason.PARSE_FAILED),
+], ids=["offline without a template", "LLM failing, no template to fall back to", "offline repeats itself",
+        "LLM and offline only repeat rejected candidates", "LLM answers unusable"])
+def test_a_step_without_an_answer_ends_with_whose_failure_it_is(llm, rejection, reason):
+    assert no_answer_finish(step=3, llm_configured=llm, rejection=rejection, why="w") == \
+        Finish(reason=reason, step=3, detail="w")
 
 
 def test_coder_sees_a_bounded_history_of_attempts():
