@@ -133,7 +133,8 @@ def build_unrunnable_onnx(path: Path) -> Path:
     return path
 
 
-async def test_failing_tool_is_replanned_but_the_same_steps_never_run_twice(temporal_env, env, tmp_path: Path):
+async def test_a_failing_tool_ends_with_its_own_code_and_the_offline_planner_is_not_asked_again(temporal_env, env,
+                                                                                                 tmp_path: Path):
     settings, store, _ = env
     model = build_unrunnable_onnx(tmp_path / "hub" / "nope.onnx")
     queues = fresh_queues()
@@ -143,17 +144,26 @@ async def test_failing_tool_is_replanned_but_the_same_steps_never_run_twice(temp
         handle = await start(temporal_env.client, queues, request(model, queues, target_soc="sm8550", precision=Precision.INT8))
         result: ConversionResult = await outcome_of(handle, ConversionResult)
         progress = await handle.query(ConverterWorkflow.status)
+        kinds = [ev.activity_task_scheduled_event_attributes.activity_type.name
+                 async for ev in handle.fetch_history_events() if ev.HasField("activity_task_scheduled_event_attributes")]
 
     assert result.status is JobStatus.FAILED
-    assert result.failure is not None and result.failure.code == "REPLANS_EXHAUSTED"
-    assert "Nope" in result.failure.message
-    assert [a.outcome for a in result.attempts] == ["execution_failed", "repeated_plan"]
-    assert "[EXECUTOR_ERROR] quantize" in result.attempts[0].feedback
-    assert progress.replans == 1 and progress.status is JobStatus.FAILED
+    # the deterministic planner would answer the same plan: no replan, the step's own code and place
+    assert result.failure is not None and result.failure.code == "EXECUTOR_ERROR" and result.failure.where == "quantize"
+    assert "Nope" in result.failure.message and "/tmp/" not in result.failure.message, result.failure.message
+    assert [a.outcome for a in result.attempts] == ["execution_failed"]
+    assert progress.replans == 0 and progress.status is JobStatus.FAILED
+    assert kinds.count("offline_planner_answer") == 1 and kinds.count("compile_plan") == 1, kinds
+    assert kinds.count("execute_step") == 1, "the step failed once and was not retried (non-retryable)"
     record = RunStore(store).get(result.run_id)
     assert record.status is JobStatus.FAILED and record.error == result.failure
-    index = Workspace(store, settings.cache_dir, result.workspace).index()
-    assert "logs/last_error.json" in index and "converted/nope_int8_qdq.onnx" not in index
+    ws = Workspace(store, settings.cache_dir, result.workspace)
+    index = ws.index()
+    assert {"logs/last_error.json", "logs/quantize.error.json", "plan.json", "compiled_steps.json"} <= set(index)
+    assert "converted/nope_int8_qdq.onnx" not in index
+    ws.materialize()
+    last = json.loads(ws.path("logs/last_error.json").read_text())
+    assert (last["code"], last["where"]) == ("EXECUTOR_ERROR", "quantize") and last["details"]["tool"] == "ortqnn.quantize_qdq"
     assert store.list_docs("cache/steps/") == [], "a failed step is never cached"
 
 
@@ -177,18 +187,18 @@ def test_heartbeats_flow_while_a_blocking_tool_runs():
     assert beats[0] == ("step",)
 
 
-async def test_rejected_plans_are_replanned_with_feedback_until_the_budget_is_spent(temporal_env, env):
+async def test_missing_calibration_data_fails_before_planning_with_calibration_invalid(temporal_env, env, tmp_path: Path):
     settings, store, model = env
     queues = fresh_queues()
     reg = build_registry(settings, store)
     req = request(model, queues, precision=Precision.INT8, output=OutputKind.ONNX_QDQ,
-                  calibration="input/missing.npz", max_replans=1)
+                  calibration=str(tmp_path / "missing.npz"))
     async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"],
                           task_queue=queues.workflows):
         result: ConversionResult = await outcome_of(await start(temporal_env.client, queues, req), ConversionResult)
 
     assert result.status is JobStatus.FAILED
-    assert result.failure is not None and result.failure.code == "REPLANS_EXHAUSTED" and result.failure.where == "compile"
-    assert [a.outcome for a in result.attempts] == ["compile_rejected", "compile_rejected"]
-    assert "input/missing.npz" in result.attempts[0].feedback and "does not exist" in result.attempts[0].feedback
-    assert result.executed_steps == [] and store.list_docs("cache/steps/") == []
+    assert result.failure is not None and result.failure.code == "CALIBRATION_INVALID"
+    assert "missing.npz" in result.failure.message and "does not exist" in result.failure.message
+    assert result.attempts == [] and result.executed_steps == [] and store.list_docs("cache/steps/") == []
+    assert "logs/last_error.json" in Workspace(store, settings.cache_dir, result.workspace).index()
