@@ -7,9 +7,11 @@ Paths are workspace-relative: the model is `input/<file>`, everything produced g
 
 Accuracy remedies: when the converted model misses the accuracy threshold (or leaves nodes on the
 CPU), the workflow asks again with the figures (`PlanFeedback`). The planner then applies its next
-remedy on top of the ones already tried, in the order of REMEDIES: 16-bit activations (int8 →
-w8a16), the failing outputs kept in float, more calibration samples with per-channel weights. With
-no remedy left it answers the same plan again, and the workflow ends with the gate's own code.
+remedy on top of the ones already tried, in the order of REMEDIES: the failing outputs' last nodes
+kept in float (the cheapest: the rest stays int8; a softmax whose values sit below one 8-bit step
+needs no more), 16-bit activations (int8 → w8a16), more calibration samples with per-channel
+weights. With no remedy left the workflow ends with the gate's own code (next_remedy says so
+without asking the planner).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ MORE_SAMPLES_FACTOR = 4
 MAX_SAMPLES = 64
 
 W8A16, FLOAT_OUTPUTS, MORE_CALIBRATION = "w8a16", "float_outputs", "more_calibration"
-REMEDIES = (W8A16, FLOAT_OUTPUTS, MORE_CALIBRATION)
+REMEDIES = (FLOAT_OUTPUTS, W8A16, MORE_CALIBRATION)
 """The offline planner's accuracy remedies, tried in this order (each on top of the earlier ones)."""
 REMEDY_WORDS = {
     W8A16: "16-bit activations (w8a16)",
@@ -136,8 +138,7 @@ def next_remedy(request: ConversionRequest, feedback: PlanFeedback) -> str | Non
             return r
         if feedback.kind != "accuracy":
             continue  # nodes left on the CPU: only a wider activation type may change what HTP takes
-        if r == FLOAT_OUTPUTS and qnn_quantizer and failing_outputs(feedback) and \
-                len(failing_outputs(feedback)) < len(feedback.evaluation.outputs if feedback.evaluation else []):
+        if r == FLOAT_OUTPUTS and qnn_quantizer and failing_outputs(feedback):
             return r
         if r == MORE_CALIBRATION and precision in QUANTIZED and not request.calibration:
             return r

@@ -122,6 +122,8 @@ def producers(model: Path, outputs: list[str]) -> list[str]:
     """Names of the nodes that produce the given graph outputs (nameless nodes get none)."""
     import onnx
 
+    if not outputs:
+        return []
     m = onnx.load(str(model), load_external_data=False)
     wanted = set(outputs)
     missing = wanted - {o.name for o in m.graph.output}
@@ -141,15 +143,14 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
         feeds = calibration_feeds(safe_join(root, params.calibration_data), src)
     else:
         feeds = synthetic_feeds(src, samples=params.calibration_samples, seed=params.seed)
-    exclude = _named_producers(src, dst, params.float_outputs)
+    prepared = _prepare(src, dst)
     activation = QuantType.QUInt16 if params.precision == "w8a16" else QuantType.QUInt8
     t0 = time.monotonic()
     try:
-        config = get_qnn_qdq_config(str(exclude or src), calibration_reader(feeds), activation_type=activation,
+        config = get_qnn_qdq_config(str(prepared), calibration_reader(feeds), activation_type=activation,
                                     weight_type=QuantType.QUInt8, per_channel=params.per_channel,
-                                    nodes_to_exclude=producers(exclude, params.float_outputs) if exclude else None)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        quantize(str(exclude or src), str(dst), config)
+                                    nodes_to_exclude=producers(prepared, params.float_outputs) or None)
+        quantize(str(prepared), str(dst), config)
     except FleetforgeError:
         raise
     except Exception as e:
@@ -158,8 +159,7 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
         raise FleetforgeError(Err.EXECUTOR_ERROR, f"QDQ quantization of {params.model} failed: "
                               f"{tidy(str(e)) or type(e).__name__}") from e
     finally:
-        if exclude is not None:
-            exclude.unlink(missing_ok=True)
+        prepared.unlink(missing_ok=True)
     quantized = _load_graph(dst.read_bytes(), params.output)
     if not any(n.op_type == "QuantizeLinear" for n in quantized.graph.node):
         raise FleetforgeError(Err.EXECUTOR_ERROR, f"the quantizer found nothing to quantize in {params.model} (ops: "
@@ -169,21 +169,39 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
     return StepOutput(outputs=[params.output], seconds=time.monotonic() - t0, details=details)
 
 
-def _named_producers(src: Path, dst: Path, outputs: list[str]) -> Path | None:
-    """For float_outputs: a copy of the model whose nameless nodes got names (the quantizer excludes
-    nodes by name), next to the output; None when no output stays in float."""
-    if not outputs:
-        return None
+def _prepare(src: Path, dst: Path) -> Path:
+    """The model as the quantizer should see it: onnxruntime's quantization pre-processing (shape
+    inference, then graph optimization, which drops inference no-ops such as Dropout that the HTP
+    backend would leave on the CPU), nodes named (the quantizer excludes nodes by name). Written next
+    to the output; the caller deletes it. Symbolic shape inference is skipped when it cannot run."""
     import onnx
+    from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    m = onnx.load(str(src))
+    prepared = dst.with_name(dst.stem + ".prepared.onnx")
+    prepared.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        quant_pre_process(str(src), str(prepared))
+    except Exception:  # symbolic shape inference fails on some graphs; the rest still helps
+        try:
+            quant_pre_process(str(src), str(prepared), skip_symbolic_shape=True)
+        except Exception:
+            prepared.write_bytes(src.read_bytes())
+    m = onnx.load(str(prepared))
+    used = {name for node in m.graph.node for name in node.input} | {o.name for o in m.graph.output}
+    for vi in [vi for vi in m.graph.input if vi.name not in used]:  # folded constants leave their inputs behind
+        m.graph.input.remove(vi)
+    if _feed_names(m) != _feed_names(onnx.load(str(src), load_external_data=False)):
+        m = onnx.load(str(src))  # the pre-processing changed what the model takes: quantize it as it is
     for i, node in enumerate(m.graph.node):
         if not node.name:
             node.name = f"fleetforge_node_{i}"
-    named = dst.with_name(dst.stem + ".named.onnx")
-    named.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(m, str(named))
-    return named
+    onnx.save(m, str(prepared))
+    return prepared
+
+
+def _feed_names(m: Any) -> list[str]:
+    inits = {i.name for i in m.graph.initializer}
+    return [i.name for i in m.graph.input if i.name not in inits]
 
 
 GRAPH_FINALIZATION_MODE = {"fast": "1", "max": "3"}
