@@ -162,7 +162,7 @@ class ToolchainActivities:
         """An earlier run's plan.json with the overrides applied (for a rerun; no planner)."""
         from activities.toolchains.rerun import apply_overrides, earlier_plan
 
-        return apply_overrides(earlier_plan(self.store, self.settings.cache_dir, req.run_id), req.overrides, self.registry)
+        return apply_overrides(earlier_plan(self.store, req.run_id), req.overrides, self.registry)
 
     @activity.defn
     def prepare_calibration(self, req: CalibrationRequest) -> CalibrationRef:

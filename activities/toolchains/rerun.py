@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from pydantic import JsonValue
@@ -30,24 +30,23 @@ CONSUMERS = {"ortqnn.context_binary": OutputKind.QNN_CONTEXT_BINARY, "onnx.to_or
 """Tools that read the precision steps' model, and the output kind whose precision steps they take."""
 
 
-def earlier_plan(store: "ArtifactStore", cache_dir: Path, run_id: str) -> ConversionPlan:
-    """The plan an earlier conversion ran (`plan.json` at its workspace root; `logs/plan.json` for runs
-    recorded before it moved there)."""
+def earlier_plan(store: "ArtifactStore", run_id: str) -> ConversionPlan:
+    """The plan an earlier conversion ran: `plan.json` at its workspace root (`logs/plan.json` for runs
+    recorded before it moved there), read from the store alone (nothing else is downloaded)."""
     from activities.experiments import RunStore
-    from activities.workspace import Workspace
-    from contracts.runs import WorkspaceRef
+    from contracts.runs import WorkspaceFiles
 
     record = RunStore(store).get(run_id)
-    ws = Workspace(store, cache_dir, WorkspaceRef(run_id=run_id, user_id=record.user_id))
-    ws.materialize()
-    for rel in ("plan.json", "logs/plan.json"):
-        p = ws.path(rel)
-        if p.is_file():
-            doc = json.loads(p.read_text())
-            doc.pop("attempt", None)
-            return ConversionPlan.model_validate(doc)
-    raise FleetforgeError(Err.BAD_INPUT, f"run {run_id} has no plan.json (it ended before planning); "
-                                         "start a new conversion instead of a rerun")
+    raw = store.get_doc(f"runs/{run_id}/workspace.json")
+    files = WorkspaceFiles.model_validate_json(raw).files if raw is not None else {}
+    ref = files.get("plan.json") or files.get("logs/plan.json")
+    if ref is None:
+        state = record.status.value.lower()
+        raise FleetforgeError(Err.BAD_INPUT, f"run {run_id} ({state}) has no plan.json (it ended before planning); "
+                                             "start a new conversion instead of a rerun")
+    doc = json.loads(store.get_bytes(ref))
+    doc.pop("attempt", None)
+    return ConversionPlan.model_validate(doc)
 
 
 def _coerce(key: str, old: JsonValue, new: str) -> JsonValue:
@@ -103,10 +102,14 @@ def apply_overrides(plan: ConversionPlan, overrides: dict[str, str], registry: T
 
 
 def _enum_value(spec: "ToolSpec | None", key: str, value: str) -> str:
-    """An enum override as the tool spells it ("SM8650" → "sm8650"), so file names use one spelling."""
+    """An enum override as the tool spells it ("SM8650" → "sm8650"), so file names use one spelling;
+    a value the tool does not take is bad input."""
     arg = spec.arg(key) if spec is not None else None
     if arg is not None and arg.type == "enum":
-        return next((v for v in arg.enum_values if v.lower() == value.strip().lower()), value)
+        found = next((v for v in arg.enum_values if v.lower() == value.strip().lower()), None)
+        if found is None:
+            raise FleetforgeError(Err.BAD_INPUT, f"--set {key}={value}: not one of {', '.join(arg.enum_values)}")
+        return found
     return value
 
 
