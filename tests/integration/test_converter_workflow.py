@@ -1,6 +1,7 @@
-"""ConverterWorkflow against the real dev server: the NEEDS_INPUT → provide_input path, replans and
-the never-twice rule, heartbeats. (Real conversions through the S3 store and the step cache:
-test_converter_e2e.py.)"""
+"""ConverterWorkflow against the real dev server: the NEEDS_INPUT → provide_input path, a failing
+tool ending with its own code (no pointless replan), calibration data, the toolchain version in the
+cache key, cancellation killing the running tool, heartbeats. (Real conversions through the S3 store
+and the step cache: test_converter_e2e.py.)"""
 
 from __future__ import annotations
 
@@ -202,3 +203,59 @@ async def test_missing_calibration_data_fails_before_planning_with_calibration_i
     assert "missing.npz" in result.failure.message and "does not exist" in result.failure.message
     assert result.attempts == [] and result.executed_steps == [] and store.list_docs("cache/steps/") == []
     assert "logs/last_error.json" in Workspace(store, settings.cache_dir, result.workspace).index()
+
+
+def tool_children() -> list[int]:
+    """Pids of this process's tool children (activities/toolchains/isolate.py)."""
+    import os
+
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and b"activities.toolchains.isolate" in cmd:
+            out.append(int(d.name))
+    return out
+
+
+@pytest.mark.slow
+async def test_cancel_during_a_compile_kills_the_tool_and_ends_cancelled_without_another_activity(temporal_env, env):
+    import onnx as onnx_pkg
+    from temporalio.api.enums.v1 import EventType, WorkflowExecutionStatus
+
+    from tests.reliability.worker_process import running_activity
+
+    settings, store, _ = env
+    vgg = Path(onnx_pkg.__file__).parent / "backend" / "test" / "data" / "light" / "light_vgg19.onnx"  # ~16 s to compile at max
+    queues = fresh_queues()
+    reg = build_registry(settings, store)
+    client = temporal_env.client
+    async with new_worker(client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"], task_queue=queues.workflows):
+        handle = await start(client, queues, request(vgg, queues, target_soc="sm8550", precision=Precision.FP16, preset="max_perf"))
+        await assert_eventually(lambda: running_activity(client, handle.id, "execute_step"), timeout=60,
+                                message="the compile never started")
+        children = await assert_eventually(tool_children, timeout=30, message="no compiler child process")
+        await handle.cancel()
+        await assert_eventually(lambda: not (set(tool_children()) & set(children)), timeout=20,
+                                message="the compiler child outlived the cancellation")
+        async def cancelled():
+            d = await handle.describe()
+            return d if d.status == WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CANCELED else None
+
+        desc = await assert_eventually(cancelled, timeout=20, message="the job did not end CANCELLED")
+        events = [e async for e in handle.fetch_history_events()]
+        progress = await handle.query(ConverterWorkflow.status)
+
+    assert desc.status == WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CANCELED
+    assert desc.typed_search_attributes.get(STATUS) == "CANCELLED" and progress.status is JobStatus.CANCELLED
+    asked = next(i for i, e in enumerate(events) if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED)
+    assert not [e for e in events[asked:] if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED], \
+        "nothing is replanned, compiled or recorded after the cancellation"
+    assert events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED
+    assert not any(p.name.endswith("_qnn.bin") for p in settings.cache_dir.rglob("*")), \
+        "the compile was killed before it wrote a binary"
