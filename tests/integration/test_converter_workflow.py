@@ -259,3 +259,87 @@ async def test_cancel_during_a_compile_kills_the_tool_and_ends_cancelled_without
     assert events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED
     assert not any(p.name.endswith("_qnn.bin") for p in settings.cache_dir.rglob("*")), \
         "the compile was killed before it wrote a binary"
+
+
+TOOL_METHODS = ("plan_offline", "planner_tool", "load_plan", "compile_plan", "execute_step", "evaluate",
+                "offline_planner_answer", "prepare_calibration", "record_failure")
+
+
+def activities_with(reg, tools) -> list:  # noqa: ANN001
+    """The toolchain queue's activities with `tools` (a ToolchainActivities) in place of the registry's own."""
+    from activities.toolchains.activities import ToolchainActivities
+
+    others = [a for a in reg.by_kind["toolchain"] if not isinstance(getattr(a, "__self__", None), ToolchainActivities)]
+    return others + [getattr(tools, name) for name in TOOL_METHODS]
+
+
+async def test_a_cache_entry_made_under_one_toolchain_version_is_not_reused_under_another(temporal_env, env):
+    from activities.toolchains.activities import ToolchainActivities
+    from activities.toolchains.versions import toolchain_versions
+
+    settings, store, model = env
+    reg = build_registry(settings, store)
+    installed = toolchain_versions()
+    upgraded = installed | {"onnxruntime-qnn": installed["onnxruntime-qnn"] + ".post1", "qnn-sdk": "9.99.0"}
+    results = []
+    for versions in (installed, upgraded, installed):
+        queues = fresh_queues()
+        tools = ToolchainActivities(store, settings, toolchain=versions)
+        async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], activities=activities_with(reg, tools),
+                              task_queue=queues.workflows):
+            handle = await start(temporal_env.client, queues, request(model, queues, target_soc="sm8550", precision=Precision.FP16))
+            results.append(await outcome_of(handle, ConversionResult))
+
+    first, other, again = results
+    assert all(r.status is JobStatus.COMPLETED for r in results), [r.failure for r in results]
+    assert first.executed_steps == ["context_binary"] and not first.evaluation.cached
+    assert other.executed_steps == ["context_binary"] and other.cached_steps == [], "another toolchain: a miss"
+    assert not other.evaluation.cached, "the evaluation cache keys on the toolchain too"
+    assert again.cached_steps == ["context_binary"] and again.executed_steps == [] and again.evaluation.cached
+    entries = [json.loads(store.get_doc(k)) for k in store.list_docs("cache/steps/")]
+    assert sorted(e["toolchain"]["onnxruntime-qnn"] for e in entries) == sorted(
+        [installed["onnxruntime-qnn"], upgraded["onnxruntime-qnn"]])
+
+
+def tiny_calibration(path: Path, scale: float, samples: int = 6) -> Path:
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    np.savez(path, input=(rng.uniform(0.0, 1.0, size=(samples, 1, 3, 32, 32)) * scale).astype(np.float32))
+    return path
+
+
+def input_scale(store: ArtifactStore, result: ConversionResult) -> float:
+    """The scale of the QuantizeLinear that quantizes the graph input in the run's QDQ model."""
+    import onnx
+    from onnx import numpy_helper
+
+    (ref,) = [a for a in result.artifacts if a.name.endswith("_qdq.onnx")]
+    m = onnx.load_from_string(store.get_bytes(ref))
+    q = next(n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "input")
+    init = {i.name: i for i in m.graph.initializer}
+    return float(numpy_helper.to_array(init[q.input[1]]))
+
+
+async def test_calibration_data_sets_the_quantization_scales_and_is_the_evaluation_input(temporal_env, env, tmp_path: Path):
+    settings, store, model = env
+    queues = fresh_queues()
+    reg = build_registry(settings, store)
+    calib = tiny_calibration(tmp_path / "calib.npz", scale=10.0)
+    async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"],
+                          task_queue=queues.workflows):
+        synthetic = await outcome_of(await start(temporal_env.client, queues, request(
+            model, queues, target_soc="sm8550", precision=Precision.INT8, preset="fast")), ConversionResult)
+        real = await outcome_of(await start(temporal_env.client, queues, request(
+            model, queues, target_soc="sm8550", precision=Precision.INT8, preset="fast", calibration=str(calib))), ConversionResult)
+
+    assert synthetic.status is JobStatus.COMPLETED and real.status is JobStatus.COMPLETED, (synthetic.failure, real.failure)
+    # the input's range: synthetic standard normal (both signs) vs. the data's [0, 10): another scale
+    s_scale, r_scale = input_scale(store, synthetic), input_scale(store, real)
+    assert abs(r_scale - 10.0 / 255) < 0.2 * 10.0 / 255 and abs(s_scale - r_scale) > 0.2 * r_scale, (s_scale, r_scale)
+    assert synthetic.evaluation.inputs == "synthetic" and real.evaluation.inputs == "calibration"
+    assert real.evaluation.samples == 6 and synthetic.evaluation.samples == 4
+    assert not any("synthetic" in w for w in real.warnings), real.warnings
+    index = Workspace(store, settings.cache_dir, real.workspace).index()
+    copies = [k for k in index if k.startswith("input/calibration_") and k.endswith(".npz")]
+    assert len(copies) == 1 and copies[0][len("input/calibration_"):-4] == index[copies[0]].sha256[:16]
