@@ -83,12 +83,17 @@ async def test_missing_soc_waits_for_input_rejects_bad_answers_and_completes(tem
 
         await handle.execute_update(ConverterWorkflow.provide_input, ProvideInput(soc="sm8650"))
         result: ConversionResult = await outcome_of(handle, ConversionResult)
+        final = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
 
     assert result.status is JobStatus.COMPLETED, result.failure
     assert result.executed_steps == ["context_binary"]
     assert {a.name for a in result.artifacts} == {"converted/tiny_fp16_sm8650_ctx.onnx", "converted/tiny_fp16_sm8650_ctx_qnn.bin"}
     assert result.evaluation is not None and result.evaluation.cosine > 0.999
     assert RunStore(store).get(result.run_id).status is JobStatus.COMPLETED
+    # the Web UI's current details show the accuracy verdict and the offload share
+    assert "| accuracy | passed: cosine 1.0000 (threshold 0.99) |" in final.current_details, final.current_details
+    assert "| offload | 100% of 7 nodes in the context binary |" in final.current_details, final.current_details
+    assert result.accuracy is not None and result.accuracy.verdict == "passed" and result.offload.share == 1.0
     attrs = (await handle.describe()).typed_search_attributes
     assert attrs.get(STATUS) == "COMPLETED" and attrs.get(TARGET) == "SM8650"
     # both offline planner answers (the questions, then the plan) are counted and kept like LLM answers
