@@ -44,6 +44,7 @@ class Err(StrEnum):
     ACCURACY_BELOW_THRESHOLD = "ACCURACY_BELOW_THRESHOLD"
     NOT_FULLY_OFFLOADED = "NOT_FULLY_OFFLOADED"
     CALIBRATION_INVALID = "CALIBRATION_INVALID"
+    NOTHING_TO_QUANTIZE = "NOTHING_TO_QUANTIZE"
     CALIBRATION_NEEDED = "CALIBRATION_NEEDED"
     # kernel
     KERNEL_TASK_INVALID = "KERNEL_TASK_INVALID"
@@ -82,6 +83,7 @@ REMEDY: dict[Err, str] = {
     Err.UNSUPPORTED_OP: "the named op has no HTP implementation: use --output onnx_qdq or ort, or replace the op",
     Err.ACCURACY_BELOW_THRESHOLD: "give real inputs with --calibration, try --precision w8a16/fp16, or accept it with --min-cosine 0",
     Err.NOT_FULLY_OFFLOADED: "the named ops run on the CPU: replace them, or use --output onnx_qdq / ort",
+    Err.NOTHING_TO_QUANTIZE: "the model has no float math the quantizer can take: convert it with --precision fp16",
     Err.CALIBRATION_INVALID: "--calibration takes an .npz (input name -> array) or a folder of them matching the model's inputs",
     Err.CALIBRATION_NEEDED: "give real inputs with --calibration FILE.npz (input name -> array) for the named inputs",
     Err.WORKFLOW_CONFIG_INVALID: "fix the workflow.yaml named in the message",

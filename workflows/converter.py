@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.agent_ladder import Accepted, climb
     from workflows.converter_policy import (
         Complete, Evaluate, Execute, GiveUp, Replan, answer_hint, answer_problems, apply_answer, gate, min_cosine_for,
-        next_after_compile, next_after_execution, rerun_gives_up, wait_summary,
+        next_after_compile, next_after_execution, next_after_failed_remedy, rerun_gives_up, wait_summary,
     )
     from workflows.failures import failure_from
     from workflows.job_end import end_failed, is_cancellation, mark_cancelled
@@ -113,6 +113,8 @@ class ConverterWorkflow:
         req = self._request
         tried: set[str] = set()
         last_failure: Failure | None = None
+        remedying: Replan | None = None
+        """The gate's verdict this attempt's plan is a remedy for."""
         for attempt in itertools.count():
             compiled = compiled or await self._compile(plan, ws, attempt)
             verdict = next_after_compile(compiled, attempt=attempt, replans=self._progress.replans,
@@ -124,9 +126,15 @@ class ConverterWorkflow:
             if isinstance(verdict, Execute):
                 tried.add(verdict.fingerprint)
                 failure = await self._execute(verdict.steps, ws)
-                verdict = next_after_execution(failure, attempt=attempt, replans=self._progress.replans,
-                                               max_replans=req.max_replans,
-                                               can_replan=not (self._trusted and self._deterministic))
+                if failure is not None and remedying is not None and self._trusted and self._deterministic:
+                    remedies, float_outputs = plan_remedies(plan)
+                    verdict = next_after_failed_remedy(failure, remedying, remedies=remedies, float_outputs=float_outputs,
+                                                       attempt=attempt, replans=self._progress.replans,
+                                                       max_replans=req.max_replans, can_remedy=self._can_remedy)
+                else:
+                    verdict = next_after_execution(failure, attempt=attempt, replans=self._progress.replans,
+                                                   max_replans=req.max_replans,
+                                                   can_replan=not (self._trusted and self._deterministic))
             if isinstance(verdict, Evaluate):
                 verdict = await self._judge(plan, ws, verdict, attempt)
             if isinstance(verdict, Replan) and req.rerun_of:
@@ -141,6 +149,7 @@ class ConverterWorkflow:
                     return await self._fail(ctx, failure, attach=failure.code == Err.EVALUATION_CRASHED)
                 case Replan(feedback, record, _, failure, remedy, _):
                     last_failure = failure
+                    remedying = verdict if remedy is not None else None
                     plan, compiled = await self._replan(feedback, record, attempt + 1, remedy)
         raise AssertionError("unreachable")
 

@@ -119,6 +119,30 @@ def next_after_execution(failure: Failure | None, *, attempt: int, replans: int,
                           message=f"execution still failed after {replans} replan(s): {feedback}"), record)
 
 
+def next_after_failed_remedy(failure: Failure, previous: Replan, *, remedies: list[str], float_outputs: list[str],
+                             attempt: int, replans: int, max_replans: int,
+                             can_remedy: Callable[[PlanFeedback], bool]) -> Replan | GiveUp:
+    """A remedy's plan did not run (keeping the only op in float leaves nothing to quantize, a tool
+    crashed on it): try the next remedy on the same figures, or end with the gate's own failure,
+    saying which remedy could not run. Infrastructure failures end the job as they are."""
+    assert previous.remedy is not None and previous.failure is not None
+    record = AttemptRecord(attempt=attempt, outcome="remedy_failed", remedies=list(remedies),
+                           feedback=f"[{failure.code}] {failure.where}: {failure.message}")
+    if failure.code in NOT_REPLANNABLE:
+        return GiveUp(failure, record)
+    note = f"; remedy {remedies[-1] if remedies else '?'} could not run ([{failure.code}] {_one_line(failure.message, 200)})"
+    gate_failure = previous.failure.model_copy(update={"message": previous.failure.message + note})
+    feedback = previous.remedy.model_copy(update={"remedies": list(remedies), "float_outputs": list(float_outputs)})
+    if not can_remedy(feedback):
+        ended = gate_failure.model_copy(update={"message": gate_failure.message + "; the planner has no further remedy"})
+        return GiveUp(ended, record, previous.accuracy)
+    if replans < max_replans:
+        return Replan(feedback=previous.feedback + note, record=record, where=previous.where, failure=gate_failure,
+                      remedy=feedback, accuracy=previous.accuracy)
+    ended = gate_failure.model_copy(update={"message": gate_failure.message + f"; the replan budget ({max_replans}) is spent"})
+    return GiveUp(ended, record, previous.accuracy)
+
+
 def min_cosine_for(request: ConversionRequest) -> float:
     """The request's threshold, or its precision's default."""
     if request.min_cosine is not None:

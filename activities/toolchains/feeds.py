@@ -41,15 +41,16 @@ SHAPE_INPUTS: dict[str, frozenset[int]] = {
     "MelWeightMatrix": frozenset({0, 1, 2, 3, 4}), "Bernoulli": frozenset(), "Multinomial": frozenset(),
     "ReduceSum": frozenset({1}), "ReduceMean": frozenset({1}), "ReduceMax": frozenset({1}), "ReduceMin": frozenset({1}),
     "ReduceProd": frozenset({1}), "ReduceL1": frozenset({1}), "ReduceL2": frozenset({1}), "ReduceLogSum": frozenset({1}),
-    "ReduceLogSumExp": frozenset({1}), "ReduceSumSquare": frozenset({1}),
+    "ReduceLogSumExp": frozenset({1}), "ReduceSumSquare": frozenset({1}), "Loop": frozenset({0, 1}),
 }
 """op → inputs whose values are shapes, axes, sizes or counts (only real data can be valid)."""
 
-INDEX_INPUTS: dict[str, tuple[int, int, str]] = {
+INDEX_INPUTS: dict[str, tuple[int, int, str | int]] = {
     "Gather": (1, 0, "axis"), "GatherElements": (1, 0, "axis"), "ScatterElements": (1, 0, "axis"),
-    "Scatter": (1, 0, "axis"),
+    "Scatter": (1, 0, "axis"), "NegativeLogLikelihoodLoss": (1, 0, 1), "SoftmaxCrossEntropyLoss": (1, 0, 1),
 }
-"""op → (indices input, data input, axis attribute): indices must lie in [0, data.shape[axis])."""
+"""op → (indices input, data input, axis attribute or fixed axis): indices lie in [0, data.shape[axis])
+(a loss's labels are class indices along axis 1 of its scores)."""
 
 POSITIVE = {("Log", 0), ("Sqrt", 0), ("Reciprocal", 0), ("Pow", 0), ("Div", 1), ("BatchNormalization", 4),
             ("Mod", 1), ("Rsqrt", 0), ("InstanceNormalization", 0)}
@@ -132,7 +133,8 @@ def _roles(model: Path, names: set[str]) -> dict[str, tuple[str, Any]]:
         spec = INDEX_INPUTS.get(node.op_type)
         if spec and len(node.input) > spec[0]:
             idx, data, attr = spec
-            axis = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == attr), 0)
+            axis = attr if isinstance(attr, int) else next(
+                (onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == attr), 0)
             dims = shapes.get(node.input[data])
             bound = dims[axis] if dims and -len(dims) <= axis < len(dims) else None
             claim(node.input[idx], ("index", bound if bound else f"{node.op_type} indices"))

@@ -143,6 +143,9 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
         feeds = calibration_feeds(safe_join(root, params.calibration_data), src)
     else:
         feeds = synthetic_feeds(src, samples=params.calibration_samples, seed=params.seed)
+    if not _has_float(_load_graph(src.read_bytes(), params.model)):
+        raise FleetforgeError(Err.NOTHING_TO_QUANTIZE, f"{params.model} computes nothing in float (integer/boolean "
+                              "inputs and constants only): there is nothing to quantize")
     prepared = _prepare(src, dst)
     activation = QuantType.QUInt16 if params.precision == "w8a16" else QuantType.QUInt8
     t0 = time.monotonic()
@@ -150,6 +153,9 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
         config = get_qnn_qdq_config(str(prepared), calibration_reader(feeds), activation_type=activation,
                                     weight_type=QuantType.QUInt8, per_channel=params.per_channel,
                                     nodes_to_exclude=producers(prepared, params.float_outputs) or None)
+        # quantize every op HTP takes quantized, also one whose input is not quantized yet (pooling, Tan,
+        # GatherElements, ...): the default skips them, leaving float ops in an "int8" graph
+        config.extra_options["ForceQuantizeNoInputCheck"] = True
         quantize(str(prepared), str(dst), config)
     except FleetforgeError:
         raise
@@ -162,8 +168,9 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
         prepared.unlink(missing_ok=True)
     quantized = _load_graph(dst.read_bytes(), params.output)
     if not any(n.op_type == "QuantizeLinear" for n in quantized.graph.node):
-        raise FleetforgeError(Err.EXECUTOR_ERROR, f"the quantizer found nothing to quantize in {params.model} (ops: "
-                              f"{', '.join(_op_types(quantized))}); convert it with --precision fp16")
+        kept = f" (kept in float: {', '.join(params.float_outputs)})" if params.float_outputs else ""
+        raise FleetforgeError(Err.NOTHING_TO_QUANTIZE, f"the quantizer found nothing to quantize in {params.model} "
+                              f"(ops: {', '.join(_op_types(quantized))}){kept}")
     details = {"activation_type": activation.name, "calibration": "data" if params.calibration_data else "synthetic",
                "calibration_samples": len(feeds), "float_outputs": list(params.float_outputs)}
     return StepOutput(outputs=[params.output], seconds=time.monotonic() - t0, details=details)
@@ -303,6 +310,18 @@ def _load_graph(model_bytes: bytes, name: str) -> Any:
         return onnx.load_from_string(model_bytes)
     except Exception as e:  # protobuf's DecodeError and friends
         raise FleetforgeError(Err.EXECUTOR_ERROR, f"{name} is not a readable ONNX model: {' '.join(str(e).split())[:200]}") from e
+
+
+FLOAT_TYPES = frozenset({1, 10, 11, 16})
+"""onnx TensorProto float, float16, double, bfloat16."""
+
+
+def _has_float(model: Any) -> bool:
+    """Whether any graph input, constant or typed intermediate is a float tensor."""
+    g = model.graph
+    typed = [*g.input, *g.value_info, *g.output]
+    return (any(v.type.tensor_type.elem_type in FLOAT_TYPES for v in typed)
+            or any(i.data_type in FLOAT_TYPES for i in g.initializer))
 
 
 def _op_types(model: Any) -> list[str]:

@@ -207,3 +207,22 @@ def test_a_rerun_that_misses_the_gate_keeps_the_gates_code():
 
 def test_feedback_kinds_are_typed():
     assert PlanFeedback(kind="offload").remedies == []
+
+
+def test_a_remedy_that_cannot_run_moves_on_to_the_next_or_ends_with_the_gates_code():
+    from workflows.converter_policy import next_after_failed_remedy
+
+    previous = judge(report(0.6))
+    assert isinstance(previous, Replan)
+    nothing = Failure(code=Err.NOTHING_TO_QUANTIZE, message="the quantizer found nothing to quantize", where="quantize")
+    onward = next_after_failed_remedy(nothing, previous, remedies=["float_outputs"], float_outputs=["out0"], attempt=1,
+                                      replans=1, max_replans=2, can_remedy=lambda fb: True)
+    assert isinstance(onward, Replan) and onward.remedy.remedies == ["float_outputs"] and onward.remedy.evaluation is not None
+    assert onward.record.outcome == "remedy_failed" and "remedy float_outputs could not run" in onward.failure.message
+    ended = next_after_failed_remedy(nothing, previous, remedies=["float_outputs"], float_outputs=["out0"], attempt=1,
+                                     replans=1, max_replans=2, can_remedy=lambda fb: False)
+    assert isinstance(ended, GiveUp) and ended.failure.code == Err.ACCURACY_BELOW_THRESHOLD
+    assert "NOTHING_TO_QUANTIZE" in ended.failure.message and ended.failure.message.endswith("no further remedy")
+    store = Failure(code=Err.STORE_UNAVAILABLE, message="S3 down", where="quantize")
+    assert next_after_failed_remedy(store, previous, remedies=[], float_outputs=[], attempt=1, replans=1, max_replans=2,
+                                    can_remedy=lambda fb: True).failure == store
