@@ -201,6 +201,8 @@ class PlanFeedback(BaseModel, frozen=True):
     kind: Literal["accuracy", "offload"]
     remedies: list[str] = Field(default_factory=list)
     """Remedies the previous plan already applied."""
+    failed: list[str] = Field(default_factory=list)
+    """Remedies whose plan could not run (tried, not applied again)."""
     float_outputs: list[str] = Field(default_factory=list)
     """Outputs the previous plan kept in float."""
     evaluation: EvaluationReport | None = None

@@ -127,7 +127,7 @@ class ConverterWorkflow:
                 tried.add(verdict.fingerprint)
                 failure = await self._execute(verdict.steps, ws)
                 if failure is not None and remedying is not None and self._trusted and self._deterministic:
-                    remedies, float_outputs = plan_remedies(plan)
+                    remedies, float_outputs, _ = plan_remedies(plan)
                     verdict = next_after_failed_remedy(failure, remedying, remedies=remedies, float_outputs=float_outputs,
                                                        attempt=attempt, replans=self._progress.replans,
                                                        max_replans=req.max_replans, can_remedy=self._can_remedy)
@@ -171,10 +171,10 @@ class ConverterWorkflow:
                                                                  "feedback": failure.message}))
         if not self._trusted:  # a run from before the gate completes as it did then
             return Complete(ran.record, AccuracyVerdict(verdict="passed", min_cosine=0.0))
-        remedies, float_outputs = plan_remedies(plan)
+        remedies, float_outputs, failed = plan_remedies(plan)
         verdict = gate(self._evaluation, self._offload(), request=self._request, attempt=attempt,
                        replans=self._progress.replans, max_replans=self._request.max_replans, remedies=remedies,
-                       float_outputs=float_outputs, can_remedy=self._can_remedy)
+                       float_outputs=float_outputs, can_remedy=self._can_remedy, failed=failed)
         if not isinstance(verdict, Complete):
             self._accuracy = verdict.accuracy
         return verdict

@@ -123,16 +123,19 @@ def next_after_failed_remedy(failure: Failure, previous: Replan, *, remedies: li
                              attempt: int, replans: int, max_replans: int,
                              can_remedy: Callable[[PlanFeedback], bool]) -> Replan | GiveUp:
     """A remedy's plan did not run (keeping the only op in float leaves nothing to quantize, a tool
-    crashed on it): try the next remedy on the same figures, or end with the gate's own failure,
-    saying which remedy could not run. Infrastructure failures end the job as they are."""
+    crashed on it): drop that remedy and try the next one on the same figures, or end with the gate's
+    own failure, saying which remedy could not run. Infrastructure failures end the job as they are.
+    `remedies` are the ones the failed plan applied, the new one last."""
     assert previous.remedy is not None and previous.failure is not None
     record = AttemptRecord(attempt=attempt, outcome="remedy_failed", remedies=list(remedies),
                            feedback=f"[{failure.code}] {failure.where}: {failure.message}")
     if failure.code in NOT_REPLANNABLE:
         return GiveUp(failure, record)
-    note = f"; remedy {remedies[-1] if remedies else '?'} could not run ([{failure.code}] {_one_line(failure.message, 200)})"
+    new = remedies[-1] if remedies else "?"
+    note = f"; remedy {new} could not run ([{failure.code}] {_one_line(failure.message, 200)})"
     gate_failure = previous.failure.model_copy(update={"message": previous.failure.message + note})
-    feedback = previous.remedy.model_copy(update={"remedies": list(remedies), "float_outputs": list(float_outputs)})
+    feedback = previous.remedy.model_copy(update={"remedies": list(remedies[:-1]), "failed": [*previous.remedy.failed, new],
+                                                  "float_outputs": list(float_outputs)})
     if not can_remedy(feedback):
         ended = gate_failure.model_copy(update={"message": gate_failure.message + "; the planner has no further remedy"})
         return GiveUp(ended, record, previous.accuracy)
@@ -152,7 +155,7 @@ def min_cosine_for(request: ConversionRequest) -> float:
 
 def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, request: ConversionRequest,
          attempt: int, replans: int, max_replans: int, remedies: list[str], float_outputs: list[str],
-         can_remedy: Callable[[PlanFeedback], bool]) -> Complete | Replan | GiveUp:
+         can_remedy: Callable[[PlanFeedback], bool], failed: list[str] | None = None) -> Complete | Replan | GiveUp:
     """The accuracy gate: a context binary must run entirely inside the binary, and the worst output's
     cosine must reach the threshold (NaN/Inf where fp32 has none is a failure), else the planner gets
     the figures as feedback while the budget lasts and `can_remedy` says it has a remedy, else the job
@@ -163,13 +166,15 @@ def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, requ
                               sqnr_db=report.sqnr_db if report else None, offload_share=offload.share if offload else None,
                               cpu_ops=list(offload.cpu_ops) if offload else [], remedies=list(remedies))
     record = AttemptRecord(attempt=attempt, outcome="succeeded", remedies=list(remedies))
+    failed = list(failed or [])
     tried = f"; remedies tried: {', '.join(remedies)}" if remedies else ""
+    tried += f"; remedies that could not run: {', '.join(failed)}" if failed else ""
     if offload is not None and request.output in CONTEXT_OUTPUTS and not offload.full:
         verdict = figures.model_copy(update={"verdict": "not_offloaded"})
         message = (f"{offload.cpu_nodes} of {offload.nodes_total} nodes run on the CPU outside the HTP context binary "
                    f"(ops: {', '.join(offload.cpu_ops)}; offload {offload.share:.0%}){tried}")
-        feedback = PlanFeedback(kind="offload", remedies=remedies, float_outputs=float_outputs, evaluation=report,
-                                offload=offload, min_cosine=threshold)
+        feedback = PlanFeedback(kind="offload", remedies=remedies, failed=failed, float_outputs=float_outputs,
+                                evaluation=report, offload=offload, min_cosine=threshold)
         return _below(Failure(code=Err.NOT_FULLY_OFFLOADED, where="evaluate", message=message), verdict, feedback,
                       attempt=attempt, replans=replans, max_replans=max_replans, can_remedy=can_remedy)
     if report is None:
@@ -185,8 +190,8 @@ def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, requ
                       + (f" {o.nonfinite_mismatches} NaN/Inf mismatches" if o.nonfinite_mismatches else "")
                       for o in sorted(report.outputs, key=lambda o: o.cosine)[:3])
     message = f"worst output cosine {report.cosine:.4f} < {threshold:g} on {report.samples} {report.inputs} samples ({worst}){tried}"
-    feedback = PlanFeedback(kind="accuracy", remedies=remedies, float_outputs=float_outputs, evaluation=report,
-                            offload=offload, min_cosine=threshold)
+    feedback = PlanFeedback(kind="accuracy", remedies=remedies, failed=failed, float_outputs=float_outputs,
+                            evaluation=report, offload=offload, min_cosine=threshold)
     verdict = figures.model_copy(update={"verdict": "below_threshold"})
     return _below(Failure(code=Err.ACCURACY_BELOW_THRESHOLD, where="evaluate", message=message), verdict, feedback,
                   attempt=attempt, replans=replans, max_replans=max_replans, can_remedy=can_remedy)

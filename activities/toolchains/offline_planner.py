@@ -93,8 +93,8 @@ def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegi
     if request.toolchain is Toolchain.ONNX and request.output in QNN_OUTPUTS:
         raise FleetforgeError(Err.BAD_INPUT, f"the onnx toolchain cannot build {request.output.value}; use auto or ort-qnn")
     assert request.precision is not None  # questions_for asked otherwise
-    remedies = list(remedy.remedies) if remedy else []
-    float_outputs = list(remedy.float_outputs) if remedy else []
+    remedies = [r for r in remedy.remedies if r not in remedy.failed] if remedy else []
+    float_outputs = list(remedy.float_outputs) if remedy and FLOAT_OUTPUTS in remedies else []
     if remedy is not None:
         step = next_remedy(request, remedy)
         if step is not None:
@@ -115,9 +115,9 @@ def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegi
     }
     if request.calibration:
         intent["calibration"] = request.calibration
-    if remedies:
+    if remedies or (remedy and remedy.failed):
         intent |= {"requested_precision": request.precision.value, "remedies": list(remedies),
-                   "float_outputs": list(float_outputs)}
+                   "float_outputs": list(float_outputs), "failed_remedies": list(remedy.failed if remedy else [])}
     rationale = " → ".join(s.tool_name for s in b.steps)
     if remedies:
         rationale += "; remedies: " + ", ".join(REMEDY_WORDS[r] for r in remedies)
@@ -128,8 +128,8 @@ def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegi
 
 def next_remedy(request: ConversionRequest, feedback: PlanFeedback) -> str | None:
     """The first remedy of REMEDIES not tried yet that can help with this feedback (pure)."""
-    tried = set(feedback.remedies)
-    precision = Precision.W8A16 if W8A16 in tried else request.precision
+    tried = set(feedback.remedies) | set(feedback.failed)
+    precision = Precision.W8A16 if W8A16 in set(feedback.remedies) - set(feedback.failed) else request.precision
     qnn_quantizer = precision in QUANTIZED and (request.output in QNN_OUTPUTS or precision is Precision.W8A16)
     for r in REMEDIES:
         if r in tried:
@@ -153,11 +153,13 @@ def failing_outputs(feedback: PlanFeedback) -> list[str]:
     return sorted(o.name for o in ev.outputs if o.cosine < feedback.min_cosine or o.nonfinite_mismatches)
 
 
-def plan_remedies(plan: ConversionPlan) -> tuple[list[str], list[str]]:
-    """(remedies, float outputs) a plan applied (its intent says so)."""
-    remedies, outputs = plan.intent.get("remedies"), plan.intent.get("float_outputs")
-    return ([str(r) for r in remedies] if isinstance(remedies, list) else [],
-            [str(o) for o in outputs] if isinstance(outputs, list) else [])
+def plan_remedies(plan: ConversionPlan) -> tuple[list[str], list[str], list[str]]:
+    """(remedies applied, float outputs, remedies that could not run) of a plan (its intent says so)."""
+    def names(key: str) -> list[str]:
+        raw = plan.intent.get(key)
+        return [str(v) for v in raw] if isinstance(raw, list) else []
+
+    return names("remedies"), names("float_outputs"), names("failed_remedies")
 
 
 def plan_warnings(plan: ConversionPlan) -> list[str]:

@@ -91,6 +91,9 @@ def qnn_session(model: Path | bytes, provider_options: dict[str, str], config: d
     devices = ensure_qnn_registered()
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    # only the basic (semantics-preserving) rewrites: the extended ones fuse QDQ groups into CPU-EP
+    # kernels (QLinearAveragePool, ...) that reject valid attributes and would keep nodes off HTP
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     for k, v in (config or {}).items():
         so.add_session_config_entry(k, v)
     so.add_provider_for_devices(devices, provider_options)

@@ -203,3 +203,32 @@ async def test_planner_calling_a_conversion_tool_directly_is_refused(temporal_en
     activities = await scheduled_activities(handle)
     assert "planner_tool" not in activities and activities.count("execute_step") == 1
     assert result.status is JobStatus.COMPLETED and result.executed_steps == ["context_binary"]
+
+
+SQUEEZENET = Path(__import__("onnx").__file__).parent / "backend" / "test" / "data" / "light" / "light_squeezenet.onnx"
+
+
+def int8_plan(float_outputs: list[str] | None = None) -> Scripted:
+    src, qdq, ctx = "input/light_squeezenet.onnx", "converted/sq_int8_qdq.onnx", "converted/sq_int8_sm8550_ctx.onnx"
+    quant = {"step_id": "quantize", "tool_name": "ortqnn.quantize_qdq",
+             "required_args": {"model": src, "output": qdq, "precision": "int8"},
+             "optional_args": {"float_outputs": float_outputs} if float_outputs else {}, "expected_outputs": [qdq]}
+    compile_ = {"step_id": "context_binary", "tool_name": "ortqnn.context_binary", "depends_on": ["quantize"],
+                "required_args": {"model": qdq, "soc": "sm8550", "output": ctx},
+                "optional_args": {"precision": "int8", "graph_optimization": "fast"}, "expected_outputs": [ctx]}
+    doc = {"status": "OK", "intent": {"reference": src, "evaluate": ctx, "precision": "int8"}, "steps": [quant, compile_],
+           "rationale": "int8" + (" with the softmax in float" if float_outputs else "")}
+    return json_reply(json.dumps(doc))
+
+
+async def test_the_llm_gets_the_accuracy_figures_and_its_remedy_passes_the_gate(temporal_env, tmp_path: Path):
+    store = FileStore(tmp_path / "artifacts")
+    with ScriptedOpenAIServer([int8_plan(), int8_plan(["softmaxout_1"])]) as server:
+        result, handle, _ = await convert(temporal_env.client, server, tmp_path, store, SQUEEZENET, precision="int8")
+
+    assert result.status is JobStatus.COMPLETED, result.failure
+    assert [a.outcome for a in result.attempts] == ["below_threshold", "succeeded"]
+    feedback = [m["content"] for m in sent_messages(server) if m["role"] == "user" and "accuracy gate" in (m["content"] or "")]
+    assert len(feedback) == 1 and "softmaxout_1: cosine 0.0000" in feedback[0] and "w8a16" in feedback[0], feedback
+    assert result.accuracy.verdict == "passed" and result.accuracy.cosine >= 0.95 and result.offload.full
+    assert [p.source for p in result.planner] == ["llm", "llm"]

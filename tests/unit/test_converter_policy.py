@@ -217,7 +217,8 @@ def test_a_remedy_that_cannot_run_moves_on_to_the_next_or_ends_with_the_gates_co
     nothing = Failure(code=Err.NOTHING_TO_QUANTIZE, message="the quantizer found nothing to quantize", where="quantize")
     onward = next_after_failed_remedy(nothing, previous, remedies=["float_outputs"], float_outputs=["out0"], attempt=1,
                                       replans=1, max_replans=2, can_remedy=lambda fb: True)
-    assert isinstance(onward, Replan) and onward.remedy.remedies == ["float_outputs"] and onward.remedy.evaluation is not None
+    assert isinstance(onward, Replan) and onward.remedy.evaluation is not None
+    assert onward.remedy.remedies == [] and onward.remedy.failed == ["float_outputs"], "dropped, and not tried again"
     assert onward.record.outcome == "remedy_failed" and "remedy float_outputs could not run" in onward.failure.message
     ended = next_after_failed_remedy(nothing, previous, remedies=["float_outputs"], float_outputs=["out0"], attempt=1,
                                      replans=1, max_replans=2, can_remedy=lambda fb: False)

@@ -158,7 +158,7 @@ def test_each_remedy_changes_the_plan_and_the_plan_says_which(ws: Path):
     first = plan_offline(r, model_ref(), default_registry(), remedy=below(outputs={"prob": 0.0, "feat": 0.99}))
     quant, ctx = first.steps
     assert quant.optional_args["float_outputs"] == ["prob"], "only the failing output stays in float"
-    assert plan_remedies(first) == ([FLOAT_OUTPUTS], ["prob"]) and first.intent["precision"] == "int8"
+    assert plan_remedies(first) == ([FLOAT_OUTPUTS], ["prob"], []) and first.intent["precision"] == "int8"
 
     fb = below(FLOAT_OUTPUTS).model_copy(update={"float_outputs": ["prob"]})
     second = plan_offline(r, model_ref(), default_registry(), remedy=fb)
@@ -193,3 +193,14 @@ def test_impossible_combinations_are_named_before_anything_runs(kw: dict, fragme
     problems = request_problems(req(**({"precision": Precision.INT8} | kw)))
     assert len(problems) == 1 and fragment in problems[0]
     assert request_problems(req(**INT8_CTX)) == []
+
+
+def test_a_remedy_that_could_not_run_is_dropped_and_not_tried_again():
+    r = req(**INT8_CTX)
+    fb = below().model_copy(update={"failed": [FLOAT_OUTPUTS],
+                                    "float_outputs": ["prob"]})
+    assert next_remedy(r, fb) == W8A16
+    plan = plan_offline(r, model_ref(), default_registry(), remedy=fb)
+    quant = plan.steps[0]
+    assert quant.required_args["precision"] == "w8a16" and "float_outputs" not in quant.optional_args
+    assert plan_remedies(plan) == ([W8A16], [], [FLOAT_OUTPUTS])
