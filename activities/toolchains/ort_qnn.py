@@ -13,6 +13,7 @@ onnxruntime / onnxruntime_qnn are imported inside functions (DESIGN: heavy impor
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -197,6 +198,8 @@ def _prepare(src: Path, dst: Path) -> Path:
         except Exception:
             prepared.write_bytes(src.read_bytes())
     m = onnx.load(str(prepared))
+    if m.ir_version < 4 and any(i.name not in {v.name for v in m.graph.input} for i in m.graph.initializer):
+        m.ir_version = 4  # folded constants became initializers that IR 3 would require as inputs
     used = {name for node in m.graph.node for name in node.input} | {o.name for o in m.graph.output}
     for vi in [vi for vi in m.graph.input if vi.name not in used]:  # folded constants leave their inputs behind
         m.graph.input.remove(vi)
@@ -277,6 +280,10 @@ def _context_binary(root: Path, params: ContextBinaryParams) -> StepOutput:
     except Exception as e:
         from activities.toolchains.isolate import tidy
 
+        op = failing_op(str(e))
+        if op is not None:
+            raise FleetforgeError(Err.UNSUPPORTED_OP, f"op {op} cannot run on the QNN HTP backend for "
+                                  f"{lookup_soc(params.soc).name} at {params.precision}: {tidy(str(e), 300)}") from e
         raise FleetforgeError(Err.EXECUTOR_ERROR, f"the QNN HTP compile of {params.model} for {params.soc} failed: "
                               f"{tidy(str(e))}") from e
     seconds = time.monotonic() - t0
@@ -304,6 +311,16 @@ def _context_binary(root: Path, params: ContextBinaryParams) -> StepOutput:
     return StepOutput(outputs=outputs, seconds=seconds,
                       details={"soc": soc.name, "soc_model": soc.soc_model, "htp_arch": soc.htp_arch,
                                "precision": params.precision, "offload": offload.model_dump(mode="json")})
+
+
+_OP_IN_ERROR = re.compile(r"OpType\s*:\s*([A-Za-z][A-Za-z0-9_]*)|[Oo]p(?:erator)?[ _]?type[:= ]+['\"]?([A-Za-z][A-Za-z0-9_]*)")
+
+
+def failing_op(message: str) -> str | None:
+    """The op type a QNN EP / HTP compile error names ("Node 'n2' OpType:LRN ... was not selected"),
+    or None when it names none."""
+    m = _OP_IN_ERROR.search(message)
+    return (m.group(1) or m.group(2)) if m else None
 
 
 def _load_graph(model_bytes: bytes, name: str) -> Any:
