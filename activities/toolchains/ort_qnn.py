@@ -150,7 +150,9 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
     if not _has_float(_load_graph(src.read_bytes(), params.model)):
         raise FleetforgeError(Err.NOTHING_TO_QUANTIZE, f"{params.model} computes nothing in float (integer/boolean "
                               "inputs and constants only): there is nothing to quantize")
-    prepared = _prepare(src, dst)
+    from activities.toolchains.qdq_prep import prepare
+
+    prepared = prepare(src, dst)
     activation = QuantType.QUInt16 if params.precision == "w8a16" else QuantType.QUInt8
     t0 = time.monotonic()
     try:
@@ -178,43 +180,6 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
     details = {"activation_type": activation.name, "calibration": "data" if params.calibration_data else "synthetic",
                "calibration_samples": len(feeds), "float_outputs": list(params.float_outputs)}
     return StepOutput(outputs=[params.output], seconds=time.monotonic() - t0, details=details)
-
-
-def _prepare(src: Path, dst: Path) -> Path:
-    """The model as the quantizer should see it: onnxruntime's quantization pre-processing (shape
-    inference, then graph optimization, which drops inference no-ops such as Dropout that the HTP
-    backend would leave on the CPU), nodes named (the quantizer excludes nodes by name). Written next
-    to the output; the caller deletes it. Symbolic shape inference is skipped when it cannot run."""
-    import onnx
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    prepared = dst.with_name(dst.stem + ".prepared.onnx")
-    prepared.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        quant_pre_process(str(src), str(prepared))
-    except Exception:  # symbolic shape inference fails on some graphs; the rest still helps
-        try:
-            quant_pre_process(str(src), str(prepared), skip_symbolic_shape=True)
-        except Exception:
-            prepared.write_bytes(src.read_bytes())
-    m = onnx.load(str(prepared))
-    if m.ir_version < 4 and any(i.name not in {v.name for v in m.graph.input} for i in m.graph.initializer):
-        m.ir_version = 4  # folded constants became initializers that IR 3 would require as inputs
-    used = {name for node in m.graph.node for name in node.input} | {o.name for o in m.graph.output}
-    for vi in [vi for vi in m.graph.input if vi.name not in used]:  # folded constants leave their inputs behind
-        m.graph.input.remove(vi)
-    if _feed_names(m) != _feed_names(onnx.load(str(src), load_external_data=False)):
-        m = onnx.load(str(src))  # the pre-processing changed what the model takes: quantize it as it is
-    for i, node in enumerate(m.graph.node):
-        if not node.name:
-            node.name = f"fleetforge_node_{i}"
-    onnx.save(m, str(prepared))
-    return prepared
-
-
-def _feed_names(m: Any) -> list[str]:
-    inits = {i.name for i in m.graph.initializer}
-    return [i.name for i in m.graph.input if i.name not in inits]
 
 
 GRAPH_FINALIZATION_MODE = {"fast": "1", "max": "3"}
