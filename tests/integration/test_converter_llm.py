@@ -205,11 +205,26 @@ async def test_planner_calling_a_conversion_tool_directly_is_refused(temporal_en
     assert result.status is JobStatus.COMPLETED and result.executed_steps == ["context_binary"]
 
 
-SQUEEZENET = Path(__import__("onnx").__file__).parent / "backend" / "test" / "data" / "light" / "light_squeezenet.onnx"
+def build_softmax_head(path: Path) -> Path:
+    """A small model ending in a 1000-way softmax of near-zero logits: every output is about 1/1000,
+    below one step of an 8-bit output encoding (1/255), so plain int8 rounds it all to zero."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array((np.random.default_rng(0).standard_normal((16, 1000)) * 0.01).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["logits"]), helper.make_node("Softmax", ["logits"], ["prob"], axis=1)]
+    g = helper.make_graph(nodes, "softmax_head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                          [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 1000])], initializer=[w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path))
+    return path
 
 
 def int8_plan(float_outputs: list[str] | None = None) -> Scripted:
-    src, qdq, ctx = "input/light_squeezenet.onnx", "converted/sq_int8_qdq.onnx", "converted/sq_int8_sm8550_ctx.onnx"
+    src, qdq, ctx = "input/head.onnx", "converted/head_int8_qdq.onnx", "converted/head_int8_sm8550_ctx.onnx"
     quant = {"step_id": "quantize", "tool_name": "ortqnn.quantize_qdq",
              "required_args": {"model": src, "output": qdq, "precision": "int8"},
              "optional_args": {"float_outputs": float_outputs} if float_outputs else {}, "expected_outputs": [qdq]}
@@ -223,12 +238,13 @@ def int8_plan(float_outputs: list[str] | None = None) -> Scripted:
 
 async def test_the_llm_gets_the_accuracy_figures_and_its_remedy_passes_the_gate(temporal_env, tmp_path: Path):
     store = FileStore(tmp_path / "artifacts")
-    with ScriptedOpenAIServer([int8_plan(), int8_plan(["softmaxout_1"])]) as server:
-        result, handle, _ = await convert(temporal_env.client, server, tmp_path, store, SQUEEZENET, precision="int8")
+    head = build_softmax_head(tmp_path / "hub" / "head.onnx")
+    with ScriptedOpenAIServer([int8_plan(), int8_plan(["prob"])]) as server:
+        result, handle, _ = await convert(temporal_env.client, server, tmp_path, store, head, precision="int8")
 
     assert result.status is JobStatus.COMPLETED, result.failure
     assert [a.outcome for a in result.attempts] == ["below_threshold", "succeeded"]
     feedback = [m["content"] for m in sent_messages(server) if m["role"] == "user" and "accuracy gate" in (m["content"] or "")]
-    assert len(feedback) == 1 and "softmaxout_1: cosine 0.0000" in feedback[0] and "w8a16" in feedback[0], feedback
+    assert len(feedback) == 1 and "prob: cosine 0.0000" in feedback[0] and "w8a16" in feedback[0], feedback
     assert result.accuracy.verdict == "passed" and result.accuracy.cosine >= 0.95 and result.offload.full
     assert [p.source for p in result.planner] == ["llm", "llm"]
