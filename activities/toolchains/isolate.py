@@ -63,7 +63,8 @@ def run_isolated(target: str, args: dict[str, Any], *, what: str, crash_code: Er
         log = work / "child.log"
         env = _child_env(limits)
         with log.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "activities.toolchains.isolate", str(work)], cwd=REPO, env=env,
+            # cwd = the child's own folder: libraries drop debug files into the cwd (sym_shape_infer_temp.onnx)
+            proc = subprocess.Popen([sys.executable, "-m", "activities.toolchains.isolate", str(work)], cwd=work, env=env,
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             code = _wait(proc, limits.timeout_s, cancelled)
