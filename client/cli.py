@@ -140,8 +140,9 @@ def show_inspect(result: InspectResult, ui_url: str) -> None:
 
 
 def convert_table(result: ConversionResult) -> Any:
-    """The result table: every step (ran or restored from the cache) and the evaluation figures.
-    Narrow columns only, so it fits 80 columns; artifacts with full URIs and sha256 follow as lines."""
+    """The result table: every step (ran or restored from the cache), the evaluation figures, the
+    accuracy gate's verdict and the offload share. Narrow columns only, so it fits 80 columns;
+    artifacts with full URIs and sha256 follow as lines."""
     from rich.table import Table
 
     t = Table(title=f"run {result.run_id}: {result.status.value}", title_justify="left", box=None, pad_edge=False)
@@ -153,7 +154,34 @@ def convert_table(result: ConversionResult) -> Any:
     ev = result.evaluation
     if ev is not None:
         t.add_row("evaluate", "cache" if ev.cached else "evaluated", f"{ev.max_abs:.4g}", f"{ev.mean_abs:.4g}", f"{ev.cosine:.6f}")
+    acc = result.accuracy
+    if acc is not None:
+        t.add_row("accuracy", acc.verdict.replace("_", " "), "", "", f">= {acc.min_cosine:g}")
+    if result.offload is not None:
+        t.add_row("offload", f"{result.offload.share:.0%} on HTP", "", "", "")
     return t
+
+
+def accuracy_line(result: ConversionResult) -> str | None:
+    """One line on the accuracy gate: verdict, figures, remedies; None for a run from before the gate."""
+    acc = result.accuracy
+    if acc is None:
+        return None
+    text = f"accuracy: {acc.verdict.replace('_', ' ')}"
+    if acc.cosine is not None:
+        text += f" (worst output cosine {acc.cosine:.4f}, threshold {acc.min_cosine:g}"
+        text += f", SQNR {acc.sqnr_db:.1f} dB)" if acc.sqnr_db is not None else ")"
+    if acc.remedies:
+        text += " after remedies: " + ", ".join(acc.remedies)
+    return text + (f"; {acc.note}" if acc.note and acc.verdict != "passed" else "")
+
+
+def offload_line(result: ConversionResult) -> str | None:
+    o = result.offload
+    if o is None:
+        return None
+    text = f"offload: {o.share:.0%} of {o.nodes_total} nodes inside the HTP context binary"
+    return text + (f"; on the CPU: {', '.join(o.cpu_ops)} ({o.cpu_nodes} nodes)" if o.cpu_nodes else "")
 
 
 def show_convert(result: ConversionResult, ui_url: str) -> None:
@@ -166,9 +194,16 @@ def show_convert(result: ConversionResult, ui_url: str) -> None:
         out.line(artifact_line(a))
     ev = result.evaluation
     if ev is not None:
-        out.line(f"evaluation: {ev.candidate} against {ev.reference}, {ev.samples} seeded samples on {ev.candidate_provider}")
+        out.line(f"evaluation: {ev.candidate} against {ev.reference}, {ev.samples} {ev.inputs} samples on {ev.candidate_provider}")
+    for text in (accuracy_line(result), offload_line(result)):
+        if text:
+            out.line(text)
     for a in result.attempts:
         out.line(f"attempt {a.attempt}: {a.outcome}" + (f" - {a.feedback.splitlines()[0]}" if a.feedback else ""))
+    for p in result.planner:
+        if p.source != "offline":
+            out.line(f"planner: {p.source} ({p.llm_answers} LLM answer(s), {len(p.rejections)} refused)"
+                     + (f": {p.fallback_reason}" if p.fallback_reason else ""))
     show_tokens(result.tokens)
     for w in result.warnings:
         out.hint(f"warning: {w}")
@@ -353,8 +388,11 @@ def parse_sets(pairs: list[str]) -> dict[str, str]:
 def rerun_request(store: ArtifactStore, run_id: str, given: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:
     """For `--rerun`: the earlier conversion's model and targets, with the --set overrides that are
     also request fields (soc, precision) applied, so the new run's record says what it builds; a
-    MODEL given on the command line must be that model."""
+    MODEL given on the command line must be that model. The overrides are applied to the earlier
+    plan here too, so an unknown key or an impossible precision is exit 2 before any job starts."""
     from activities.experiments import RunStore
+    from activities.toolchains.registry import default_registry
+    from activities.toolchains.rerun import apply_overrides, earlier_plan
 
     try:
         record = RunStore(store).get(run_id)
@@ -365,15 +403,52 @@ def rerun_request(store: ArtifactStore, run_id: str, given: dict[str, Any], over
     earlier = record.request if isinstance(record.request, dict) else {}
     if record.kind is not JobKind.CONVERT or not earlier.get("model"):
         raise FleetforgeError(Err.BAD_INPUT, f"run {run_id} is not a conversion; --rerun takes a convert run id")
-    if given["model"] is not None and given["model"] != earlier["model"]:
+    if given["model"] is not None and resolve_local(given["model"]) != earlier["model"] and given["model"] != earlier["model"]:
         raise FleetforgeError(Err.BAD_INPUT, f"run {run_id} converted {earlier['model']}, not {given['model']}; "
                                              "drop MODEL or start a new conversion")
-    keep = ("model", "target_soc", "precision", "output", "toolchain", "preset", "calibration")
+    keep = ("model", "target_soc", "precision", "output", "toolchain", "preset", "calibration", "min_cosine")
     request = {k: earlier[k] for k in keep if k in earlier}
     for arg, field in (("soc", "target_soc"), ("precision", "precision")):
         if arg in overrides:
             request[field] = overrides[arg]
+    if given.get("min_cosine") is not None:
+        request["min_cosine"] = given["min_cosine"]
+    if overrides:
+        apply_overrides(earlier_plan(store, run_id), overrides, default_registry())  # BAD_INPUT before a job starts
     return request
+
+
+def resolve_local(reference: str) -> str:
+    """A local path made absolute (the worker does not share the client's working directory); URIs
+    and catalog names stay as they are."""
+    if urlparse(reference).scheme in ("s3", "file"):
+        return reference
+    path = Path(reference).expanduser()
+    return str(path.resolve()) if path.exists() else reference
+
+
+def calibration_source(value: str, model: str | None, s: Settings, store: ArtifactStore) -> str:
+    """--calibration as the worker must read it: an absolute path (or the URI as given), checked here
+    against the model's inputs when onnx is installed, so bad data is exit 2 before a job starts."""
+    if urlparse(value).scheme == "s3":
+        return value
+    path = Path(urlparse(value).path if value.startswith("file://") else value).expanduser()
+    if not path.exists():
+        raise FleetforgeError(Err.BAD_INPUT, f"--calibration {value}: no such file or folder (an .npz, or a folder of them)")
+    if model is not None:
+        try:
+            from activities.modelhub import ModelHub
+            from activities.toolchains.feeds import graph_inputs, read_npz, samples_of
+
+            _, model_path = ModelHub(store, s).locate(model)
+            samples_of(read_npz(path.resolve()), graph_inputs(model_path))
+        except ImportError:
+            pass  # the client lacks onnx/numpy: the worker checks
+        except FleetforgeError as e:
+            if e.code in (Err.CALIBRATION_INVALID, Err.CALIBRATION_NEEDED):
+                raise FleetforgeError(Err.BAD_INPUT, f"--calibration {value}: {e.message}") from None
+            raise
+    return str(path.resolve())
 
 
 @app.command()
@@ -385,12 +460,18 @@ def convert(
     output: Annotated[OutputKind, typer.Option("--output", help="What to build.")] = OutputKind.QNN_CONTEXT_BINARY,
     toolchain: Annotated[Toolchain, typer.Option("--toolchain", help="Which tools (auto: the best installed).")] = Toolchain.AUTO,
     preset: Annotated[str, typer.Option("--preset", metavar="PRESET", help="fast, balanced or max_perf.")] = "balanced",
-    calibration: Annotated[Optional[str], typer.Option("--calibration", metavar="FILE.npz", help="Workspace-relative .npz calibration data.")] = None,
+    calibration: Annotated[Optional[str], typer.Option(
+        "--calibration", metavar="FILE.npz|DIR", help="Real inputs: an .npz (input name -> [N, *shape]) or a folder of them.")] = None,
+    min_cosine: Annotated[Optional[float], typer.Option(
+        "--min-cosine", metavar="COSINE", min=0.0, max=1.0, help="Accuracy gate: worst output cosine to the fp32 model (default 0.99 "
+                                                                 "fp16, 0.95 int8/w8a16; 0 accepts a lossy result explicitly).")] = None,
     rerun: Annotated[Optional[str], typer.Option("--rerun", metavar="RUN_ID", help="Run id of an earlier conversion whose plan is reused.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="With --rerun: key=value step arg override (repeatable).")] = None,
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
     """Convert a model to a QNN/SNPE/ORT artifact for a SoC and precision."""
+    from activities.toolchains.offline_planner import request_problems
+
     out.use_json(json_)
     overrides = parse_sets(set_ or [])
     if overrides and not rerun:
@@ -405,7 +486,7 @@ def convert(
     if model is None and not rerun:
         raise FleetforgeError(Err.BAD_INPUT, "missing MODEL (or --rerun RUN_ID to rerun an earlier conversion)")
     fields: dict[str, Any] = {"model": model, "target_soc": soc, "precision": precision, "output": output,
-                              "toolchain": toolchain, "preset": preset, "calibration": calibration}
+                              "toolchain": toolchain, "preset": preset, "calibration": calibration, "min_cosine": min_cosine}
 
     async def go() -> int:
         s = settings()
@@ -414,8 +495,15 @@ def convert(
             fields.update(rerun_request(store, rerun, fields, overrides), rerun_of=rerun, overrides=overrides)
         else:
             precheck_model(str(model), s, store)
+            fields["model"] = resolve_local(str(model))
+            if calibration is not None:
+                fields["calibration"] = calibration_source(calibration, fields["model"], s, store)
+        request = ConversionRequest(**fields)
+        problems = request_problems(request)
+        if problems:
+            raise FleetforgeError(Err.BAD_INPUT, problems[0])
         fc = await client_for(s, store)
-        return await finish(fc, await fc.start_convert(ConversionRequest(**fields)), wait)
+        return await finish(fc, await fc.start_convert(request), wait)
 
     return run_sync(go())
 

@@ -70,7 +70,8 @@ class ConversionPlan(BaseModel, frozen=True):
     rationale: str = ""
 
 
-ArgType = Literal["path_in", "path_out", "str", "int", "float", "bool", "enum"]
+ArgType = Literal["path_in", "path_out", "str", "int", "float", "bool", "enum", "list"]
+"""`list`: a list of short strings (names, e.g. graph outputs), never paths."""
 PATH_TYPES = frozenset({"path_in", "path_out"})
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
+from contracts.agents import AgentProvenance
 from contracts.common import ArtifactRef, Failure, JobStatus, TaskQueues, TokenTotals
 from contracts.convert import CompiledStep, ConversionPlan, OutputKind, Precision, Toolchain
 from contracts.models import ModelRef
@@ -26,7 +27,12 @@ class ConversionRequest(BaseModel, frozen=True):
     output: OutputKind = OutputKind.QNN_CONTEXT_BINARY
     toolchain: Toolchain = Toolchain.AUTO
     calibration: str | None = None
-    """Workspace-relative calibration data (.npz); None: seeded synthetic calibration."""
+    """Calibration data: an .npz (input name → array, samples along a leading axis) or a folder of
+    them, as an absolute path, file:// or s3:// URI (the client resolves relative paths). The job
+    copies it into the workspace, content-addressed; None: seeded synthetic calibration."""
+    min_cosine: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Accuracy gate: the worst output's cosine to the fp32 model must reach this. None: the
+    precision's default (converter_policy.DEFAULT_MIN_COSINE); 0: accept a lossy result explicitly."""
     preset: Literal["fast", "balanced", "max_perf"] = "balanced"
     """How hard to try (activities/toolchains/presets.py maps it to concrete tool args)."""
     max_replans: int = Field(default=2, ge=0, le=10)
@@ -56,16 +62,58 @@ class ProvideInput(BaseModel, frozen=True):
 
 
 class AttemptRecord(BaseModel, frozen=True):
-    """One plan → compile → execute attempt and why it ended."""
+    """One plan → compile → execute → evaluate attempt and why it ended."""
 
     attempt: int
     outcome: str
-    """"compile_rejected", "execution_failed", "repeated_plan" or "succeeded"."""
+    """"compile_rejected", "execution_failed", "repeated_plan", "below_threshold", "not_offloaded" or "succeeded"."""
     feedback: str = ""
+    remedies: list[str] = Field(default_factory=list)
+    """The remedies the attempt's plan applied."""
+
+
+class OutputFigures(BaseModel, frozen=True):
+    """One graph output of the converted model against the fp32 model, over every sample."""
+
+    name: str
+    cosine: float
+    max_abs: float
+    mean_abs: float
+    sqnr_db: float
+    """Signal-to-quantization-noise ratio (onnxruntime.quantization.qdq_loss_debug's formula)."""
+    nonfinite_mismatches: int = 0
+    """Positions where exactly one of the two models gave NaN/Inf (counted as wrong)."""
+
+
+class OffloadReport(BaseModel, frozen=True):
+    """Where the nodes of a QNN context model run: inside the HTP context binary, or on the CPU."""
+
+    nodes_total: int
+    """Nodes of the model the compiler was given."""
+    context_nodes: int
+    """EPContext nodes (HTP partitions) in the context model."""
+    cpu_nodes: int
+    """Nodes left outside every partition (they run on the CPU EP), not counting the boundary
+    QuantizeLinear/DequantizeLinear that convert float graph inputs/outputs."""
+    cpu_ops: list[str] = Field(default_factory=list)
+    """Op types of those CPU nodes, sorted, each once."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def share(self) -> float:
+        """Share of the model's nodes that run inside the context binary (1.0 = fully offloaded)."""
+        if self.nodes_total <= 0:
+            return 0.0
+        return max(0.0, 1.0 - self.cpu_nodes / self.nodes_total) if self.context_nodes else 0.0
+
+    @property
+    def full(self) -> bool:
+        return self.context_nodes > 0 and self.cpu_nodes == 0
 
 
 class EvaluationReport(BaseModel, frozen=True):
-    """The converted model against the fp32 original on the same seeded inputs."""
+    """The converted model against the fp32 original on the same inputs (calibration data when
+    given, else seeded synthetic inputs that respect each input's dtype and role)."""
 
     reference: str
     candidate: str
@@ -73,11 +121,35 @@ class EvaluationReport(BaseModel, frozen=True):
     max_abs: float
     mean_abs: float
     cosine: float
+    """The worst output's cosine (the figure the accuracy gate reads)."""
     candidate_provider: str
     seconds: float
     cached: bool = False
     """True when these figures were restored from the evaluation cache (same reference and candidate
     content, samples and seed) instead of running both models again."""
+    outputs: list[OutputFigures] = Field(default_factory=list)
+    inputs: Literal["synthetic", "calibration"] = "synthetic"
+    sqnr_db: float | None = None
+    """The worst output's SQNR."""
+
+
+Verdict = Literal["passed", "accepted_lossy", "below_threshold", "not_offloaded", "unevaluated", "not_evaluable"]
+
+
+class AccuracyVerdict(BaseModel, frozen=True):
+    """What the accuracy gate decided, with the figures it decided on."""
+
+    verdict: Verdict
+    min_cosine: float
+    """The threshold applied (the request's, or the precision's default)."""
+    cosine: float | None = None
+    sqnr_db: float | None = None
+    offload_share: float | None = None
+    """Share of nodes inside the HTP context binary (None: not a context binary)."""
+    cpu_ops: list[str] = Field(default_factory=list)
+    remedies: list[str] = Field(default_factory=list)
+    """The planner's remedies applied to reach this result (e.g. "w8a16"), in order."""
+    note: str = ""
 
 
 class ConversionProgress(BaseModel):
@@ -99,6 +171,10 @@ class ConversionResult(BaseModel):
     workspace: WorkspaceRef | None = None
     artifacts: list[ArtifactRef] = Field(default_factory=list)
     evaluation: EvaluationReport | None = None
+    accuracy: AccuracyVerdict | None = None
+    """The accuracy gate's verdict and figures (None: a run from before the gate, or no output to judge)."""
+    offload: OffloadReport | None = None
+    """For a QNN context binary: which nodes run inside it and which ops fell back to the CPU."""
     questions: list[str] = Field(default_factory=list)
     failure: Failure | None = None
     attempts: list[AttemptRecord] = Field(default_factory=list)
@@ -111,10 +187,27 @@ class ConversionResult(BaseModel):
     """Every planner answer, LLM or offline (an offline answer is a call with zero tokens)."""
     transcripts: list[ArtifactRef] = Field(default_factory=list)
     """The planner answers' transcripts in the store, in order (provider "offline" or the LLM's)."""
+    planner: list[AgentProvenance] = Field(default_factory=list)
+    """How each plan was decided (LLM, offline, or the offline fallback after refused LLM answers)."""
     finished_at: datetime | None = None
 
 
 # ---- toolchain activities -------------------------------------------------------------------
+
+
+class PlanFeedback(BaseModel, frozen=True):
+    """Why the previous plan's result was not good enough, in figures the offline planner can act on."""
+
+    kind: Literal["accuracy", "offload"]
+    remedies: list[str] = Field(default_factory=list)
+    """Remedies the previous plan already applied."""
+    failed: list[str] = Field(default_factory=list)
+    """Remedies whose plan could not run (tried, not applied again)."""
+    float_outputs: list[str] = Field(default_factory=list)
+    """Outputs the previous plan kept in float."""
+    evaluation: EvaluationReport | None = None
+    offload: OffloadReport | None = None
+    min_cosine: float = 0.0
 
 
 class PlanRequest(BaseModel, frozen=True):
@@ -123,7 +216,9 @@ class PlanRequest(BaseModel, frozen=True):
     model: ModelRef
     attempt: int = 0
     feedback: str = ""
-    """Why the previous attempt failed (compiler rejections, executor error)."""
+    """Why the previous attempt failed (compiler rejections, executor error, accuracy figures)."""
+    remedy: PlanFeedback | None = None
+    """Accuracy/offload feedback: the offline planner answers with its next remedy, or the same plan."""
 
 
 class CompileRequest(BaseModel, frozen=True):
@@ -145,6 +240,8 @@ class StepResult(BaseModel, frozen=True):
     outputs: dict[str, ArtifactRef]
     """Workspace-relative path → artifact of every file the step wrote."""
     seconds: float = 0.0
+    offload: OffloadReport | None = None
+    """For a QNN context binary step: which nodes run inside the binary."""
 
 
 class RerunRequest(BaseModel, frozen=True):
@@ -172,3 +269,32 @@ class EvaluateRequest(BaseModel, frozen=True):
     candidate: str
     samples: int = 4
     seed: int = 1234
+    calibration: str | None = None
+    """Workspace-relative calibration .npz: its samples are the evaluation inputs (up to `samples`)."""
+
+
+class CalibrationRequest(BaseModel, frozen=True):
+    """Copy the user's calibration data into the run's workspace (content-addressed) and check it
+    against the model's inputs."""
+
+    workspace: WorkspaceRef
+    source: str
+    """Absolute path, file:// or s3:// URI of an .npz or a folder of .npz files."""
+    model: str
+    """Workspace-relative model whose inputs the data must feed."""
+
+
+class CalibrationRef(BaseModel, frozen=True):
+    path: str
+    """Workspace-relative canonical .npz (`input/calibration_<sha256 prefix>.npz`)."""
+    sha256: str
+    samples: int
+    inputs: list[str]
+
+
+class RecordFailureRequest(BaseModel, frozen=True):
+    """Write logs/last_error.json for a failed job (whatever failed: compiler, tool, evaluation, gate)."""
+
+    workspace: WorkspaceRef
+    failure: Failure
+    attempts: list[AttemptRecord] = Field(default_factory=list)

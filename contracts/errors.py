@@ -44,6 +44,15 @@ class Err(StrEnum):
     REPLANS_EXHAUSTED = "REPLANS_EXHAUSTED"
     TOOLCHAIN_UNAVAILABLE = "TOOLCHAIN_UNAVAILABLE"
     NEEDS_INPUT_TIMEOUT = "NEEDS_INPUT_TIMEOUT"
+    TOOL_CRASHED = "TOOL_CRASHED"
+    TOOL_TIMEOUT = "TOOL_TIMEOUT"
+    EVALUATION_CRASHED = "EVALUATION_CRASHED"
+    UNSUPPORTED_OP = "UNSUPPORTED_OP"
+    ACCURACY_BELOW_THRESHOLD = "ACCURACY_BELOW_THRESHOLD"
+    NOT_FULLY_OFFLOADED = "NOT_FULLY_OFFLOADED"
+    CALIBRATION_INVALID = "CALIBRATION_INVALID"
+    NOTHING_TO_QUANTIZE = "NOTHING_TO_QUANTIZE"
+    CALIBRATION_NEEDED = "CALIBRATION_NEEDED"
     # kernel
     KERNEL_TASK_INVALID = "KERNEL_TASK_INVALID"
     WORKFLOW_CONFIG_INVALID = "WORKFLOW_CONFIG_INVALID"
@@ -80,6 +89,17 @@ REMEDY: dict[Err, str] = {
     Err.LLM_QUOTA: "the LLM account is out of quota: add credit, use another key (FLEETFORGE_LLM_API_KEY) or FLEETFORGE_LLM=offline",
     Err.LLM_RATE_LIMITED: "the endpoint asked to wait longer than FLEETFORGE_LLM_MAX_RETRY_AFTER_S: raise it, or run the job later",
     Err.TOOLCHAIN_UNAVAILABLE: "install the extra (pip install 'fleetforge[toolchains]') or set QAIRT_SDK_ROOT",
+    Err.EXECUTOR_ERROR: "see logs/last_error.json in the run's workspace; try another --precision or --preset",
+    Err.COMPILER_ERROR: "the plan does not fit the tools: see the message, or start a new conversion without --rerun",
+    Err.TOOL_CRASHED: "a native tool crashed (the worker is fine): try another --precision or --soc, or report the model",
+    Err.TOOL_TIMEOUT: "the tool ran past its time limit: try --preset fast, or a smaller model",
+    Err.EVALUATION_CRASHED: "the artifacts are attached but unevaluated (the x86 HTP emulator crashed): check them on a device",
+    Err.UNSUPPORTED_OP: "the named op has no HTP implementation: use --output onnx_qdq or ort, or replace the op",
+    Err.ACCURACY_BELOW_THRESHOLD: "give real inputs with --calibration, try --precision w8a16/fp16, or accept it with --min-cosine 0",
+    Err.NOT_FULLY_OFFLOADED: "the named ops run on the CPU: replace them, or use --output onnx_qdq / ort",
+    Err.NOTHING_TO_QUANTIZE: "the model has no float math the quantizer can take: convert it with --precision fp16",
+    Err.CALIBRATION_INVALID: "--calibration takes an .npz (input name -> array) or a folder of them matching the model's inputs",
+    Err.CALIBRATION_NEEDED: "give real inputs with --calibration FILE.npz (input name -> array) for the named inputs",
     Err.WORKFLOW_CONFIG_INVALID: "fix the workflow.yaml named in the message",
     Err.MANIFEST_INVALID: "the CSV needs a header with at least model_name,status,note",
     Err.ROWS_FAILED: "see the per-model table; rerun the CSV to retest the rows that are not Yes",

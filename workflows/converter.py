@@ -1,5 +1,12 @@
-"""ConverterWorkflow: resolve → run → workspace → plan (ask if facts are missing) → compile →
-execute step by step (replanning within a budget) → evaluate → attach → complete."""
+"""ConverterWorkflow: resolve → run → workspace (+ calibration data) → plan (ask if facts are missing)
+→ compile → execute step by step → evaluate → accuracy gate → attach → complete.
+
+The planner climbs the shared ladder (workflows/agent_ladder.py): the LLM's plan must parse and
+compile, a refusal is repaired with the compiler's reasons, and the offline planner answers when the
+LLM cannot. A plan that runs but misses the accuracy threshold (or leaves nodes on the CPU when a
+context binary was asked for) goes back to the planner with the figures, while the planner has a
+remedy and the budget lasts. A deterministic planner is never asked to repeat itself: a failure it
+cannot change ends the job with the failing step's own code."""
 
 from __future__ import annotations
 
@@ -11,15 +18,19 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.llm.structured import Parsed, parse_structured
+    from activities.llm.structured import Parsed, Rejected, parse_structured
     from activities.toolchains import llm_planner
     from activities.toolchains.activities import ToolchainActivities
-    from activities.toolchains.offline_planner import evaluation_pair, plan_warnings
+    from activities.toolchains.offline_planner import (
+        REMEDY_WORDS, evaluation_pair, next_remedy, plan_remedies, plan_warnings,
+    )
+    from contracts.agents import AgentProvenance, AnswerSource
     from contracts.common import ArtifactRef, Failure, JobKind, JobStatus, TokenTotals
     from contracts.convert import CompiledStep, CompileResult, ConversionPlan, PlanStatus
     from contracts.convert_job import (
-        AttemptRecord, CompileRequest, ConversionProgress, ConversionRequest, ConversionResult, EvaluateRequest,
-        EvaluationReport, ExecuteStepRequest, PlannerToolRequest, PlanRequest, ProvideInput, RerunRequest, StepResult,
+        AccuracyVerdict, AttemptRecord, CalibrationRequest, CompileRequest, ConversionProgress, ConversionRequest,
+        ConversionResult, EvaluateRequest, EvaluationReport, ExecuteStepRequest, OffloadReport, PlanFeedback,
+        PlannerToolRequest, PlanRequest, ProvideInput, RecordFailureRequest, RerunRequest, StepResult,
     )
     from contracts.messages import ChatRequest, ChatResult, Message, ToolResultBlock
     from contracts.errors import Err
@@ -29,9 +40,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows._call_options import TOOLCHAIN
     from workflows._init_steps import RunContext, run_id_for
     from workflows._llm import ask, token_totals
+    from workflows.agent_ladder import Accepted, climb
     from workflows.converter_policy import (
-        Evaluate, Execute, GiveUp, Replan, answer_hint, answer_problems, apply_answer, next_after_compile,
-        next_after_execution, rerun_gives_up, wait_summary,
+        Complete, Evaluate, Execute, GiveUp, Replan, answer_hint, answer_problems, apply_answer, gate, min_cosine_for,
+        next_after_compile, next_after_execution, next_after_failed_remedy, rerun_gives_up, wait_summary,
     )
     from workflows.failures import failure_from
     from workflows.job_end import end_failed, is_cancellation, mark_cancelled
@@ -39,6 +51,10 @@ with workflow.unsafe.imports_passed_through():
 
 OFFLINE_ANSWER = "offline-planner-answer"
 """Patch: the offline plan comes as a recorded answer (offline_planner_answer), not a bare plan."""
+TRUSTED = "convert-trusted-v1"
+"""Patch: calibration data ingested, the accuracy gate with planner remedies, a deterministic planner
+never replanning, logs/last_error.json for every failure. Runs from before it keep the old loop."""
+EVAL_SAMPLES_WITH_CALIBRATION = 8
 
 
 @workflow.defn
@@ -57,49 +73,125 @@ class ConverterWorkflow:
         self._messages: list[Message] = []
         """The LLM planner's conversation (kept across replans: feedback is appended once)."""
         self._pending_note = ""
-        """Human answers not yet told to the LLM planner."""
+        """Human answers, feedback or a repair request not yet told to the LLM planner."""
         self._llm_calls: list[ChatResult] = []
         self._planner_warnings: list[str] = []
+        self._provenance: list[AgentProvenance] = []
+        self._evaluation: EvaluationReport | None = None
+        self._accuracy: AccuracyVerdict | None = None
+        self._trusted = False
+        self._calibrated_from: str | None = None
 
     @workflow.run
     async def run(self, req: ConversionRequest) -> ConversionResult:
         self._req = req
+        self._trusted = workflow.patched(TRUSTED)
         ctx = RunContext(run_id=run_id_for(req.run_id), kind=JobKind.CONVERT, queues=req.queues)
         try:
             ws = await self._init(ctx)
-            plan = await (self._load_rerun_plan() if req.rerun_of else self._plan(attempt=0))
+            if req.rerun_of:
+                plan = await self._load_rerun_plan()
+                compiled = await self._compile(plan, ws, 0)
+            else:
+                plan, compiled = await self._plan(attempt=0)
             while plan.status is PlanStatus.NEEDS_INPUT:
                 if not await self._wait_for_answer(ctx, plan.questions):
                     return await self._unanswered(ctx, plan.questions)
-                plan = await self._plan(attempt=0)
-            tried: set[str] = set()
-            for attempt in itertools.count():
-                verdict = next_after_compile(await self._compile(plan, ws, attempt), attempt=attempt,
-                                             replans=self._progress.replans, max_replans=req.max_replans,
-                                             tried=frozenset(tried), last_feedback=self._progress.last_error)
-                if isinstance(verdict, Execute):
-                    tried.add(verdict.fingerprint)
-                    failure = await self._execute(verdict.steps, ws)
-                    verdict = next_after_execution(failure, attempt=attempt, replans=self._progress.replans,
-                                                   max_replans=req.max_replans)
-                if isinstance(verdict, Replan) and req.rerun_of:
-                    verdict = rerun_gives_up(verdict, req.rerun_of, req.overrides)
-                match verdict:
-                    case Evaluate(record):
-                        self._attempts.append(record)
-                        break
-                    case GiveUp(failure, record):
-                        self._attempts.append(record)
-                        return await self._fail(ctx, failure)
-                    case Replan(feedback, record, _):
-                        plan = await self._replan(feedback, record, attempt + 1)
-            report = await self._evaluate(plan, ws)
-            return await self._complete(ctx, ws, report)
+                await self._ingest_calibration()
+                plan, compiled = await self._plan(attempt=0)
+            return await self._convert(ctx, ws, plan, compiled)
         except (ActivityError, asyncio.CancelledError) as e:
             if is_cancellation(e):
                 self._cancelled()
                 raise
             return await self._fail(ctx, failure_from(e, where=self._progress.step))
+
+    async def _convert(self, ctx: RunContext, ws: WorkspaceRef, plan: ConversionPlan,
+                       compiled: CompileResult | None) -> ConversionResult:
+        """compile → execute → evaluate → gate, until a verdict; replans only with a planner that can
+        change its plan."""
+        req = self._request
+        tried: set[str] = set()
+        last_failure: Failure | None = None
+        remedying: Replan | None = None
+        """The gate's verdict this attempt's plan is a remedy for."""
+        for attempt in itertools.count():
+            compiled = compiled or await self._compile(plan, ws, attempt)
+            verdict = next_after_compile(compiled, attempt=attempt, replans=self._progress.replans,
+                                         max_replans=req.max_replans, tried=frozenset(tried),
+                                         last_feedback=self._progress.last_error,
+                                         last_failure=last_failure if self._trusted else None,
+                                         can_replan=not (self._trusted and self._deterministic))
+            compiled = None
+            if isinstance(verdict, Execute):
+                tried.add(verdict.fingerprint)
+                failure = await self._execute(verdict.steps, ws)
+                if failure is not None and remedying is not None and self._trusted and self._deterministic:
+                    remedies, float_outputs, _ = plan_remedies(plan)
+                    verdict = next_after_failed_remedy(failure, remedying, remedies=remedies, float_outputs=float_outputs,
+                                                       attempt=attempt, replans=self._progress.replans,
+                                                       max_replans=req.max_replans, can_remedy=self._can_remedy)
+                else:
+                    verdict = next_after_execution(failure, attempt=attempt, replans=self._progress.replans,
+                                                   max_replans=req.max_replans,
+                                                   can_replan=not (self._trusted and self._deterministic))
+            if isinstance(verdict, Evaluate):
+                verdict = await self._judge(plan, ws, verdict, attempt)
+            if isinstance(verdict, Replan) and req.rerun_of:
+                verdict = rerun_gives_up(verdict, req.rerun_of, req.overrides)
+            match verdict:
+                case Complete(record, accuracy):
+                    self._attempts.append(record)
+                    self._accuracy = accuracy
+                    return await self._complete(ctx, ws)
+                case GiveUp(failure, record):
+                    self._attempts.append(record)
+                    return await self._fail(ctx, failure, attach=failure.code == Err.EVALUATION_CRASHED)
+                case Replan(feedback, record, _, failure, remedy, _):
+                    last_failure = failure
+                    remedying = verdict if remedy is not None else None
+                    plan, compiled = await self._replan(feedback, record, attempt + 1, remedy)
+        raise AssertionError("unreachable")
+
+    async def _judge(self, plan: ConversionPlan, ws: WorkspaceRef, ran: Evaluate,
+                     attempt: int) -> Complete | Replan | GiveUp:
+        """Evaluate the converted model and put the figures through the accuracy gate."""
+        try:
+            self._evaluation = await self._evaluate(plan, ws)
+        except ActivityError as e:
+            if is_cancellation(e):
+                raise
+            failure = failure_from(e, where="evaluate")
+            if failure.code == Err.EVALUATION_CRASHED:
+                failure = failure.model_copy(update={"message": "the conversion succeeded but is UNEVALUATED: "
+                                                                + failure.message})
+                self._accuracy = AccuracyVerdict(verdict="unevaluated", min_cosine=min_cosine_for(self._request),
+                                                 note=failure.message[:300])
+            return GiveUp(failure, ran.record.model_copy(update={"outcome": "evaluation_failed",
+                                                                 "feedback": failure.message}))
+        if not self._trusted:  # a run from before the gate completes as it did then
+            return Complete(ran.record, AccuracyVerdict(verdict="passed", min_cosine=0.0))
+        remedies, float_outputs, failed = plan_remedies(plan)
+        verdict = gate(self._evaluation, self._offload(), request=self._request, attempt=attempt,
+                       replans=self._progress.replans, max_replans=self._request.max_replans, remedies=remedies,
+                       float_outputs=float_outputs, can_remedy=self._can_remedy, failed=failed)
+        if not isinstance(verdict, Complete):
+            self._accuracy = verdict.accuracy
+        return verdict
+
+    def _can_remedy(self, feedback: PlanFeedback) -> bool:
+        """An LLM planner may always try; the offline planner only when it has a remedy left; a rerun never."""
+        if self._request.rerun_of:
+            return False
+        return not self._deterministic or next_remedy(self._request, feedback) is not None
+
+    @property
+    def _deterministic(self) -> bool:
+        """The offline planner (or a rerun's fixed plan): the same feedback gives the same plan."""
+        return self._request.llm != "openai" or bool(self._request.rerun_of)
+
+    def _offload(self) -> OffloadReport | None:
+        return next((s.offload for s in reversed(self._steps) if s.offload is not None), None)
 
     # ---- queries and updates ----------------------------------------------------------------
 
@@ -135,21 +227,68 @@ class ConverterWorkflow:
         self._show("workspace", ctx.run_id)
         self._workspace = WorkspaceRef(run_id=ctx.run_id, user_id=req.user_id)
         await ctx.prepare_workspace(self._workspace, self._model, {"job": JobKind.CONVERT.value})
+        await self._ingest_calibration()
         return self._workspace
 
-    async def _plan(self, attempt: int, feedback: str = "") -> ConversionPlan:
+    async def _ingest_calibration(self) -> None:
+        """Copy the user's calibration data into the workspace (content-addressed); from then on the
+        request names the workspace copy, so planner, quantizer and evaluation read the same data."""
+        req = self._request
+        if not self._trusted or not req.calibration or req.calibration == self._calibrated_from:
+            return
+        assert self._workspace is not None and self._model is not None
+        self._show("calibration data")
+        ref = await workflow.execute_activity_method(
+            ToolchainActivities.prepare_calibration,
+            CalibrationRequest(workspace=self._workspace, source=req.calibration, model=f"input/{self._model.filename}"),
+            task_queue=req.queues.toolchain, summary=f"copy the calibration data {req.calibration} into the workspace",
+            start_to_close_timeout=TOOLCHAIN.start_to_close, heartbeat_timeout=TOOLCHAIN.heartbeat,
+            retry_policy=TOOLCHAIN.retry)
+        self._req = req.model_copy(update={"calibration": ref.path})
+        self._calibrated_from = ref.path
+
+    async def _plan(self, attempt: int, feedback: str = "", remedy: PlanFeedback | None = None,
+                    ) -> tuple[ConversionPlan, CompileResult | None]:
+        """One planner decision on the ladder: (plan, its compile result; None for NEEDS_INPUT)."""
         self._show("plan", attempt=attempt)
-        assert self._model is not None
-        if self._request.llm == "openai":
-            llm_plan = await self._plan_llm(attempt, feedback)
-            if llm_plan is not None:
-                self._warnings = plan_warnings(llm_plan)
-                return llm_plan
-            feedback = ""  # the offline planner starts fresh
-        plan = await self._plan_offline(PlanRequest(request=self._request, model=self._model, attempt=attempt,
-                                                    feedback=feedback), f"offline planner, attempt {attempt}")
+        assert self._model is not None and self._workspace is not None
+        req, ws = self._request, self._workspace
+        repair: list[str] = [feedback]
+
+        async def llm(rejections: list[str]) -> Accepted[tuple[ConversionPlan, CompileResult | None]] | Rejected:
+            answer = await self._llm_answer(attempt, repair[-1])
+            if isinstance(answer, Rejected):
+                repair.append(llm_planner.repair_prompt(answer.reason))
+                return answer
+            if answer.status is PlanStatus.NEEDS_INPUT:
+                return Accepted((answer, None))
+            compiled = await self._compile(answer, ws, attempt)
+            if compiled.ok:
+                return Accepted((answer, compiled))
+            self._attempts.append(AttemptRecord(attempt=attempt, outcome="compile_rejected", feedback=compiled.feedback()))
+            self._progress.replans += 1
+            repair.append(llm_planner.feedback_prompt(compiled.feedback()))
+            return Rejected(compiled.feedback())
+
+        async def offline(reason: str) -> Accepted[tuple[ConversionPlan, CompileResult | None]]:
+            plan = await self._plan_offline(PlanRequest(request=req, model=self._model, attempt=attempt,  # type: ignore[arg-type]
+                                                        feedback=feedback if req.llm != "openai" else "", remedy=remedy),
+                                            f"offline planner, attempt {attempt}")
+            if plan.status is PlanStatus.NEEDS_INPUT:
+                return Accepted((plan, None))
+            return Accepted((plan, await self._compile(plan, ws, attempt)))
+
+        climbed = await climb(llm_planner.AGENT, llm=llm if req.llm == "openai" else None, offline=offline,
+                              max_llm_answers=req.max_replans + 1)
+        self._provenance.append(climbed.provenance)
+        if climbed.provenance.source is AnswerSource.FALLBACK:
+            self._planner_warnings.append(f"{climbed.provenance.fallback_reason}; planned with the offline planner instead")
+        if climbed.value is None:  # the offline planner always answers; kept for the type
+            raise ApplicationError(f"no planner gave a plan: {climbed.provenance.fallback_reason}",
+                                   type=Err.LLM_OUTPUT_INVALID, non_retryable=True)
+        plan, compiled = climbed.value
         self._warnings = plan_warnings(plan)
-        return plan
+        return plan, compiled
 
     async def _plan_offline(self, req: PlanRequest, summary: str) -> ConversionPlan:
         """The offline planner's answer, counted and kept like an LLM answer (a call, zero tokens)."""
@@ -176,9 +315,10 @@ class ConverterWorkflow:
         self._warnings = plan_warnings(plan)
         return plan
 
-    async def _plan_llm(self, attempt: int, feedback: str) -> ConversionPlan | None:
-        """The ReAct loop: one LLM call per tick; planner tools run as activities; ends with a plan.
-        None: no usable plan within planner_max_tool_iters (or the LLM failed): use the offline planner."""
+    async def _llm_answer(self, attempt: int, note: str) -> ConversionPlan | Rejected:
+        """One LLM answer: the ReAct loop, one LLM call per tick; planner tools run as activities; ends
+        with the answer's plan, or a Rejected (unparseable, or no plan within planner_max_tool_iters).
+        An LLM call that fails raises (the ladder falls back to the offline planner)."""
         req, model = self._request, self._model
         assert model is not None
         if not self._messages:
@@ -187,30 +327,23 @@ class ConverterWorkflow:
         if self._pending_note:
             self._messages.append(Message.user(self._pending_note))
             self._pending_note = ""
-        if feedback:
-            self._messages.append(Message.user(llm_planner.feedback_prompt(feedback)))
-        iters = 0
-        while iters < req.planner_max_tool_iters:
-            try:
-                result = await ask(ChatRequest(messages=list(self._messages), tools=llm_planner.TOOL_DEFINITIONS,
-                                               agent=llm_planner.AGENT, temperature=0.0, stream=False),
-                                   queue=req.queues.llm, summary=f"planner: ask the LLM (attempt {attempt}, tick {iters + 1})")
-            except ActivityError as e:
-                f = failure_from(e, where="planner")
-                return self._fallback(f"the LLM planner failed ([{f.code}] {f.message})")
+        if note:
+            self._messages.append(Message.user(note))
+        for tick in range(req.planner_max_tool_iters):
+            result = await ask(ChatRequest(messages=list(self._messages), tools=llm_planner.TOOL_DEFINITIONS,
+                                           agent=llm_planner.AGENT, temperature=0.0, stream=False),
+                               queue=req.queues.llm, summary=f"planner: ask the LLM (attempt {attempt}, tick {tick + 1})")
             self._llm_calls.append(result)
             msg = result.message
             self._messages.append(Message(role="assistant", content=msg.content, tool_calls=msg.tool_calls))
-            iters += 1
             if msg.tool_calls:
                 self._messages.append(Message(role="tool", content=[await self._planner_tool(c.name, c.id, c.arguments, attempt)
                                                                     for c in msg.tool_calls]))
                 continue
             outcome = parse_structured(msg.text, ConversionPlan)
-            if isinstance(outcome, Parsed):
-                return outcome.value
-            self._messages.append(Message.user(llm_planner.repair_prompt(outcome.reason)))
-        return self._fallback(f"the LLM planner gave no plan within planner_max_tool_iters={req.planner_max_tool_iters}")
+            return outcome.value if isinstance(outcome, Parsed) else outcome
+        return Rejected(f"no plan within planner_max_tool_iters={req.planner_max_tool_iters} tool calls: "
+                        "answer with the plan JSON")
 
     async def _planner_tool(self, name: str, call_id: str, arguments: str, attempt: int) -> ToolResultBlock:
         """Run an allowlisted planner tool as an activity; refuse anything else without running it."""
@@ -225,15 +358,16 @@ class ConverterWorkflow:
         )
         return ToolResultBlock(tool_call_id=call_id, content=out.content, is_error=out.is_error)
 
-    def _fallback(self, why: str) -> None:
-        self._planner_warnings.append(f"{why}; planned with the offline planner instead")
-        return None
-
-    async def _replan(self, feedback: str, record: AttemptRecord, attempt: int) -> ConversionPlan:
+    async def _replan(self, feedback: str, record: AttemptRecord, attempt: int,
+                      remedy: PlanFeedback | None) -> tuple[ConversionPlan, CompileResult | None]:
         self._attempts.append(record)
         self._progress.replans += 1
         self._progress.last_error = feedback
-        return await self._plan(attempt, feedback)
+        if remedy is not None and self._request.llm == "openai":
+            feedback = llm_planner.gate_feedback(remedy, feedback)
+        elif self._request.llm == "openai":
+            feedback = llm_planner.feedback_prompt(feedback)
+        return await self._plan(attempt, feedback, remedy)
 
     async def _wait_for_answer(self, ctx: RunContext, questions: list[str]) -> bool:
         """Ask, then wait (durably, for up to the request's timeout) for `provide_input`."""
@@ -299,32 +433,53 @@ class ConverterWorkflow:
             return None
         ref, cand = pair
         self._show("evaluate")
+        calibration = self._request.calibration if self._trusted else None
+        more = {"calibration": calibration, "samples": EVAL_SAMPLES_WITH_CALIBRATION} if calibration else {}
+        req = EvaluateRequest(workspace=ws, reference=ref, candidate=cand, **more)  # type: ignore[arg-type]
         return await workflow.execute_activity_method(
-            ToolchainActivities.evaluate, EvaluateRequest(workspace=ws, reference=ref, candidate=cand),
+            ToolchainActivities.evaluate, req,
             task_queue=self._request.queues.toolchain, summary=f"evaluate {cand} against {ref}",
             start_to_close_timeout=TOOLCHAIN.start_to_close, heartbeat_timeout=TOOLCHAIN.heartbeat,
             retry_policy=TOOLCHAIN.retry,
         )
 
-    async def _complete(self, ctx: RunContext, ws: WorkspaceRef, report: EvaluationReport | None) -> ConversionResult:
-        artifacts: list[ArtifactRef] = [a for s in self._steps for a in s.outputs.values()]
+    def _artifacts(self) -> list[ArtifactRef]:
+        return [a for s in self._steps for a in s.outputs.values()]
+
+    async def _complete(self, ctx: RunContext, ws: WorkspaceRef) -> ConversionResult:
+        artifacts = self._artifacts()
         self._show("attach")
         await ctx.attach(artifacts)
         await ctx.finish(JobStatus.COMPLETED)
         ui.set_status(JobStatus.COMPLETED)
         self._progress.status = JobStatus.COMPLETED
         self._show("completed")
-        return self._result(ctx, JobStatus.COMPLETED, artifacts=artifacts, evaluation=report)
+        if self._accuracy is not None and self._accuracy.verdict == "accepted_lossy":
+            self._warnings.append(self._accuracy.note)
+        return self._result(ctx, JobStatus.COMPLETED, artifacts=artifacts)
 
-    async def _fail(self, ctx: RunContext, failure: Failure, **result: object) -> ConversionResult:
+    async def _fail(self, ctx: RunContext, failure: Failure, *, attach: bool = False, **result: object) -> ConversionResult:
+        """End FAILED: logs/last_error.json, the run record, and (an unevaluated conversion) its artifacts."""
         self._progress.status = JobStatus.FAILED
         self._progress.last_error = f"[{failure.code}] {failure.where}: {failure.message}"
         self._show("failed", error=self._progress.last_error)
+        if attach and self._artifacts():
+            result["artifacts"] = self._artifacts()
         if self._run_created:
             try:
+                if self._trusted and self._workspace is not None:
+                    await workflow.execute_activity_method(
+                        ToolchainActivities.record_failure,
+                        RecordFailureRequest(workspace=self._workspace, failure=failure, attempts=self._attempts),
+                        task_queue=self._request.queues.toolchain, summary=f"write logs/last_error.json ({failure.code})",
+                        start_to_close_timeout=TOOLCHAIN.start_to_close, retry_policy=TOOLCHAIN.retry)
+                if attach and self._artifacts():
+                    await ctx.attach(self._artifacts())
                 await ctx.finish(JobStatus.FAILED, failure)
-            except ActivityError:
-                workflow.logger.warning("could not mark run %s failed", ctx.run_id)
+            except ActivityError as e:
+                if is_cancellation(e):
+                    raise
+                workflow.logger.warning("could not record the failure of run %s", ctx.run_id)
         return end_failed(self._result(ctx, JobStatus.FAILED, failure=failure, **result), failure)
 
     def _cancelled(self) -> None:
@@ -347,10 +502,18 @@ class ConverterWorkflow:
             status=status, run_id=ctx.run_id, model=self._model, workspace=self._workspace, attempts=self._attempts,
             cached_steps=[s.step_id for s in self._steps if s.cached],
             executed_steps=[s.step_id for s in self._steps if not s.cached],
-            warnings=self._planner_warnings + self._warnings, tokens=self._tokens(),
-            transcripts=[c.transcript for c in self._llm_calls],
+            warnings=self._planner_warnings + self._warnings + self._remedy_warnings(), tokens=self._tokens(),
+            transcripts=[c.transcript for c in self._llm_calls], evaluation=self._evaluation,
+            accuracy=self._accuracy if self._trusted else None, offload=self._offload(), planner=self._provenance,
             finished_at=workflow.now(), **kw,  # type: ignore[arg-type]
         )
+
+    def _remedy_warnings(self) -> list[str]:
+        acc = self._accuracy
+        if acc is None or not acc.remedies or acc.verdict not in ("passed", "accepted_lossy"):
+            return []
+        return [f"the accuracy gate (cosine >= {acc.min_cosine:g}) was met only with: "
+                + ", ".join(REMEDY_WORDS.get(r, r) for r in acc.remedies)]
 
     def _tokens(self) -> TokenTotals:
         return token_totals(self._llm_calls)
@@ -369,8 +532,29 @@ class ConverterWorkflow:
         ui.details("convert", {
             "step": step, "run": run_id, "attempt": attempt, "replans": self._progress.replans,
             "target": self._req.target_soc if self._req else "", "done": ", ".join(self._progress.steps_done),
+            "accuracy": accuracy_row(self._accuracy, self._evaluation),
+            "offload": offload_row(self._offload()),
             "questions": " / ".join(self._progress.questions),
             "waiting for": (f"an answer: `{answer_hint(workflow.info().workflow_id)}`"
                             if self._progress.questions else ""),
             "last error": self._progress.last_error,
         })
+
+
+def accuracy_row(accuracy: AccuracyVerdict | None, evaluation: EvaluationReport | None) -> str:
+    """The Web UI's accuracy cell: verdict, worst cosine against the threshold, remedies."""
+    if accuracy is None:
+        return f"cosine {evaluation.cosine:.4f} (not judged yet)" if evaluation is not None else ""
+    words = accuracy.verdict.replace("_", " ")
+    if accuracy.cosine is not None:
+        words += f": cosine {accuracy.cosine:.4f} (threshold {accuracy.min_cosine:g})"
+    if accuracy.remedies:
+        words += " after " + ", ".join(accuracy.remedies)
+    return words
+
+
+def offload_row(offload: OffloadReport | None) -> str:
+    if offload is None:
+        return ""
+    text = f"{offload.share:.0%} of {offload.nodes_total} nodes in the context binary"
+    return text + (f"; on the CPU: {', '.join(offload.cpu_ops)}" if offload.cpu_ops else "")

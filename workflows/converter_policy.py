@@ -1,20 +1,35 @@
 """The converter's decisions as pure functions (STYLE G3): what to do after a compile, after an
-execution, and whether a human answer is acceptable. No workflow.* calls, no I/O."""
+execution, after an evaluation (the accuracy gate), and whether a human answer is acceptable.
+No workflow.* calls, no I/O.
+
+A deterministic planner (offline, or a rerun's fixed plan) is never asked to replan a failure it
+cannot change: the job ends with the failing step's own code. It is asked again only with accuracy
+or offload figures it has a remedy for (offline_planner.next_remedy)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from activities.toolchains.socs import lookup_soc
 from contracts.common import Failure
-from contracts.convert import CompiledStep, CompileResult, Precision
-from contracts.convert_job import AttemptRecord, ConversionRequest, ProvideInput
+from contracts.convert import CompiledStep, CompileResult, OutputKind, Precision
+from contracts.convert_job import (
+    AccuracyVerdict, AttemptRecord, ConversionRequest, EvaluationReport, OffloadReport, PlanFeedback, ProvideInput,
+)
 from contracts.errors import Err, FleetforgeError
 
-NOT_REPLANNABLE = frozenset({Err.TOOLCHAIN_UNAVAILABLE, Err.STORE_UNAVAILABLE, Err.INTEGRITY_ERROR, Err.STORE_URL_INVALID})
+NOT_REPLANNABLE = frozenset({Err.TOOLCHAIN_UNAVAILABLE, Err.STORE_UNAVAILABLE, Err.INTEGRITY_ERROR, Err.STORE_URL_INVALID,
+                             Err.CALIBRATION_INVALID, Err.CALIBRATION_NEEDED})
 """Execution failures a different plan cannot fix."""
+
+DEFAULT_MIN_COSINE: dict[Precision, float] = {
+    Precision.FP32: 0.99, Precision.FP16: 0.99, Precision.INT8: 0.95, Precision.W8A16: 0.95,
+}
+"""The accuracy gate's default: the worst output's cosine to the fp32 model, per requested precision."""
+CONTEXT_OUTPUTS = frozenset({OutputKind.QNN_CONTEXT_BINARY, OutputKind.DLC})
 
 
 @dataclass(frozen=True)
@@ -29,17 +44,30 @@ class Replan:
     record: AttemptRecord
     where: str = "compile"
     """Where the attempt failed: "compile", or the failing step."""
+    failure: Failure | None = None
+    """The failure that ends the job if no different plan comes (a repeated plan, a rerun)."""
+    remedy: PlanFeedback | None = None
+    """Accuracy/offload figures for the planner's remedies."""
+    accuracy: AccuracyVerdict | None = None
 
 
 @dataclass(frozen=True)
 class GiveUp:
     failure: Failure
     record: AttemptRecord
+    accuracy: AccuracyVerdict | None = None
+    """The gate's verdict when the gate ended the job."""
 
 
 @dataclass(frozen=True)
 class Evaluate:
     record: AttemptRecord
+
+
+@dataclass(frozen=True)
+class Complete:
+    record: AttemptRecord
+    accuracy: AccuracyVerdict
 
 
 def fingerprint(steps: list[CompiledStep]) -> str:
@@ -49,45 +77,152 @@ def fingerprint(steps: list[CompiledStep]) -> str:
 
 
 def next_after_compile(result: CompileResult, *, attempt: int, replans: int, max_replans: int,
-                       tried: frozenset[str] = frozenset(), last_feedback: str = "") -> Execute | Replan | GiveUp:
-    """Run a clean compile unless exactly these steps already failed; replan a rejected plan while
-    the budget lasts."""
+                       tried: frozenset[str] = frozenset(), last_feedback: str = "", last_failure: Failure | None = None,
+                       can_replan: bool = True) -> Execute | Replan | GiveUp:
+    """Run a clean compile unless exactly these steps already ran; replan a rejected plan while the
+    budget lasts (never for a deterministic planner: it would answer the same plan)."""
     if result.ok:
         fp = fingerprint(result.steps)
         if fp in tried:
-            why = "the planner proposed steps that already failed; they are not run twice"
+            why = "the planner proposed steps that already ran; they are not run twice"
+            if last_failure is not None:  # the same plan again: the job ends with its own failure
+                return GiveUp(last_failure, AttemptRecord(attempt=attempt, outcome="repeated_plan", feedback=why))
             msg = why + (f". Last error: {last_feedback}" if last_feedback else "")
             return GiveUp(Failure(code=Err.REPLANS_EXHAUSTED, message=msg, where="plan"),
                           AttemptRecord(attempt=attempt, outcome="repeated_plan", feedback=why))
         return Execute(steps=result.steps, fingerprint=fp)
     feedback = result.feedback()
     record = AttemptRecord(attempt=attempt, outcome="compile_rejected", feedback=feedback)
+    if not can_replan:
+        first = result.errors[0] if result.errors else None
+        code = Err.COMPILER_ERROR if first is None or first.code == Err.INTERNAL else first.code
+        return GiveUp(Failure(code=code, where="compile", message=f"the plan was rejected: {_one_line(feedback)}"), record)
     if replans < max_replans:
         return Replan(feedback=feedback, record=record)
     return GiveUp(Failure(code=Err.REPLANS_EXHAUSTED, where="compile",
                           message=f"the plan was still rejected after {replans} replan(s): {feedback}"), record)
 
 
-def next_after_execution(failure: Failure | None, *, attempt: int, replans: int, max_replans: int) -> Evaluate | Replan | GiveUp:
-    """Evaluate after a clean run; replan after a tool failure while the budget lasts."""
+def next_after_execution(failure: Failure | None, *, attempt: int, replans: int, max_replans: int,
+                         can_replan: bool = True) -> Evaluate | Replan | GiveUp:
+    """Evaluate after a clean run; after a tool failure replan while the budget lasts, unless the
+    planner is deterministic (it would answer the same plan): then the step's own failure ends the job."""
     if failure is None:
         return Evaluate(AttemptRecord(attempt=attempt, outcome="succeeded"))
     feedback = f"[{failure.code}] {failure.where}: {failure.message}"
     record = AttemptRecord(attempt=attempt, outcome="execution_failed", feedback=feedback)
-    if failure.code in NOT_REPLANNABLE:
+    if failure.code in NOT_REPLANNABLE or not can_replan:
         return GiveUp(failure, record)
     if replans < max_replans:
-        return Replan(feedback=feedback, record=record, where=failure.where)
+        return Replan(feedback=feedback, record=record, where=failure.where, failure=failure)
     return GiveUp(Failure(code=Err.REPLANS_EXHAUSTED, where=failure.where,
                           message=f"execution still failed after {replans} replan(s): {feedback}"), record)
 
 
+def next_after_failed_remedy(failure: Failure, previous: Replan, *, remedies: list[str], float_outputs: list[str],
+                             attempt: int, replans: int, max_replans: int,
+                             can_remedy: Callable[[PlanFeedback], bool]) -> Replan | GiveUp:
+    """A remedy's plan did not run (keeping the only op in float leaves nothing to quantize, a tool
+    crashed on it): drop that remedy and try the next one on the same figures, or end with the gate's
+    own failure, saying which remedy could not run. Infrastructure failures end the job as they are.
+    `remedies` are the ones the failed plan applied, the new one last."""
+    assert previous.remedy is not None and previous.failure is not None
+    record = AttemptRecord(attempt=attempt, outcome="remedy_failed", remedies=list(remedies),
+                           feedback=f"[{failure.code}] {failure.where}: {failure.message}")
+    if failure.code in NOT_REPLANNABLE:
+        return GiveUp(failure, record)
+    new = remedies[-1] if remedies else "?"
+    note = f"; remedy {new} could not run ([{failure.code}] {_one_line(failure.message, 200)})"
+    gate_failure = previous.failure.model_copy(update={"message": previous.failure.message + note})
+    feedback = previous.remedy.model_copy(update={"remedies": list(remedies[:-1]), "failed": [*previous.remedy.failed, new],
+                                                  "float_outputs": list(float_outputs)})
+    if not can_remedy(feedback):
+        ended = gate_failure.model_copy(update={"message": gate_failure.message + "; the planner has no further remedy"})
+        return GiveUp(ended, record, previous.accuracy)
+    if replans < max_replans:
+        return Replan(feedback=previous.feedback + note, record=record, where=previous.where, failure=gate_failure,
+                      remedy=feedback, accuracy=previous.accuracy)
+    ended = gate_failure.model_copy(update={"message": gate_failure.message + f"; the replan budget ({max_replans}) is spent"})
+    return GiveUp(ended, record, previous.accuracy)
+
+
+def min_cosine_for(request: ConversionRequest) -> float:
+    """The request's threshold, or its precision's default."""
+    if request.min_cosine is not None:
+        return request.min_cosine
+    return DEFAULT_MIN_COSINE.get(request.precision or Precision.FP16, 0.99)
+
+
+def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, request: ConversionRequest,
+         attempt: int, replans: int, max_replans: int, remedies: list[str], float_outputs: list[str],
+         can_remedy: Callable[[PlanFeedback], bool], failed: list[str] | None = None) -> Complete | Replan | GiveUp:
+    """The accuracy gate: a context binary must run entirely inside the binary, and the worst output's
+    cosine must reach the threshold (NaN/Inf where fp32 has none is a failure), else the planner gets
+    the figures as feedback while the budget lasts and `can_remedy` says it has a remedy, else the job
+    fails with the figures and the remedies tried. `min_cosine` 0 accepts a lossy result (the
+    verdict says so)."""
+    threshold = min_cosine_for(request)
+    figures = AccuracyVerdict(verdict="passed", min_cosine=threshold, cosine=report.cosine if report else None,
+                              sqnr_db=report.sqnr_db if report else None, offload_share=offload.share if offload else None,
+                              cpu_ops=list(offload.cpu_ops) if offload else [], remedies=list(remedies))
+    record = AttemptRecord(attempt=attempt, outcome="succeeded", remedies=list(remedies))
+    failed = list(failed or [])
+    tried = f"; remedies tried: {', '.join(remedies)}" if remedies else ""
+    tried += f"; remedies that could not run: {', '.join(failed)}" if failed else ""
+    if offload is not None and request.output in CONTEXT_OUTPUTS and not offload.full:
+        verdict = figures.model_copy(update={"verdict": "not_offloaded"})
+        message = (f"{offload.cpu_nodes} of {offload.nodes_total} nodes run on the CPU outside the HTP context binary "
+                   f"(ops: {', '.join(offload.cpu_ops)}; offload {offload.share:.0%}){tried}")
+        feedback = PlanFeedback(kind="offload", remedies=remedies, failed=failed, float_outputs=float_outputs,
+                                evaluation=report, offload=offload, min_cosine=threshold)
+        return _below(Failure(code=Err.NOT_FULLY_OFFLOADED, where="evaluate", message=message), verdict, feedback,
+                      attempt=attempt, replans=replans, max_replans=max_replans, can_remedy=can_remedy)
+    if report is None:
+        note = "nothing to evaluate: the output is the fp32 model in another file format"
+        return Complete(record, figures.model_copy(update={"verdict": "not_evaluable", "note": note}))
+    bad = [o for o in report.outputs if o.nonfinite_mismatches]
+    if threshold <= 0.0:
+        note = f"accepted as lossy (--min-cosine 0): worst cosine {report.cosine:.4f}"
+        return Complete(record, figures.model_copy(update={"verdict": "accepted_lossy", "note": note}))
+    if report.cosine >= threshold and not bad:
+        return Complete(record, figures)
+    worst = ", ".join(f"{o.name} cosine {o.cosine:.4f} sqnr {o.sqnr_db:.1f} dB"
+                      + (f" {o.nonfinite_mismatches} NaN/Inf mismatches" if o.nonfinite_mismatches else "")
+                      for o in sorted(report.outputs, key=lambda o: o.cosine)[:3])
+    message = f"worst output cosine {report.cosine:.4f} < {threshold:g} on {report.samples} {report.inputs} samples ({worst}){tried}"
+    feedback = PlanFeedback(kind="accuracy", remedies=remedies, failed=failed, float_outputs=float_outputs,
+                            evaluation=report, offload=offload, min_cosine=threshold)
+    verdict = figures.model_copy(update={"verdict": "below_threshold"})
+    return _below(Failure(code=Err.ACCURACY_BELOW_THRESHOLD, where="evaluate", message=message), verdict, feedback,
+                  attempt=attempt, replans=replans, max_replans=max_replans, can_remedy=can_remedy)
+
+
+def _below(failure: Failure, verdict: AccuracyVerdict, feedback: PlanFeedback, *, attempt: int, replans: int,
+           max_replans: int, can_remedy: Callable[[PlanFeedback], bool]) -> Replan | GiveUp:
+    record = AttemptRecord(attempt=attempt, outcome=verdict.verdict, feedback=failure.message, remedies=verdict.remedies)
+    if not can_remedy(feedback):
+        return GiveUp(failure.model_copy(update={"message": failure.message + "; the planner has no further remedy"}),
+                      record, verdict)
+    if replans < max_replans:
+        return Replan(feedback=f"[{failure.code}] {failure.message}", record=record, where="evaluate", failure=failure,
+                      remedy=feedback, accuracy=verdict)
+    return GiveUp(failure.model_copy(update={"message": failure.message + f"; the replan budget ({max_replans}) is spent"}),
+                  record, verdict)
+
+
 def rerun_gives_up(replan: Replan, rerun_of: str, overrides: dict[str, str]) -> GiveUp:
-    """A rerun reuses an earlier plan and is never replanned: its failure says what to change."""
+    """A rerun reuses an earlier plan and is never replanned: it ends with the failure's own code
+    (compiler, tool, accuracy gate), saying what to change."""
     code = Err.COMPILER_ERROR if replan.record.outcome == "compile_rejected" else Err.EXECUTOR_ERROR
+    if replan.failure is not None and replan.failure.code in {e.value for e in Err}:
+        code = Err(replan.failure.code)
     return GiveUp(Failure(code=code, where=replan.where,
                           message=f"the rerun of {rerun_of} with {overrides} failed (a rerun is not replanned; change "
                                   f"the overrides or start a new conversion): {replan.feedback}"), replan.record)
+
+
+def _one_line(text: str, limit: int = 600) -> str:
+    return " / ".join(line.strip() for line in text.splitlines() if line.strip())[:limit]
 
 
 def answer_problems(answer: ProvideInput) -> list[str]:

@@ -23,5 +23,9 @@ def build_argv(spec: ToolSpec, params: dict[str, Any]) -> list[str]:
             if value:
                 argv.append(flag)
             continue
+        if arg.type == "list":  # one flag per item
+            for item in value:
+                argv += [flag, str(item)]
+            continue
         argv += [flag, str(value)]
     return argv

@@ -1,9 +1,12 @@
-"""The convert job's side effects: plan (offline), compile, execute one step, evaluate.
+"""The convert job's side effects: calibration data, plan (offline), compile, execute one step,
+evaluate, record a failure.
 
 Every activity materializes the run's workspace from the store first and pushes what it wrote,
 so any worker of the toolchain queue can run any step. `execute_step` is cached by content:
-the key is the sha256 of canonical JSON of {tool, version, params, argv, input sha256s}, and a
-hit restores the recorded outputs from the store without running the tool.
+the key is the sha256 of canonical JSON of {tool, version, params, argv, input sha256s, the
+toolchain's versions (onnxruntime, onnxruntime-qnn, its QNN SDK, QAIRT)}, and a hit restores the
+recorded outputs from the store without running the tool. Tools and the evaluation run in child
+processes (activities/toolchains/isolate.py): a native crash fails the step, not the worker.
 """
 
 from __future__ import annotations
@@ -13,22 +16,25 @@ import contextvars
 import hashlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel
 from temporalio import activity
+from temporalio.exceptions import is_cancelled_exception
 
 from activities.storage import ArtifactStore, sha256_file
 from activities.toolchains.compiler import compile_plan as compile_plan_fn
+from activities.toolchains.isolate import DEFAULT_LIMITS, ChildLimits, run_isolated
 from activities.toolchains.offline_planner import plan_offline as plan_offline_fn
 from activities.toolchains.registry import ToolRegistry, default_registry
 from activities.workspace import Workspace
 from contracts.common import ArtifactRef
 from contracts.convert import CompiledStep, CompileResult, ConversionPlan
 from contracts.convert_job import (
-    CompileRequest, EvaluateRequest, EvaluationReport, ExecuteStepRequest, PlannerToolRequest, PlannerToolResult,
-    PlanRequest, RerunRequest, StepResult,
+    CalibrationRef, CalibrationRequest, CompileRequest, EvaluateRequest, EvaluationReport, ExecuteStepRequest,
+    OffloadReport, PlannerToolRequest, PlannerToolResult, PlanRequest, RecordFailureRequest, RerunRequest, StepResult,
 )
 from contracts.errors import Err, FleetforgeError
 from contracts.messages import ChatResult
@@ -38,8 +44,9 @@ from contracts.settings import Settings
 HEARTBEAT_EVERY_S = 2.0
 """Well inside TOOLCHAIN's 10 s heartbeat timeout (workflows/_call_options.py)."""
 ERROR_TAIL = 2000
-KEEP_CODES = frozenset({Err.TOOLCHAIN_UNAVAILABLE, Err.PATH_ESCAPE})
-"""Tool failure codes passed through as they are; every other tool failure is EXECUTOR_ERROR."""
+PLAN_FILE, COMPILED_FILE = "plan.json", "compiled_steps.json"
+"""At the workspace root (README: `input/ converted/ logs/ metadata.json plan.json compiled_steps.json`)."""
+LAST_ERROR = "logs/last_error.json"
 
 
 class StepCacheEntry(BaseModel, frozen=True):
@@ -49,6 +56,8 @@ class StepCacheEntry(BaseModel, frozen=True):
     tool_name: str
     tool_version: str
     outputs: dict[str, ArtifactRef]
+    offload: OffloadReport | None = None
+    toolchain: dict[str, str] = {}
 
 
 def cache_doc_key(key: str) -> str:
@@ -59,16 +68,31 @@ def eval_cache_doc_key(key: str) -> str:
     return f"cache/evaluations/{key}.json"
 
 
-def step_cache_key(step: CompiledStep, root: Path) -> str:
-    """sha256 of canonical JSON of the step's identity and the content of its inputs."""
+def step_cache_key(step: CompiledStep, root: Path, toolchain: dict[str, str] | None = None) -> str:
+    """sha256 of canonical JSON of the step's identity, the content of its inputs and the versions of
+    the toolchain that runs it (a changed onnxruntime / QNN SDK / QAIRT SDK is a miss)."""
     inputs = {}
     for rel in step.inputs:
         p = root / rel
         if not p.is_file():
             raise FleetforgeError(Err.EXECUTOR_ERROR, f"step {step.step_id}: input {rel!r} is missing from the workspace")
         inputs[rel] = sha256_file(p)
-    doc = {"tool": step.tool_name, "version": step.tool_version, "params": step.params, "argv": step.argv, "inputs": inputs}
+    doc = {"tool": step.tool_name, "version": step.tool_version, "params": step.params, "argv": step.argv, "inputs": inputs,
+           "toolchain": _relevant(step, toolchain or {})}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def _relevant(step: CompiledStep, toolchain: dict[str, str]) -> dict[str, str]:
+    """The versions that decide a step's output: the QAIRT SDK for an argv (QAIRT CLI) step, the
+    onnx/onnxruntime/onnxruntime-qnn/QNN SDK versions for an in-process step."""
+    if step.argv is not None:
+        return {k: v for k, v in toolchain.items() if k == "qairt"}
+    return {k: v for k, v in toolchain.items() if k != "qairt"}
+
+
+def _cancel_probe() -> Callable[[], bool] | None:
+    """`activity.is_cancelled` inside an activity (the child runner polls it), else None."""
+    return activity.is_cancelled if activity.in_activity() else None
 
 
 @contextlib.contextmanager
@@ -95,10 +119,16 @@ def heartbeating(what: str, every_s: float = HEARTBEAT_EVERY_S) -> Iterator[None
 
 
 class ToolchainActivities:
-    def __init__(self, store: ArtifactStore, settings: Settings, registry: ToolRegistry | None = None):
+    def __init__(self, store: ArtifactStore, settings: Settings, registry: ToolRegistry | None = None, *,
+                 toolchain: dict[str, str] | None = None, limits: ChildLimits = DEFAULT_LIMITS):
+        from activities.toolchains.versions import toolchain_versions
+
         self.store = store
         self.settings = settings
         self.registry = registry or default_registry()
+        self.toolchain = toolchain if toolchain is not None else toolchain_versions(settings.qairt_sdk_root)
+        """Versions in every cache key (tests pass other ones to show an upgrade misses the cache)."""
+        self.limits = limits
         if settings.qairt_sdk_root:  # the installed SDK's version decides which qairt specs (flags) apply
             from activities.toolchains.qairt import detect_sdk
             from contracts.convert import Toolchain
@@ -118,7 +148,7 @@ class ToolchainActivities:
         from activities.llm.activity import record_offline_answer
         from activities.toolchains.llm_planner import AGENT
 
-        plan = plan_offline_fn(req.request, req.model, self.registry, feedback=req.feedback)
+        plan = plan_offline_fn(req.request, req.model, self.registry, feedback=req.feedback, remedy=req.remedy)
         return record_offline_answer(self.store, AGENT, req.model_dump(mode="json"), plan.model_dump_json())
 
     @activity.defn
@@ -129,20 +159,45 @@ class ToolchainActivities:
 
     @activity.defn
     def load_plan(self, req: RerunRequest) -> ConversionPlan:
-        """An earlier run's logs/plan.json with the overrides applied (for a rerun; no planner)."""
-        from activities.experiments import RunStore
-        from activities.toolchains.rerun import apply_overrides
+        """An earlier run's plan.json with the overrides applied (for a rerun; no planner)."""
+        from activities.toolchains.rerun import apply_overrides, earlier_plan
 
-        record = RunStore(self.store).get(req.run_id)
-        ws = self.workspace(WorkspaceRef(run_id=req.run_id, user_id=record.user_id))
+        return apply_overrides(earlier_plan(self.store, req.run_id), req.overrides, self.registry)
+
+    @activity.defn
+    def prepare_calibration(self, req: CalibrationRequest) -> CalibrationRef:
+        """Copy the user's calibration data into the workspace as one canonical .npz (content-addressed:
+        `input/calibration_<sha256>.npz`), checked against the model's inputs."""
+        from activities.modelhub import ModelHub
+        from activities.toolchains.feeds import ingest
+
+        ws = self.workspace(req.workspace)
         ws.materialize()
-        p = ws.path("logs/plan.json")
-        if not p.is_file():
-            raise FleetforgeError(Err.BAD_INPUT, f"run {req.run_id} has no plan.json (it ended before planning); "
-                                                 "start a new conversion instead of a rerun")
-        doc = json.loads(p.read_text())
-        doc.pop("attempt", None)
-        return apply_overrides(ConversionPlan.model_validate(doc), req.overrides, self.registry)
+        parsed = urlparse(req.source)
+        if parsed.scheme == "s3":
+            try:
+                _, source = ModelHub(self.store, self.settings).locate(req.source)
+            except FleetforgeError as e:
+                raise FleetforgeError(Err.CALIBRATION_INVALID, f"calibration data: {e.message}") from e
+        else:
+            source = Path(unquote(parsed.path)) if parsed.scheme == "file" else Path(req.source)
+            if not source.is_absolute():
+                raise FleetforgeError(Err.CALIBRATION_INVALID, f"calibration path {req.source!r} is relative; give an "
+                                      "absolute path or a file:// or s3:// URI (the fleetforge CLI resolves it for you)")
+        rel, sha, samples, inputs = ingest(source, ws.path(req.model), ws.root)
+        ws.push([rel])
+        return CalibrationRef(path=rel, sha256=sha, samples=samples, inputs=inputs)
+
+    @activity.defn
+    def record_failure(self, req: RecordFailureRequest) -> None:
+        """logs/last_error.json: why the job failed (every failure: compiler, executor, evaluation,
+        accuracy gate), with the step's own details when it wrote some."""
+        ws = self.workspace(req.workspace)
+        ws.materialize()
+        step_log = ws.path(f"logs/{req.failure.where}.error.json") if _safe_name(req.failure.where) else None
+        details = json.loads(step_log.read_text()) if step_log is not None and step_log.is_file() else {}
+        ws.write_json(LAST_ERROR, req.failure.model_dump(mode="json") | {"details": details, "attempts": req.attempts})
+        ws.push([LAST_ERROR])
 
     @activity.defn
     def planner_tool(self, req: PlannerToolRequest) -> PlannerToolResult:
@@ -162,9 +217,9 @@ class ToolchainActivities:
         ws = self.workspace(req.workspace)
         ws.materialize()
         result = compile_plan_fn(req.plan, self.registry, ws.root)
-        ws.write_json("logs/plan.json", req.plan.model_dump(mode="json") | {"attempt": req.attempt})
-        ws.write_json("logs/compiled_steps.json", result.model_dump(mode="json") | {"attempt": req.attempt})
-        ws.push(["logs/plan.json", "logs/compiled_steps.json"])
+        ws.write_json(PLAN_FILE, req.plan.model_dump(mode="json") | {"attempt": req.attempt})
+        ws.write_json(COMPILED_FILE, result.model_dump(mode="json") | {"attempt": req.attempt})
+        ws.push([PLAN_FILE, COMPILED_FILE])
         return result
 
     @activity.defn
@@ -176,9 +231,10 @@ class ToolchainActivities:
 
     @activity.defn
     def evaluate(self, req: EvaluateRequest) -> EvaluationReport:
-        """Compare the converted model with the original on the same seeded inputs. The figures are a
-        function of the two models' content, the samples and the seed, so they are cached like a step
-        (under HTP emulation on x86 the evaluation costs more than the compile)."""
+        """Compare the converted model with the original on the same inputs, in a child process (an
+        emulator crash is EVALUATION_CRASHED). The figures are a function of both models' content, the
+        inputs, the samples, the seed and the toolchain, so they are cached like a step (under HTP
+        emulation on x86 the evaluation costs more than the compile)."""
         with heartbeating(f"evaluate {req.candidate}"):
             return self._evaluate(req)
 
@@ -186,33 +242,46 @@ class ToolchainActivities:
         ws = self.workspace(req.workspace)
         ws.materialize()
         step = req.step
-        key = step_cache_key(step, ws.root)
+        key = step_cache_key(step, ws.root, self.toolchain)
         cached = self._restore(ws, step, key)
         if cached is not None:
             return cached
         seconds, details, files = self._run(ws, step)
+        offload = OffloadReport.model_validate(details["offload"]) if isinstance(details.get("offload"), dict) else None
         log = f"logs/{step.step_id}.exec_result.json"
         ws.write_json(log, {"step_id": step.step_id, "tool": step.tool_name, "version": step.tool_version,
-                            "cached": False, "cache_key": key, "outputs": files, "seconds": seconds, "details": details})
+                            "cached": False, "cache_key": key, "outputs": files, "seconds": seconds, "details": details,
+                            "toolchain": self.toolchain})
         index = ws.push(files + [log])
         outputs = {rel: index[rel] for rel in files}
-        entry = StepCacheEntry(key=key, tool_name=step.tool_name, tool_version=step.tool_version, outputs=outputs)
+        entry = StepCacheEntry(key=key, tool_name=step.tool_name, tool_version=step.tool_version, outputs=outputs,
+                               offload=offload, toolchain=_relevant(step, self.toolchain))
         self.store.put_doc(cache_doc_key(key), entry.model_dump_json(indent=1).encode())
         return StepResult(step_id=step.step_id, tool_name=step.tool_name, cached=False, cache_key=key,
-                          outputs=outputs, seconds=seconds)
+                          outputs=outputs, seconds=seconds, offload=offload)
 
     def _evaluate(self, req: EvaluateRequest) -> EvaluationReport:
-        from activities.toolchains.evaluate import EvalParams, evaluate, evaluation_cache_key
+        from activities.toolchains.evaluate import EvalParams, evaluation_cache_key
 
         ws = self.workspace(req.workspace)
         ws.materialize()
-        params = EvalParams(reference=req.reference, candidate=req.candidate, samples=req.samples, seed=req.seed)
-        key = evaluation_cache_key(ws.root, params)
+        params = EvalParams(reference=req.reference, candidate=req.candidate, samples=req.samples, seed=req.seed,
+                            calibration=req.calibration)
+        key = evaluation_cache_key(ws.root, params, self.toolchain)
         raw = self.store.get_doc(eval_cache_doc_key(key))
         if raw is not None:
             out = EvaluationReport.model_validate_json(raw).model_copy(update={"cached": True})
         else:
-            out = EvaluationReport(reference=req.reference, candidate=req.candidate, **evaluate(ws.root, params).model_dump())
+            try:
+                reply = run_isolated("activities.toolchains.evaluate:evaluate_in_child",
+                                     {"root": str(ws.root), "params": params.model_dump(mode="json")},
+                                     what=f"evaluating {req.candidate} (QNN HTP emulation on x86)",
+                                     crash_code=Err.EVALUATION_CRASHED, fallback_code=Err.EVALUATION_ERROR,
+                                     limits=self.limits, cancelled=_cancel_probe())
+            except FleetforgeError as e:
+                self._step_error(ws, "evaluate", "evaluate", e)
+                raise
+            out = EvaluationReport.model_validate(reply)
             self.store.put_doc(eval_cache_doc_key(key), out.model_dump_json(indent=1).encode())
         ws.write_json("logs/evaluation.json", out.model_dump(mode="json"))
         ws.push(["logs/evaluation.json"])
@@ -229,26 +298,39 @@ class ToolchainActivities:
             self.store.get_file(ref, ws.path(rel))
         log = f"logs/{step.step_id}.exec_result.json"
         ws.write_json(log, {"step_id": step.step_id, "tool": step.tool_name, "version": step.tool_version,
-                            "cached": True, "cache_key": key, "outputs": sorted(entry.outputs)})
+                            "cached": True, "cache_key": key, "outputs": sorted(entry.outputs), "toolchain": entry.toolchain})
         index = ws.push(sorted(entry.outputs) + [log])
         return StepResult(step_id=step.step_id, tool_name=step.tool_name, cached=True, cache_key=key,
-                          outputs={rel: index[rel] for rel in sorted(entry.outputs)})
+                          outputs={rel: index[rel] for rel in sorted(entry.outputs)}, offload=entry.offload)
 
     def _run(self, ws: Workspace, step: CompiledStep) -> tuple[float, dict, list[str]]:
-        """Run the tool; on failure record logs/last_error.json and raise a coded error."""
+        """Run the tool (in a child process); on failure record logs/<step>.error.json and raise a coded
+        error. A cancellation passes through untouched (the child is already killed)."""
         from activities.toolchains.steps import run_step
 
         try:
-            out = run_step(step, ws.root, self.settings.qairt_sdk_root)
+            out = run_step(step, ws.root, self.settings.qairt_sdk_root, limits=self.limits, cancelled=_cancel_probe())
             files = self._written_files(ws, step, list(out.outputs))
+        except FleetforgeError as e:
+            self._step_error(ws, step.step_id, step.tool_name, e)
+            raise
         except Exception as e:
-            code = e.code if isinstance(e, FleetforgeError) and e.code in KEEP_CODES else Err.EXECUTOR_ERROR
-            message = str(e)[-ERROR_TAIL:] or type(e).__name__
-            ws.write_json("logs/last_error.json", {"step_id": step.step_id, "tool": step.tool_name,
-                                                   "code": code.value, "message": message})
-            ws.push(["logs/last_error.json"])
-            raise FleetforgeError(code, f"step {step.step_id} ({step.tool_name}) failed: {message}") from e
+            if is_cancelled_exception(e):
+                raise
+            from activities.toolchains.isolate import tidy
+
+            error = FleetforgeError(Err.EXECUTOR_ERROR, f"step {step.step_id} ({step.tool_name}) failed: "
+                                    f"{tidy(str(e))[-ERROR_TAIL:] or type(e).__name__}")
+            self._step_error(ws, step.step_id, step.tool_name, error)
+            raise error from e
         return out.seconds, dict(out.details), files
+
+    def _step_error(self, ws: Workspace, where: str, tool: str, e: FleetforgeError) -> None:
+        """logs/<where>.error.json and logs/last_error.json: the failing step's code and message."""
+        doc = {"where": where, "tool": tool, "code": e.code.value, "message": e.message, "toolchain": self.toolchain}
+        ws.write_json(f"logs/{where}.error.json", doc)
+        ws.write_json(LAST_ERROR, doc)
+        ws.push([f"logs/{where}.error.json", LAST_ERROR])
 
     def _written_files(self, ws: Workspace, step: CompiledStep, written: list[str]) -> list[str]:
         """Every file the step wrote; an expected output that is missing or empty is a tool failure."""
@@ -265,3 +347,7 @@ class ToolchainActivities:
             else:
                 raise FleetforgeError(Err.EXECUTOR_ERROR, f"step {step.step_id}: expected output {rel!r} is missing or empty")
         return sorted(files)
+
+
+def _safe_name(where: str) -> bool:
+    return bool(where) and all(c.isalnum() or c in "_.-" for c in where) and not where.startswith(".")

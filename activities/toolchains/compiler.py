@@ -173,6 +173,10 @@ def _check_value(arg: ArgSpec, value: Any) -> tuple[Any, str | None]:
     if t == "float":
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf")
         return (float(value), None) if ok else (None, f"expected a finite number, got {_show(value)}")
+    if t == "list":
+        ok = (isinstance(value, list) and len(value) <= 64
+              and all(isinstance(v, str) and 0 < len(v) <= 256 and "\x00" not in v for v in value))
+        return (list(value), None) if ok else (None, f"expected a list of at most 64 names, got {_show(value)}")
     if not isinstance(value, str):
         return None, f"expected a string, got {_show(value)}"
     if t in PATH_TYPES:
@@ -218,7 +222,7 @@ def _compile_step(step: PlanStep, spec: ToolSpec, root: Path, errors: _Errors) -
         if why is not None:
             errors.add(Err.COMPILER_ERROR, f"{sid}.{name}", why)
             continue
-        if spec.program and isinstance(norm, str) and norm.startswith("-"):
+        if spec.program and any(isinstance(v, str) and v.startswith("-") for v in (norm if isinstance(norm, list) else [norm])):
             errors.add(Err.COMPILER_ERROR, f"{sid}.{name}", "values may not start with '-' (they would read as flags)")
             continue
         params[name] = norm

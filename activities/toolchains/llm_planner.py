@@ -16,7 +16,7 @@ import jinja2
 
 from activities.toolchains.compiler import compile_plan
 from activities.toolchains.registry import ToolRegistry
-from contracts.convert_job import ConversionRequest
+from contracts.convert_job import ConversionRequest, PlanFeedback
 from contracts.messages import ToolDefinition
 from contracts.models import ModelRef
 
@@ -63,6 +63,13 @@ def request_prompt(request: ConversionRequest, model: ModelRef) -> str:
 
 def feedback_prompt(feedback: str) -> str:
     return render("planner_feedback.j2", feedback=feedback)
+
+
+def gate_feedback(remedy: PlanFeedback, feedback: str) -> str:
+    """The accuracy gate's figures and the remedies the LLM may apply."""
+    outputs = sorted(remedy.evaluation.outputs, key=lambda o: o.cosine)[:8] if remedy.evaluation else []
+    return render("planner_gate.j2", feedback=feedback, evaluation=remedy.evaluation, outputs=outputs,
+                  offload=remedy.offload, min_cosine=remedy.min_cosine, remedies=remedy.remedies)
 
 
 def repair_prompt(reason: str) -> str:

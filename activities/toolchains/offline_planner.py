@@ -4,6 +4,14 @@ or a second worker plans identically. The LLM planner's fallback and the default
 
 Paths are workspace-relative: the model is `input/<file>`, everything produced goes to
 `converted/`. Facts the planner cannot guess (target SoC, precision) become questions.
+
+Accuracy remedies: when the converted model misses the accuracy threshold (or leaves nodes on the
+CPU), the workflow asks again with the figures (`PlanFeedback`). The planner then applies its next
+remedy on top of the ones already tried, in the order of REMEDIES: the failing outputs' last nodes
+kept in float (the cheapest: the rest stays int8; a softmax whose values sit below one 8-bit step
+needs no more), 16-bit activations (int8 → w8a16), more calibration samples with per-channel
+weights. With no remedy left the workflow ends with the gate's own code (next_remedy says so
+without asking the planner).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from activities.toolchains.presets import preset_args
 from activities.toolchains.registry import ToolRegistry
 from activities.toolchains.socs import SOCS, lookup_soc
 from contracts.convert import ConversionPlan, OutputKind, PlanStatus, PlanStep, Precision, Toolchain
-from contracts.convert_job import ConversionRequest
+from contracts.convert_job import ConversionRequest, PlanFeedback
 from contracts.errors import Err, FleetforgeError
 from contracts.models import ModelFormat, ModelRef
 
@@ -26,6 +34,30 @@ QNN_OUTPUTS = frozenset({OutputKind.QNN_CONTEXT_BINARY, OutputKind.DLC})
 QUANTIZED = frozenset({Precision.INT8, Precision.W8A16})
 SYNTHETIC_SAMPLES = 8
 SYNTHETIC_SEED = 0
+MORE_SAMPLES_FACTOR = 4
+MAX_SAMPLES = 64
+
+W8A16, FLOAT_OUTPUTS, MORE_CALIBRATION = "w8a16", "float_outputs", "more_calibration"
+REMEDIES = (FLOAT_OUTPUTS, W8A16, MORE_CALIBRATION)
+"""The offline planner's accuracy remedies, tried in this order (each on top of the earlier ones)."""
+REMEDY_WORDS = {
+    W8A16: "16-bit activations (w8a16)",
+    FLOAT_OUTPUTS: "the failing outputs kept in float",
+    MORE_CALIBRATION: "more calibration samples with per-channel weights",
+}
+
+
+def request_problems(request: ConversionRequest) -> list[str]:
+    """Combinations no plan can satisfy (the CLI refuses them with exit 2 before a job starts)."""
+    out: list[str] = []
+    p = request.precision
+    if request.output is OutputKind.ORT and p is Precision.W8A16:
+        out.append("--output ort supports fp32, fp16 or int8, not w8a16 (use --output qnn_context_binary or onnx_qdq)")
+    if request.output is OutputKind.ONNX_QDQ and p is not None and p not in QUANTIZED:
+        out.append(f"--output onnx_qdq needs --precision int8 or w8a16, not {p.value}")
+    if request.toolchain is Toolchain.ONNX and request.output in QNN_OUTPUTS:
+        out.append(f"the onnx toolchain cannot build {request.output.value}; use --toolchain auto or ort-qnn")
+    return out
 
 
 def questions_for(request: ConversionRequest) -> list[str]:
@@ -45,8 +77,10 @@ def questions_for(request: ConversionRequest) -> list[str]:
     return out
 
 
-def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegistry, *, feedback: str = "") -> ConversionPlan:
-    """The plan for `request` on `model`, or a NEEDS_INPUT plan with questions."""
+def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegistry, *, feedback: str = "",
+                 remedy: PlanFeedback | None = None) -> ConversionPlan:
+    """The plan for `request` on `model`, or a NEEDS_INPUT plan with questions; with accuracy/offload
+    feedback, the plan with the next remedy applied (or the same plan when none is left)."""
     questions = questions_for(request)
     if questions:
         return ConversionPlan(status=PlanStatus.NEEDS_INPUT, questions=questions,
@@ -59,7 +93,15 @@ def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegi
     if request.toolchain is Toolchain.ONNX and request.output in QNN_OUTPUTS:
         raise FleetforgeError(Err.BAD_INPUT, f"the onnx toolchain cannot build {request.output.value}; use auto or ort-qnn")
     assert request.precision is not None  # questions_for asked otherwise
-    b = _Builder(registry, f"input/{model.filename}", _stem(model.filename), request.preset)
+    remedies = [r for r in remedy.remedies if r not in remedy.failed] if remedy else []
+    float_outputs = list(remedy.float_outputs) if remedy and FLOAT_OUTPUTS in remedies else []
+    if remedy is not None:
+        step = next_remedy(request, remedy)
+        if step is not None:
+            remedies.append(step)
+            if step == FLOAT_OUTPUTS:
+                float_outputs = failing_outputs(remedy)
+    b = _Builder(registry, f"input/{model.filename}", _stem(model.filename), request.preset, remedies, float_outputs)
     if request.output in QNN_OUTPUTS:
         candidate = _plan_qnn(b, request)
     elif request.output is OutputKind.ONNX_QDQ:
@@ -67,14 +109,57 @@ def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegi
     else:
         candidate = _plan_ort(b, request)
     intent: dict[str, JsonValue] = {
-        "model": model.name, "output": request.output.value, "precision": request.precision.value,
+        "model": model.name, "output": request.output.value, "precision": b.precision(request).value,
         "soc": lookup_soc(request.target_soc).name if request.target_soc and request.output in QNN_OUTPUTS else None,
         "reference": b.source, "evaluate": candidate, "warnings": list(b.warnings), "preset": request.preset,
     }
+    if request.calibration:
+        intent["calibration"] = request.calibration
+    if remedies or (remedy and remedy.failed):
+        intent |= {"requested_precision": request.precision.value, "remedies": list(remedies),
+                   "float_outputs": list(float_outputs), "failed_remedies": list(remedy.failed if remedy else [])}
     rationale = " → ".join(s.tool_name for s in b.steps)
+    if remedies:
+        rationale += "; remedies: " + ", ".join(REMEDY_WORDS[r] for r in remedies)
     if feedback:
-        rationale += " (the offline planner is deterministic; previous attempt: " + feedback.splitlines()[0][:200] + ")"
+        rationale += " (previous attempt: " + feedback.splitlines()[0][:200] + ")"
     return ConversionPlan(status=PlanStatus.OK, intent=intent, steps=b.steps, rationale=rationale)
+
+
+def next_remedy(request: ConversionRequest, feedback: PlanFeedback) -> str | None:
+    """The first remedy of REMEDIES not tried yet that can help with this feedback (pure)."""
+    tried = set(feedback.remedies) | set(feedback.failed)
+    precision = Precision.W8A16 if W8A16 in set(feedback.remedies) - set(feedback.failed) else request.precision
+    qnn_quantizer = precision in QUANTIZED and (request.output in QNN_OUTPUTS or precision is Precision.W8A16)
+    for r in REMEDIES:
+        if r in tried:
+            continue
+        if r == W8A16 and precision is Precision.INT8 and request.output in QNN_OUTPUTS | {OutputKind.ONNX_QDQ}:
+            return r
+        if feedback.kind != "accuracy":
+            continue  # nodes left on the CPU: only a wider activation type may change what HTP takes
+        if r == FLOAT_OUTPUTS and qnn_quantizer and failing_outputs(feedback):
+            return r
+        if r == MORE_CALIBRATION and precision in QUANTIZED and not request.calibration:
+            return r
+    return None
+
+
+def failing_outputs(feedback: PlanFeedback) -> list[str]:
+    """Outputs below the threshold (or with NaN/Inf where the fp32 model has none), sorted."""
+    ev = feedback.evaluation
+    if ev is None:
+        return []
+    return sorted(o.name for o in ev.outputs if o.cosine < feedback.min_cosine or o.nonfinite_mismatches)
+
+
+def plan_remedies(plan: ConversionPlan) -> tuple[list[str], list[str], list[str]]:
+    """(remedies applied, float outputs, remedies that could not run) of a plan (its intent says so)."""
+    def names(key: str) -> list[str]:
+        raw = plan.intent.get(key)
+        return [str(v) for v in raw] if isinstance(raw, list) else []
+
+    return names("remedies"), names("float_outputs"), names("failed_remedies")
 
 
 def plan_warnings(plan: ConversionPlan) -> list[str]:
@@ -94,31 +179,35 @@ def _stem(filename: str) -> str:
 
 
 class _Builder:
-    def __init__(self, registry: ToolRegistry, source: str, stem: str, preset: str = "balanced"):
+    def __init__(self, registry: ToolRegistry, source: str, stem: str, preset: str = "balanced",
+                 remedies: list[str] | None = None, float_outputs: list[str] | None = None):
         self.registry = registry
         self.preset = preset
         self.source = source
         self.stem = stem
         self.steps: list[PlanStep] = []
         self.warnings: list[str] = []
+        self.remedies = list(remedies or [])
+        self.float_outputs = list(float_outputs or [])
+
+    def precision(self, request: ConversionRequest) -> Precision:
+        """What is built: the request's precision, raised to w8a16 by that remedy."""
+        assert request.precision is not None
+        return Precision.W8A16 if W8A16 in self.remedies and request.precision is Precision.INT8 else request.precision
 
     def has_arg(self, tool: str, arg: str) -> bool:
         spec = self.registry.get(tool)
         return spec is not None and spec.arg(arg) is not None
 
-    def add(self, step_id: str, tool: str, required: dict[str, JsonValue], optional: dict[str, JsonValue] | None = None,
-            expected: list[str] | None = None) -> None:
-        if self.registry.get(tool) is None:
-            raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, f"tool {tool!r} is not in the registry")
-        deps = [self.steps[-1].step_id] if self.steps else []
-        optional = (optional or {}) | preset_args(self.preset, tool)
-        self.steps.append(PlanStep(step_id=step_id, tool_name=tool, required_args=required, optional_args=optional,
-                                   expected_outputs=expected or [str(required["output"])], depends_on=deps))
+    def samples(self, tool: str) -> int:
+        """Synthetic calibration samples for `tool`: the preset's, times MORE_SAMPLES_FACTOR with that remedy."""
+        base = int(preset_args(self.preset, tool).get("calibration_samples", SYNTHETIC_SAMPLES))  # type: ignore[arg-type]
+        return min(MAX_SAMPLES, base * MORE_SAMPLES_FACTOR) if MORE_CALIBRATION in self.remedies else base
 
     def calibration(self, tool: str, request: ConversionRequest) -> dict[str, JsonValue]:
-        samples = preset_args(self.preset, tool).get("calibration_samples", SYNTHETIC_SAMPLES)
         if request.calibration and self.has_arg(tool, "calibration_data"):
             return {"calibration_data": request.calibration}
+        samples = self.samples(tool)
         if request.calibration:
             self.warnings.append(f"{tool} takes no calibration data; ignored {request.calibration!r} and used "
                                  f"{samples} seeded synthetic samples (seed {SYNTHETIC_SEED})")
@@ -127,12 +216,27 @@ class _Builder:
                                  f"samples (seed {SYNTHETIC_SEED}); accuracy on real inputs may differ")
         return {"calibration_samples": SYNTHETIC_SAMPLES, "seed": SYNTHETIC_SEED}
 
+    def add(self, step_id: str, tool: str, required: dict[str, JsonValue], optional: dict[str, JsonValue] | None = None,
+            expected: list[str] | None = None) -> None:
+        if self.registry.get(tool) is None:
+            raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, f"tool {tool!r} is not in the registry")
+        deps = [self.steps[-1].step_id] if self.steps else []
+        preset = preset_args(self.preset, tool)
+        if "calibration_data" in (optional or {}):
+            preset.pop("calibration_samples", None)  # real data: every sample is used
+        optional = (optional or {}) | preset
+        if MORE_CALIBRATION in self.remedies and "calibration_samples" in optional:
+            optional["calibration_samples"] = self.samples(tool)
+            if self.has_arg(tool, "per_channel"):
+                optional["per_channel"] = True
+        self.steps.append(PlanStep(step_id=step_id, tool_name=tool, required_args=required, optional_args=optional,
+                                   expected_outputs=expected or [str(required["output"])], depends_on=deps))
+
 
 def _plan_qnn(b: _Builder, request: ConversionRequest) -> str:
     soc = lookup_soc(request.target_soc or "").name.lower()
-    assert request.precision is not None
     model = _precision_stage(b, request, request.output)
-    ctx_precision = htp_precision(request.precision).value
+    ctx_precision = htp_precision(b.precision(request)).value
     out = f"converted/{b.stem}_{ctx_precision}_{soc}_ctx.onnx"
     optional: dict[str, JsonValue] = {"precision": ctx_precision}
     if request.output is OutputKind.DLC:
@@ -148,7 +252,7 @@ def _plan_onnx_qdq(b: _Builder, request: ConversionRequest) -> str:
 def _plan_ort(b: _Builder, request: ConversionRequest) -> str | None:
     assert request.precision is not None
     model = _precision_stage(b, request, OutputKind.ORT)
-    b.add("to_ort", "onnx.to_ort", {"model": model, "output": f"converted/{b.stem}_{request.precision.value}.ort"})
+    b.add("to_ort", "onnx.to_ort", {"model": model, "output": f"converted/{b.stem}_{b.precision(request).value}.ort"})
     return model if model != b.source else None  # an .ort file itself is not evaluated
 
 
@@ -160,8 +264,10 @@ def htp_precision(precision: Precision) -> Precision:
 def _precision_stage(b: _Builder, request: ConversionRequest, output: OutputKind) -> str:
     """Add the steps that bring the source model to `request.precision` for `output` (none when the
     source already is what the next step takes); returns the model path the next step reads."""
-    precision = request.precision
-    assert precision is not None
+    problems = request_problems(request)
+    if problems:
+        raise FleetforgeError(Err.BAD_INPUT, problems[0])
+    precision = b.precision(request)
     if output in QNN_OUTPUTS:  # the HTP compiler takes fp32 (computed at fp16) or a QDQ model
         if precision in QUANTIZED:
             return _quantize(b, request, "ortqnn.quantize_qdq")
@@ -184,12 +290,15 @@ def _precision_stage(b: _Builder, request: ConversionRequest, output: OutputKind
 
 
 def _quantize(b: _Builder, request: ConversionRequest, tool: str) -> str:
-    assert request.precision is not None
-    out = f"converted/{b.stem}_{request.precision.value}_qdq.onnx"
+    precision = b.precision(request)
+    out = f"converted/{b.stem}_{precision.value}_qdq.onnx"
     required: dict[str, JsonValue] = {"model": b.source, "output": out}
+    optional = b.calibration(tool, request)
     if tool == "ortqnn.quantize_qdq":
-        required["precision"] = request.precision.value
-    b.add("quantize", tool, required, b.calibration(tool, request))
+        required["precision"] = precision.value
+        if b.float_outputs:
+            optional["float_outputs"] = list(b.float_outputs)
+    b.add("quantize", tool, required, optional)
     return out
 
 

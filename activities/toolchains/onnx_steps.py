@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from activities.sandbox import safe_join
-from activities.toolchains.ort_qnn import StepOutput, synthetic_feeds
+from activities.toolchains.ort_qnn import StepOutput, calibration_reader, synthetic_feeds
 from contracts.errors import Err, FleetforgeError
 
 
@@ -54,7 +54,9 @@ def _guard(what: str, fn: Any) -> float:
     except FleetforgeError:
         raise
     except Exception as e:
-        raise FleetforgeError(Err.EXECUTOR_ERROR, f"{what} failed: {e}") from e
+        from activities.toolchains.isolate import tidy
+
+        raise FleetforgeError(Err.EXECUTOR_ERROR, f"{what} failed: {tidy(str(e)) or type(e).__name__}") from e
     return time.monotonic() - t0
 
 
@@ -79,31 +81,22 @@ def quantize_dynamic(root: Path, p: QuantizeDynamicParams) -> StepOutput:
 
 
 def quantize_static(root: Path, p: QuantizeStaticParams) -> StepOutput:
-    import numpy as np
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat
     from onnxruntime.quantization import quantize_static as qs
+
+    from activities.toolchains.feeds import calibration_feeds
 
     src, dst = _paths(root, p)
     if p.calibration_data:
-        with np.load(safe_join(root, p.calibration_data)) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-        n = min(len(v) for v in arrays.values())
-        feeds = [{k: v[i : i + 1] for k, v in arrays.items()} for i in range(n)]
+        feeds = calibration_feeds(safe_join(root, p.calibration_data), src)
     else:
         feeds = synthetic_feeds(src, samples=p.calibration_samples or 8, seed=p.seed)
-
-    class _Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self._it = iter(feeds)
-
-        def get_next(self) -> dict[str, Any] | None:
-            return next(self._it, None)
-
     method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
               "percentile": CalibrationMethod.Percentile}[p.calibrate_method]
-    secs = _guard("static quantization", lambda: qs(str(src), str(dst), _Reader(), quant_format=QuantFormat.QDQ,
+    secs = _guard("static quantization", lambda: qs(str(src), str(dst), calibration_reader(feeds), quant_format=QuantFormat.QDQ,
                                                      per_channel=p.per_channel, calibrate_method=method))
-    return StepOutput(outputs=[p.output], seconds=secs)
+    return StepOutput(outputs=[p.output], seconds=secs,
+                      details={"calibration": "data" if p.calibration_data else "synthetic", "calibration_samples": len(feeds)})
 
 
 def to_ort(root: Path, p: ToOrtParams) -> StepOutput:

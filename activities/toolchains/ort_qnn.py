@@ -1,16 +1,19 @@
 """The `ort-qnn` toolchain: real QNN HTP context binaries compiled on x86 with onnxruntime-qnn.
 
-* `quantize_qdq`: QDQ quantization configured for QNN (`get_qnn_qdq_config` + `quantize`), with a
-  seeded synthetic calibration set (deterministic).
+* `quantize_qdq`: QDQ quantization configured for QNN (`get_qnn_qdq_config` + `quantize`): int8 or
+  w8a16 (16-bit activations), calibrated on the run's calibration data or a seeded synthetic set
+  that respects each input's role (activities/toolchains/feeds.py); outputs can stay in float.
 * `context_binary`: an ORT session with the QNN plugin EP and `ep.context_enable=1` writes an
   EPContext model `<out>.onnx` plus the HTP context binary `<out>_qnn.bin` for one SoC
-  (`soc_model`, `htp_arch` from socs.py). Optionally a QNN IR `.dlc` too.
+  (`soc_model`, `htp_arch` from socs.py), and reports which nodes fell back to the CPU.
+  Optionally a QNN IR `.dlc` too.
 
 onnxruntime / onnxruntime_qnn are imported inside functions (DESIGN: heavy imports stay lazy).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -19,7 +22,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from activities.sandbox import safe_join
+from activities.toolchains.isolate import DEFAULT_LIMITS, ChildLimits, run_isolated
 from activities.toolchains.socs import lookup_soc
+from contracts.convert_job import OffloadReport
 from contracts.errors import Err, FleetforgeError
 
 EP_NAME = "QNNExecutionProvider"
@@ -33,8 +38,14 @@ class QuantizeQdqParams(BaseModel, frozen=True):
     model: str
     output: str
     precision: Literal["int8", "w8a16"]
+    """int8: 8-bit weights and activations; w8a16: 8-bit weights, 16-bit activations (QUInt16)."""
     per_channel: bool = False
     calibration_samples: int = 8
+    """Synthetic samples (ignored with calibration_data: every sample of the data is used)."""
+    calibration_data: str | None = None
+    """Workspace-relative calibration .npz (activities/toolchains/feeds.py)."""
+    float_outputs: list[str] = []
+    """Graph outputs whose producing nodes stay in float (not quantized)."""
     seed: int = 0
 
 
@@ -81,6 +92,9 @@ def qnn_session(model: Path | bytes, provider_options: dict[str, str], config: d
     devices = ensure_qnn_registered()
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    # only the basic (semantics-preserving) rewrites: the extended ones fuse QDQ groups into CPU-EP
+    # kernels (QLinearAveragePool, ...) that reject valid attributes and would keep nodes off HTP
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     for k, v in (config or {}).items():
         so.add_session_config_entry(k, v)
     so.add_provider_for_devices(devices, provider_options)
@@ -88,39 +102,15 @@ def qnn_session(model: Path | bytes, provider_options: dict[str, str], config: d
 
 
 def synthetic_feeds(model: Path, *, samples: int, seed: int) -> list[dict[str, Any]]:
-    """Seeded standard-normal inputs for every graph input (symbolic dims → 1)."""
-    import numpy as np
-    import onnx
+    """Seeded inputs valid for each input's dtype and role (activities/toolchains/feeds.py)."""
+    from activities.toolchains.feeds import synthetic_feeds as feeds
 
-    m = onnx.load(str(model), load_external_data=False)
-    init_names = {i.name for i in m.graph.initializer}
-    rng = np.random.default_rng(seed)
-    specs = []
-    for vi in m.graph.input:
-        if vi.name in init_names:
-            continue
-        tt = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        specs.append((vi.name, shape, dtype))
-    feeds = []
-    for _ in range(samples):
-        feed = {}
-        for name, shape, dtype in specs:
-            if np.issubdtype(dtype, np.floating):
-                feed[name] = rng.standard_normal(shape).astype(dtype)
-            else:
-                feed[name] = rng.integers(0, 8, size=shape).astype(dtype)
-        feeds.append(feed)
-    return feeds
+    return feeds(model, samples=samples, seed=seed)
 
 
-def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
-    from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize
-    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
-
-    src, dst = safe_join(root, params.model), safe_join(root, params.output)
-    feeds = synthetic_feeds(src, samples=params.calibration_samples, seed=params.seed)
+def calibration_reader(feeds: list[dict[str, Any]]) -> Any:
+    """onnxruntime's CalibrationDataReader over a list of feeds."""
+    from onnxruntime.quantization import CalibrationDataReader
 
     class _Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -129,18 +119,67 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
         def get_next(self) -> dict[str, Any] | None:
             return next(self._it, None)
 
+    return _Reader()
+
+
+def producers(model: Path, outputs: list[str]) -> list[str]:
+    """Names of the nodes that produce the given graph outputs (nameless nodes get none)."""
+    import onnx
+
+    if not outputs:
+        return []
+    m = onnx.load(str(model), load_external_data=False)
+    wanted = set(outputs)
+    missing = wanted - {o.name for o in m.graph.output}
+    if missing:
+        raise FleetforgeError(Err.BAD_INPUT, f"float_outputs names no graph output: {sorted(missing)}")
+    return [n.name for n in m.graph.node if n.name and wanted & set(n.output)]
+
+
+def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
+    from onnxruntime.quantization import QuantType, quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    from activities.toolchains.feeds import calibration_feeds
+
+    src, dst = safe_join(root, params.model), safe_join(root, params.output)
+    if params.calibration_data:
+        feeds = calibration_feeds(safe_join(root, params.calibration_data), src)
+    else:
+        feeds = synthetic_feeds(src, samples=params.calibration_samples, seed=params.seed)
+    if not _has_float(_load_graph(src.read_bytes(), params.model)):
+        raise FleetforgeError(Err.NOTHING_TO_QUANTIZE, f"{params.model} computes nothing in float (integer/boolean "
+                              "inputs and constants only): there is nothing to quantize")
+    from activities.toolchains.qdq_prep import prepare
+
+    prepared = prepare(src, dst)
     activation = QuantType.QUInt16 if params.precision == "w8a16" else QuantType.QUInt8
     t0 = time.monotonic()
     try:
-        config = get_qnn_qdq_config(str(src), _Reader(), activation_type=activation, weight_type=QuantType.QUInt8,
-                                    per_channel=params.per_channel)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        quantize(str(src), str(dst), config)
+        config = get_qnn_qdq_config(str(prepared), calibration_reader(feeds), activation_type=activation,
+                                    weight_type=QuantType.QUInt8, per_channel=params.per_channel,
+                                    nodes_to_exclude=producers(prepared, params.float_outputs) or None)
+        # quantize every op HTP takes quantized, also one whose input is not quantized yet (pooling, Tan,
+        # GatherElements, ...): the default skips them, leaving float ops in an "int8" graph
+        config.extra_options["ForceQuantizeNoInputCheck"] = True
+        quantize(str(prepared), str(dst), config)
     except FleetforgeError:
         raise
     except Exception as e:
-        raise FleetforgeError(Err.EXECUTOR_ERROR, f"QDQ quantization of {params.model} failed: {e}") from e
-    return StepOutput(outputs=[params.output], seconds=time.monotonic() - t0, details={"activation_type": activation.name})
+        from activities.toolchains.isolate import tidy
+
+        raise FleetforgeError(Err.EXECUTOR_ERROR, f"QDQ quantization of {params.model} failed: "
+                              f"{tidy(str(e)) or type(e).__name__}") from e
+    finally:
+        prepared.unlink(missing_ok=True)
+    quantized = _load_graph(dst.read_bytes(), params.output)
+    if not any(n.op_type == "QuantizeLinear" for n in quantized.graph.node):
+        kept = f" (kept in float: {', '.join(params.float_outputs)})" if params.float_outputs else ""
+        raise FleetforgeError(Err.NOTHING_TO_QUANTIZE, f"the quantizer found nothing to quantize in {params.model} "
+                              f"(ops: {', '.join(_op_types(quantized))}){kept}")
+    details = {"activation_type": activation.name, "calibration": "data" if params.calibration_data else "synthetic",
+               "calibration_samples": len(feeds), "float_outputs": list(params.float_outputs)}
+    return StepOutput(outputs=[params.output], seconds=time.monotonic() - t0, details=details)
 
 
 GRAPH_FINALIZATION_MODE = {"fast": "1", "max": "3"}
@@ -158,69 +197,33 @@ def context_provider_options(soc_name: str, precision: str, graph_optimization: 
     return opts
 
 
-def context_binary(root: Path, params: ContextBinaryParams, *, isolate: bool = True) -> StepOutput:
+def context_binary(root: Path, params: ContextBinaryParams, *, isolate: bool = True,
+                   limits: ChildLimits = DEFAULT_LIMITS) -> StepOutput:
     """Compile `model` into `<output>` (EPContext) + `<output stem>_qnn.bin` for `soc`.
 
     The QNN HTP backend numbers objects with process-global counters that end up in the binary
     (a second compile in one process differs in ~60 bytes), so each compile runs in a fresh
-    interpreter: the output is then byte-identical across runs and workers. The model is
+    interpreter (activities/toolchains/isolate.py): the output is then byte-identical across runs
+    and workers, and a crash of the backend is TOOL_CRASHED, not a dead worker. The model is
     passed as bytes, so the EPContext partition name does not depend on the workspace path.
     """
     root = root.resolve()
     lookup_soc(params.soc)  # BAD_INPUT before paying for a process
     if not isolate:
-        return _context_binary(str(root), params)
-    return _in_child(str(root), params)
+        return _context_binary(root, params)
+    reply = run_isolated("activities.toolchains.ort_qnn:context_binary_in_child",
+                         {"root": str(root), "params": params.model_dump(mode="json")},
+                         what=f"the QNN HTP compiler on {params.model}", crash_code=Err.TOOL_CRASHED,
+                         fallback_code=Err.EXECUTOR_ERROR, limits=limits)
+    return StepOutput.model_validate(reply)
 
 
-def _in_child(root: str, params: ContextBinaryParams, timeout_s: float = 1800.0) -> StepOutput:
-    """Run `_context_binary` in a fresh interpreter (`python -m activities.toolchains.ort_qnn`):
-    argv list, JSON over stdin/stdout. A plain subprocess, not multiprocessing, so the caller's
-    __main__ is never re-imported."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    repo = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    request = json.dumps({"root": root, "params": params.model_dump(mode="json")})
-    try:
-        proc = subprocess.run([sys.executable, "-m", "activities.toolchains.ort_qnn"], input=request, capture_output=True,
-                              text=True, env=env, cwd=repo, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired as e:
-        raise FleetforgeError(Err.EXECUTOR_ERROR, f"QNN compile of {params.model} timed out after {timeout_s:.0f}s") from e
-    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    try:
-        reply = json.loads(last)
-    except ValueError:
-        reply = None
-    if proc.returncode != 0 or not isinstance(reply, dict):
-        tail = (proc.stderr or "").strip()[-800:]
-        raise FleetforgeError(Err.EXECUTOR_ERROR, f"the QNN compiler process failed (exit {proc.returncode}) on {params.model}: {tail}")
-    if "error" in reply:
-        raise FleetforgeError(Err(reply["error"]["code"]), reply["error"]["message"])
-    return StepOutput.model_validate(reply["ok"])
+def context_binary_in_child(root: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Child-process entry (activities/toolchains/isolate.py)."""
+    return _context_binary(Path(root), ContextBinaryParams.model_validate(params)).model_dump(mode="json")
 
 
-def _child_main() -> int:
-    import json
-    import sys
-
-    request = json.loads(sys.stdin.read())
-    try:
-        out = _context_binary(request["root"], ContextBinaryParams.model_validate(request["params"]))
-        reply: dict[str, Any] = {"ok": out.model_dump(mode="json")}
-    except FleetforgeError as e:
-        reply = {"error": {"code": e.code.value, "message": e.message}}
-    sys.stdout.write("\n" + json.dumps(reply) + "\n")
-    sys.stdout.flush()
-    return 0
-
-
-def _context_binary(root_s: str, params: ContextBinaryParams) -> StepOutput:
-    root = Path(root_s)
+def _context_binary(root: Path, params: ContextBinaryParams) -> StepOutput:
     src, out = safe_join(root, params.model), safe_join(root, params.output)
     if out.suffix != ".onnx":
         raise FleetforgeError(Err.BAD_INPUT, f"context model output must end in .onnx, got {params.output!r}")
@@ -230,20 +233,30 @@ def _context_binary(root_s: str, params: ContextBinaryParams) -> StepOutput:
     for stale in (out, out.with_name(out.stem + "_qnn.bin")):
         stale.unlink(missing_ok=True)  # ORT refuses to overwrite an existing context model
     t0 = time.monotonic()
+    model_bytes = src.read_bytes()
+    source = _load_graph(model_bytes, params.model)
+    if params.precision in ("int8", "w8a16") and not any(n.op_type == "QuantizeLinear" for n in source.graph.node):
+        raise FleetforgeError(Err.BAD_INPUT, f"precision {params.precision} needs a QDQ model; {params.model} has no "
+                              "QuantizeLinear node: add an ortqnn.quantize_qdq step before this one")
     try:
-        model_bytes = src.read_bytes()
-        if params.precision in ("int8", "w8a16") and not _has_qdq(model_bytes):
-            raise FleetforgeError(Err.BAD_INPUT, f"precision {params.precision} needs a QDQ model; {params.model} has no "
-                                  "QuantizeLinear nodes (run ortqnn.quantize_qdq first)")
         qnn_session(model_bytes, opts, {"ep.context_enable": "1", "ep.context_file_path": str(out)})
     except FleetforgeError:
         raise
     except Exception as e:
-        raise FleetforgeError(Err.EXECUTOR_ERROR, f"QNN context compile of {params.model} for {params.soc} failed: {e}") from e
+        from activities.toolchains.isolate import tidy
+
+        op = failing_op(str(e))
+        if op is not None:
+            raise FleetforgeError(Err.UNSUPPORTED_OP, f"op {op} cannot run on the QNN HTP backend for "
+                                  f"{lookup_soc(params.soc).name} at {params.precision}: {tidy(str(e), 300)}") from e
+        raise FleetforgeError(Err.EXECUTOR_ERROR, f"the QNN HTP compile of {params.model} for {params.soc} failed: "
+                              f"{tidy(str(e))}") from e
     seconds = time.monotonic() - t0
-    for rel in outputs:
-        if not safe_join(root, rel).is_file():
-            raise FleetforgeError(Err.EXECUTOR_ERROR, f"QNN compile did not write {rel!r} (is every op supported on HTP?)")
+    if not out.is_file() or not out.with_name(out.stem + "_qnn.bin").is_file():
+        raise FleetforgeError(Err.UNSUPPORTED_OP, f"no node of {params.model} runs on the QNN HTP backend for "
+                              f"{lookup_soc(params.soc).name} (unsupported op(s): {', '.join(_op_types(source))}); "
+                              "nothing was compiled")
+    offload = offload_report(source, out)
     if params.dump_dlc:
         # The IR (DLC) dump is a separate backend pass: it cannot be combined with context generation.
         dlc_dir = safe_join(root, params.dlc_dir or str(Path(params.output).parent))
@@ -252,20 +265,72 @@ def _context_binary(root_s: str, params: ContextBinaryParams) -> StepOutput:
         try:
             qnn_session(model_bytes, opts | {"dump_qnn_ir_dlc": "1", "dump_qnn_ir_dlc_dir": str(dlc_dir)})
         except Exception as e:
-            raise FleetforgeError(Err.EXECUTOR_ERROR, f"QNN DLC dump of {params.model} failed: {e}") from e
+            from activities.toolchains.isolate import tidy
+
+            raise FleetforgeError(Err.EXECUTOR_ERROR, f"QNN DLC dump of {params.model} failed: {tidy(str(e))}") from e
         new = sorted(set(dlc_dir.glob("*.dlc")) - before)
         if not new:
             raise FleetforgeError(Err.EXECUTOR_ERROR, f"QNN DLC dump wrote no .dlc into {dlc_dir.relative_to(root)}")
         outputs += [p.relative_to(root).as_posix() for p in new]
     soc = lookup_soc(params.soc)
     return StepOutput(outputs=outputs, seconds=seconds,
-                      details={"soc": soc.name, "soc_model": soc.soc_model, "htp_arch": soc.htp_arch, "precision": params.precision})
+                      details={"soc": soc.name, "soc_model": soc.soc_model, "htp_arch": soc.htp_arch,
+                               "precision": params.precision, "offload": offload.model_dump(mode="json")})
 
 
-def _has_qdq(model_bytes: bytes) -> bool:
+_OP_IN_ERROR = re.compile(r"OpType\s*:\s*([A-Za-z][A-Za-z0-9_]*)|[Oo]p(?:erator)?[ _]?type[:= ]+['\"]?([A-Za-z][A-Za-z0-9_]*)")
+
+
+def failing_op(message: str) -> str | None:
+    """The op type a QNN EP / HTP compile error names ("Node 'n2' OpType:LRN ... was not selected"),
+    or None when it names none."""
+    m = _OP_IN_ERROR.search(message)
+    return (m.group(1) or m.group(2)) if m else None
+
+
+def _load_graph(model_bytes: bytes, name: str) -> Any:
     import onnx
 
-    return any(n.op_type == "QuantizeLinear" for n in onnx.load_from_string(model_bytes).graph.node)
+    try:
+        return onnx.load_from_string(model_bytes)
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise FleetforgeError(Err.EXECUTOR_ERROR, f"{name} is not a readable ONNX model: {' '.join(str(e).split())[:200]}") from e
+
+
+FLOAT_TYPES = frozenset({1, 10, 11, 16})
+"""onnx TensorProto float, float16, double, bfloat16."""
+
+
+def _has_float(model: Any) -> bool:
+    """Whether any graph input, constant or typed intermediate is a float tensor."""
+    g = model.graph
+    typed = [*g.input, *g.value_info, *g.output]
+    return (any(v.type.tensor_type.elem_type in FLOAT_TYPES for v in typed)
+            or any(i.data_type in FLOAT_TYPES for i in g.initializer))
+
+
+def _op_types(model: Any) -> list[str]:
+    return sorted({n.op_type for n in model.graph.node} - {"QuantizeLinear", "DequantizeLinear"}) or ["none"]
+
+
+def offload_report(source: Any, context_model: Path) -> OffloadReport:
+    """Which nodes of `source` run inside the context binary: every node of the context model that
+    is not an EPContext node runs on the CPU EP, except the QuantizeLinear/DequantizeLinear that
+    convert the float graph inputs and outputs of a QDQ model at its boundary."""
+    import onnx
+
+    ctx = onnx.load(str(context_model), load_external_data=False)
+    inputs = {i.name for i in ctx.graph.input}
+    outputs = {o.name for o in ctx.graph.output}
+
+    def boundary(node: Any) -> bool:
+        if node.op_type == "QuantizeLinear":
+            return node.input[0] in inputs
+        return node.op_type == "DequantizeLinear" and all(o in outputs for o in node.output)
+
+    cpu = [n for n in ctx.graph.node if n.op_type != "EPContext" and not boundary(n)]
+    return OffloadReport(nodes_total=len(source.graph.node), context_nodes=sum(n.op_type == "EPContext" for n in ctx.graph.node),
+                         cpu_nodes=len(cpu), cpu_ops=sorted({n.op_type for n in cpu}))
 
 
 def context_binary_target(bin_path: Path) -> dict[str, str]:
@@ -295,7 +360,3 @@ def epcontext_attributes(model: Path) -> dict[str, Any]:
                 out[a.name] = v.decode() if isinstance(v, bytes) else v
             return out
     raise FleetforgeError(Err.EXECUTOR_ERROR, f"{model.name} has no EPContext node")
-
-
-if __name__ == "__main__":
-    raise SystemExit(_child_main())

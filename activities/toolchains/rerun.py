@@ -7,22 +7,46 @@ their result are rewired. Every other override sets the step arguments of that n
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from pydantic import JsonValue
 
 from activities.toolchains.offline_planner import htp_precision, precision_stage
 from activities.toolchains.registry import ToolRegistry
-from contracts.convert import ConversionPlan, OutputKind, PlanStep, Precision
+from contracts.convert import ConversionPlan, OutputKind, PlanStep, Precision, ToolSpec
 from contracts.convert_job import ConversionRequest
 from contracts.errors import Err, FleetforgeError
+
+if TYPE_CHECKING:
+    from activities.storage import ArtifactStore
 
 PRECISION_TOOLS = frozenset({"ortqnn.quantize_qdq", "onnx.quantize_static", "onnx.quantize_dynamic", "onnx.fp16"})
 """Tools whose only job is to change the model's numeric precision."""
 CONSUMERS = {"ortqnn.context_binary": OutputKind.QNN_CONTEXT_BINARY, "onnx.to_ort": OutputKind.ORT}
 """Tools that read the precision steps' model, and the output kind whose precision steps they take."""
+
+
+def earlier_plan(store: "ArtifactStore", run_id: str) -> ConversionPlan:
+    """The plan an earlier conversion ran: `plan.json` at its workspace root (`logs/plan.json` for runs
+    recorded before it moved there), read from the store alone (nothing else is downloaded)."""
+    from activities.experiments import RunStore
+    from contracts.runs import WorkspaceFiles
+
+    record = RunStore(store).get(run_id)
+    raw = store.get_doc(f"runs/{run_id}/workspace.json")
+    files = WorkspaceFiles.model_validate_json(raw).files if raw is not None else {}
+    ref = files.get("plan.json") or files.get("logs/plan.json")
+    if ref is None:
+        state = record.status.value.lower()
+        raise FleetforgeError(Err.BAD_INPUT, f"run {run_id} ({state}) has no plan.json (it ended before planning); "
+                                             "start a new conversion instead of a rerun")
+    doc = json.loads(store.get_bytes(ref))
+    doc.pop("attempt", None)
+    return ConversionPlan.model_validate(doc)
 
 
 def _coerce(key: str, old: JsonValue, new: str) -> JsonValue:
@@ -52,23 +76,78 @@ def apply_overrides(plan: ConversionPlan, overrides: dict[str, str], registry: T
     if "precision" in rest:
         plan = change_precision(plan, rest.pop("precision"), registry)
     used: set[str] = set()
+    renamed: dict[str, str] = {}
     steps: list[PlanStep] = []
     for step in plan.steps:
+        spec = registry.get(step.tool_name)
         req, opt = dict(step.required_args), dict(step.optional_args)
         for key, value in rest.items():
             for args in (req, opt):
                 if key in args:
-                    args[key] = _coerce(key, args[key], value)
+                    old, args[key] = args[key], _coerce(key, args[key], _enum_value(spec, key, value))
                     used.add(key)
+                    if isinstance(old, str) and old != args[key]:
+                        renamed |= _relabel_outputs(spec, (req, opt), old, str(args[key]))
         steps.append(step.model_copy(update={"required_args": req, "optional_args": opt}))
     unknown = sorted(set(rest) - used)
     if unknown:
         known = sorted({k for s in plan.steps for k in (*s.required_args, *s.optional_args)} | {"precision"})
         raise FleetforgeError(Err.BAD_INPUT, f"no step of the earlier plan has the arg(s) {', '.join(unknown)}; "
                                              f"args you can --set: {', '.join(known)}")
+    steps = [_renamed(s, renamed) for s in steps]
     intent = dict(plan.intent) | {k: v for k, v in rest.items() if k in plan.intent}
+    intent = {k: renamed.get(v, v) if isinstance(v, str) else v for k, v in intent.items()}
     return plan.model_copy(update={"steps": steps, "intent": intent,
                                    "rationale": f"rerun with {overrides}: {plan.rationale}"[:2000]})
+
+
+def _enum_value(spec: "ToolSpec | None", key: str, value: str) -> str:
+    """An enum override as the tool spells it ("SM8650" → "sm8650"), so file names use one spelling;
+    a value the tool does not take is bad input."""
+    arg = spec.arg(key) if spec is not None else None
+    if arg is not None and arg.type == "enum":
+        found = next((v for v in arg.enum_values if v.lower() == value.strip().lower()), None)
+        if found is None:
+            raise FleetforgeError(Err.BAD_INPUT, f"--set {key}={value}: not one of {', '.join(arg.enum_values)}")
+        return found
+    return value
+
+
+def _relabel_outputs(spec: "ToolSpec | None", arg_maps: tuple[dict[str, JsonValue], ...], before: str,
+                     after: str) -> dict[str, str]:
+    """Rename the step's output files that carry the overridden value as a `_`-separated label
+    (`tiny_fp16_sm8550_ctx.onnx` with soc sm8550 → sm8650), so every output says what it is."""
+    renamed: dict[str, str] = {}
+    if spec is None:
+        return renamed
+    for args in arg_maps:
+        for name, value in args.items():
+            arg = spec.arg(name)
+            if arg is not None and arg.type == "path_out" and isinstance(value, str):
+                new = _relabel(value, before, after)
+                if new != value:
+                    renamed[value] = args[name] = new
+    for template in spec.derived_outputs:  # e.g. "{output_stem}_qnn.bin" follows its output
+        m = re.fullmatch(r"\{([A-Za-z0-9_]+)_stem\}(.*)", template)
+        if m:
+            for old, new in list(renamed.items()):
+                if any(a.get(m.group(1)) == new for a in arg_maps):
+                    renamed[_stem(old) + m.group(2)] = _stem(new) + m.group(2)
+    return renamed
+
+
+def _stem(path: str) -> str:
+    return str(PurePosixPath(path).with_suffix(""))
+
+
+def _renamed(step: PlanStep, renamed: dict[str, str]) -> PlanStep:
+    """The step reading and expecting the renamed files."""
+    if not renamed:
+        return step
+    req = {k: renamed.get(v, v) if isinstance(v, str) else v for k, v in step.required_args.items()}
+    opt = {k: renamed.get(v, v) if isinstance(v, str) else v for k, v in step.optional_args.items()}
+    expected = [renamed.get(p, p) for p in step.expected_outputs]
+    return step.model_copy(update={"required_args": req, "optional_args": opt, "expected_outputs": expected})
 
 
 def change_precision(plan: ConversionPlan, value: str, registry: ToolRegistry) -> ConversionPlan:

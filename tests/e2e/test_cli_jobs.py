@@ -72,6 +72,7 @@ def test_convert_wait_shows_progress_and_a_result_table_then_rerun_with_override
     assert table[1].split() == ["step", "source", "max_abs", "mean_abs", "cosine"]
     assert table[2].split()[0] == "context_binary" and table[3].split()[0] == "evaluate"
     assert float(table[3].split()[-1]) > 0.999, "the cosine of the fp16 binary against fp32"
+    assert table[4].split() == ["accuracy", "passed", ">=", "0.99"] and table[5].split() == ["offload", "100%", "on", "HTP"]
     assert "converted/tiny_fp16_sm8550_ctx_qnn.bin" in done.stdout and "sha256 " in done.stdout
 
     rerun = ff("convert", "--rerun", run_id, "--set", "soc=sm8650", "--wait", "--json", env=stack.env, timeout=120)
@@ -82,11 +83,36 @@ def test_convert_wait_shows_progress_and_a_result_table_then_rerun_with_override
     same = ff("convert", "--rerun", run_id, "--set", "precision=fp16", "--wait", "--json", env=stack.env, timeout=120)
     assert same.returncode == 0, same.stderr
     assert json.loads(same.stdout)["cached_steps"] == ["context_binary"], "the same plan again: nothing runs"
-    bad = ff("convert", "--rerun", run_id, "--set", "turbo=1", "--wait", "--json", env=stack.env, timeout=120)
-    assert bad.returncode == 1 and json.loads(bad.stdout)["failure"]["code"] == "BAD_INPUT", bad.stdout
-    assert bad.stderr.splitlines()[-1].startswith("error: ") and "turbo" in bad.stderr.splitlines()[-1]
+    # overrides no step of the earlier plan takes, or no plan can satisfy: exit 2 before a job starts
+    assert_one_line_error(ff("convert", "--rerun", run_id, "--set", "turbo=1", "--wait", env=stack.env), 2, "turbo")
+    assert_one_line_error(ff("convert", "--rerun", run_id, "--set", "soc=sm1", "--wait", env=stack.env), 2, "sm8650")
     assert_one_line_error(ff("convert", str(model), "--set", "soc=sm8650", env=stack.env), 2, "--rerun")
     assert_one_line_error(ff("convert", "--rerun", "no-such-run", env=stack.env), 2, "no-such-run")
+
+
+def test_convert_a_relative_path_from_another_directory(stack: Stack, model: Path, tmp_path: Path):  # noqa: F811
+    import subprocess
+
+    from tests.e2e.test_cli import FLEETFORGE
+
+    shutil.copy(model, tmp_path / "rel.onnx")
+    done = subprocess.run([FLEETFORGE, "convert", "rel.onnx", "--soc", "sm8550", "--precision", "fp16", "--wait", "--json"],
+                          env=stack.env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "COMPLETED" and result["model"]["source"] == str(tmp_path / "rel.onnx"), result
+
+
+def test_convert_impossible_combinations_exit_2_before_starting(model: Path, tmp_path: Path):  # noqa: F811
+    from tests.e2e.test_cli import stack_env
+
+    env = stack_env(tmp_path / "state").env
+    assert_one_line_error(ff("convert", str(model), "--soc", "sm8550", "--precision", "w8a16", "--output", "ort", env=env),
+                          2, "w8a16")
+    assert_one_line_error(ff("convert", str(model), "--precision", "fp16", "--output", "onnx_qdq", env=env), 2, "onnx_qdq")
+    assert_one_line_error(ff("convert", str(model), "--soc", "sm8550", "--precision", "int8", "--calibration",
+                             str(tmp_path / "none.npz"), env=env), 2, "none.npz")
+    assert_one_line_error(ff("convert", str(model), "--precision", "int8", "--min-cosine", "1.5", env=env), 2, "--min-cosine")
 
 
 def test_answer_to_unknown_job_and_bad_pair_exit_2(stack: Stack):  # noqa: F811

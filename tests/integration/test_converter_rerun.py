@@ -59,11 +59,13 @@ async def test_rerun_reuses_the_plan_with_overrides_and_skips_the_planner(conver
     assert rerun.status is JobStatus.COMPLETED, rerun.failure
     assert not PLANNERS & set(kinds) and "load_plan" in kinds, kinds
     assert rerun.executed_steps == ["context_binary"], "a different SoC is a different step: not a cache hit"
-    # the file name came from the earlier plan; the binary inside is compiled for the overridden SoC
-    assert {a.name for a in rerun.artifacts} == {a.name for a in first.artifacts}
-    bins = {a.name: a.sha256 for a in rerun.artifacts if a.name.endswith("_qnn.bin")}
-    assert bins and bins != {a.name: a.sha256 for a in first.artifacts if a.name.endswith("_qnn.bin")}
+    # every output is named for what it is: the SM8650 binary is not called ..._sm8550_...
+    assert {a.name for a in first.artifacts} == {"converted/tiny_fp16_sm8550_ctx.onnx", "converted/tiny_fp16_sm8550_ctx_qnn.bin"}
+    assert {a.name for a in rerun.artifacts} == {"converted/tiny_fp16_sm8650_ctx.onnx", "converted/tiny_fp16_sm8650_ctx_qnn.bin"}
+    assert {a.sha256 for a in rerun.artifacts}.isdisjoint({a.sha256 for a in first.artifacts})
     assert rerun.evaluation is not None and rerun.evaluation.cosine > 0.999
+    assert rerun.evaluation.candidate == "converted/tiny_fp16_sm8650_ctx.onnx"
+    assert rerun.accuracy is not None and rerun.accuracy.verdict == "passed"
     assert bad.status is JobStatus.FAILED and bad.failure is not None and bad.failure.code == "BAD_INPUT"
     assert "turbo" in bad.failure.message and "soc" in bad.failure.message
 

@@ -1,6 +1,7 @@
-"""ConverterWorkflow against the real dev server: the NEEDS_INPUT → provide_input path, replans and
-the never-twice rule, heartbeats. (Real conversions through the S3 store and the step cache:
-test_converter_e2e.py.)"""
+"""ConverterWorkflow against the real dev server: the NEEDS_INPUT → provide_input path, a failing
+tool ending with its own code (no pointless replan), calibration data, the toolchain version in the
+cache key, cancellation killing the running tool, heartbeats. (Real conversions through the S3 store
+and the step cache: test_converter_e2e.py.)"""
 
 from __future__ import annotations
 
@@ -82,12 +83,17 @@ async def test_missing_soc_waits_for_input_rejects_bad_answers_and_completes(tem
 
         await handle.execute_update(ConverterWorkflow.provide_input, ProvideInput(soc="sm8650"))
         result: ConversionResult = await outcome_of(handle, ConversionResult)
+        final = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
 
     assert result.status is JobStatus.COMPLETED, result.failure
     assert result.executed_steps == ["context_binary"]
     assert {a.name for a in result.artifacts} == {"converted/tiny_fp16_sm8650_ctx.onnx", "converted/tiny_fp16_sm8650_ctx_qnn.bin"}
     assert result.evaluation is not None and result.evaluation.cosine > 0.999
     assert RunStore(store).get(result.run_id).status is JobStatus.COMPLETED
+    # the Web UI's current details show the accuracy verdict and the offload share
+    assert "| accuracy | passed: cosine 1.0000 (threshold 0.99) |" in final.current_details, final.current_details
+    assert "| offload | 100% of 7 nodes in the context binary |" in final.current_details, final.current_details
+    assert result.accuracy is not None and result.accuracy.verdict == "passed" and result.offload.share == 1.0
     attrs = (await handle.describe()).typed_search_attributes
     assert attrs.get(STATUS) == "COMPLETED" and attrs.get(TARGET) == "SM8650"
     # both offline planner answers (the questions, then the plan) are counted and kept like LLM answers
@@ -133,7 +139,8 @@ def build_unrunnable_onnx(path: Path) -> Path:
     return path
 
 
-async def test_failing_tool_is_replanned_but_the_same_steps_never_run_twice(temporal_env, env, tmp_path: Path):
+async def test_a_failing_tool_ends_with_its_own_code_and_the_offline_planner_is_not_asked_again(temporal_env, env,
+                                                                                                 tmp_path: Path):
     settings, store, _ = env
     model = build_unrunnable_onnx(tmp_path / "hub" / "nope.onnx")
     queues = fresh_queues()
@@ -143,17 +150,26 @@ async def test_failing_tool_is_replanned_but_the_same_steps_never_run_twice(temp
         handle = await start(temporal_env.client, queues, request(model, queues, target_soc="sm8550", precision=Precision.INT8))
         result: ConversionResult = await outcome_of(handle, ConversionResult)
         progress = await handle.query(ConverterWorkflow.status)
+        kinds = [ev.activity_task_scheduled_event_attributes.activity_type.name
+                 async for ev in handle.fetch_history_events() if ev.HasField("activity_task_scheduled_event_attributes")]
 
     assert result.status is JobStatus.FAILED
-    assert result.failure is not None and result.failure.code == "REPLANS_EXHAUSTED"
-    assert "Nope" in result.failure.message
-    assert [a.outcome for a in result.attempts] == ["execution_failed", "repeated_plan"]
-    assert "[EXECUTOR_ERROR] quantize" in result.attempts[0].feedback
-    assert progress.replans == 1 and progress.status is JobStatus.FAILED
+    # the deterministic planner would answer the same plan: no replan, the step's own code and place
+    assert result.failure is not None and result.failure.code == "EXECUTOR_ERROR" and result.failure.where == "quantize"
+    assert "Nope" in result.failure.message and "/tmp/" not in result.failure.message, result.failure.message
+    assert [a.outcome for a in result.attempts] == ["execution_failed"]
+    assert progress.replans == 0 and progress.status is JobStatus.FAILED
+    assert kinds.count("offline_planner_answer") == 1 and kinds.count("compile_plan") == 1, kinds
+    assert kinds.count("execute_step") == 1, "the step failed once and was not retried (non-retryable)"
     record = RunStore(store).get(result.run_id)
     assert record.status is JobStatus.FAILED and record.error == result.failure
-    index = Workspace(store, settings.cache_dir, result.workspace).index()
-    assert "logs/last_error.json" in index and "converted/nope_int8_qdq.onnx" not in index
+    ws = Workspace(store, settings.cache_dir, result.workspace)
+    index = ws.index()
+    assert {"logs/last_error.json", "logs/quantize.error.json", "plan.json", "compiled_steps.json"} <= set(index)
+    assert "converted/nope_int8_qdq.onnx" not in index
+    ws.materialize()
+    last = json.loads(ws.path("logs/last_error.json").read_text())
+    assert (last["code"], last["where"]) == ("EXECUTOR_ERROR", "quantize") and last["details"]["tool"] == "ortqnn.quantize_qdq"
     assert store.list_docs("cache/steps/") == [], "a failed step is never cached"
 
 
@@ -177,18 +193,158 @@ def test_heartbeats_flow_while_a_blocking_tool_runs():
     assert beats[0] == ("step",)
 
 
-async def test_rejected_plans_are_replanned_with_feedback_until_the_budget_is_spent(temporal_env, env):
+async def test_missing_calibration_data_fails_before_planning_with_calibration_invalid(temporal_env, env, tmp_path: Path):
     settings, store, model = env
     queues = fresh_queues()
     reg = build_registry(settings, store)
     req = request(model, queues, precision=Precision.INT8, output=OutputKind.ONNX_QDQ,
-                  calibration="input/missing.npz", max_replans=1)
+                  calibration=str(tmp_path / "missing.npz"))
     async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"],
                           task_queue=queues.workflows):
         result: ConversionResult = await outcome_of(await start(temporal_env.client, queues, req), ConversionResult)
 
     assert result.status is JobStatus.FAILED
-    assert result.failure is not None and result.failure.code == "REPLANS_EXHAUSTED" and result.failure.where == "compile"
-    assert [a.outcome for a in result.attempts] == ["compile_rejected", "compile_rejected"]
-    assert "input/missing.npz" in result.attempts[0].feedback and "does not exist" in result.attempts[0].feedback
-    assert result.executed_steps == [] and store.list_docs("cache/steps/") == []
+    assert result.failure is not None and result.failure.code == "CALIBRATION_INVALID"
+    assert "missing.npz" in result.failure.message and "does not exist" in result.failure.message
+    assert result.attempts == [] and result.executed_steps == [] and store.list_docs("cache/steps/") == []
+    assert "logs/last_error.json" in Workspace(store, settings.cache_dir, result.workspace).index()
+
+
+def tool_children() -> list[int]:
+    """Pids of this process's tool children (activities/toolchains/isolate.py)."""
+    import os
+
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and b"activities.toolchains.isolate" in cmd:
+            out.append(int(d.name))
+    return out
+
+
+@pytest.mark.slow
+async def test_cancel_during_a_compile_kills_the_tool_and_ends_cancelled_without_another_activity(temporal_env, env):
+    import onnx as onnx_pkg
+    from temporalio.api.enums.v1 import EventType, WorkflowExecutionStatus
+
+    from tests.reliability.worker_process import running_activity
+
+    settings, store, _ = env
+    vgg = Path(onnx_pkg.__file__).parent / "backend" / "test" / "data" / "light" / "light_vgg19.onnx"  # ~16 s to compile at max
+    queues = fresh_queues()
+    reg = build_registry(settings, store)
+    client = temporal_env.client
+    async with new_worker(client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"], task_queue=queues.workflows):
+        handle = await start(client, queues, request(vgg, queues, target_soc="sm8550", precision=Precision.FP16, preset="max_perf"))
+        await assert_eventually(lambda: running_activity(client, handle.id, "execute_step"), timeout=60,
+                                message="the compile never started")
+        children = await assert_eventually(tool_children, timeout=30, message="no compiler child process")
+        await handle.cancel()
+        await assert_eventually(lambda: not (set(tool_children()) & set(children)), timeout=20,
+                                message="the compiler child outlived the cancellation")
+        async def cancelled():
+            d = await handle.describe()
+            return d if d.status == WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CANCELED else None
+
+        desc = await assert_eventually(cancelled, timeout=20, message="the job did not end CANCELLED")
+        events = [e async for e in handle.fetch_history_events()]
+        progress = await handle.query(ConverterWorkflow.status)
+
+    assert desc.status == WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CANCELED
+    assert desc.typed_search_attributes.get(STATUS) == "CANCELLED" and progress.status is JobStatus.CANCELLED
+    asked = next(i for i, e in enumerate(events) if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED)
+    assert not [e for e in events[asked:] if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED], \
+        "nothing is replanned, compiled or recorded after the cancellation"
+    assert events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED
+    assert not any(p.name.endswith("_qnn.bin") for p in settings.cache_dir.rglob("*")), \
+        "the compile was killed before it wrote a binary"
+
+
+TOOL_METHODS = ("plan_offline", "planner_tool", "load_plan", "compile_plan", "execute_step", "evaluate",
+                "offline_planner_answer", "prepare_calibration", "record_failure")
+
+
+def activities_with(reg, tools) -> list:  # noqa: ANN001
+    """The toolchain queue's activities with `tools` (a ToolchainActivities) in place of the registry's own."""
+    from activities.toolchains.activities import ToolchainActivities
+
+    others = [a for a in reg.by_kind["toolchain"] if not isinstance(getattr(a, "__self__", None), ToolchainActivities)]
+    return others + [getattr(tools, name) for name in TOOL_METHODS]
+
+
+async def test_a_cache_entry_made_under_one_toolchain_version_is_not_reused_under_another(temporal_env, env):
+    from activities.toolchains.activities import ToolchainActivities
+    from activities.toolchains.versions import toolchain_versions
+
+    settings, store, model = env
+    reg = build_registry(settings, store)
+    installed = toolchain_versions()
+    upgraded = installed | {"onnxruntime-qnn": installed["onnxruntime-qnn"] + ".post1", "qnn-sdk": "9.99.0"}
+    results = []
+    for versions in (installed, upgraded, installed):
+        queues = fresh_queues()
+        tools = ToolchainActivities(store, settings, toolchain=versions)
+        async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], activities=activities_with(reg, tools),
+                              task_queue=queues.workflows):
+            handle = await start(temporal_env.client, queues, request(model, queues, target_soc="sm8550", precision=Precision.FP16))
+            results.append(await outcome_of(handle, ConversionResult))
+
+    first, other, again = results
+    assert all(r.status is JobStatus.COMPLETED for r in results), [r.failure for r in results]
+    assert first.executed_steps == ["context_binary"] and not first.evaluation.cached
+    assert other.executed_steps == ["context_binary"] and other.cached_steps == [], "another toolchain: a miss"
+    assert not other.evaluation.cached, "the evaluation cache keys on the toolchain too"
+    assert again.cached_steps == ["context_binary"] and again.executed_steps == [] and again.evaluation.cached
+    entries = [json.loads(store.get_doc(k)) for k in store.list_docs("cache/steps/")]
+    assert sorted(e["toolchain"]["onnxruntime-qnn"] for e in entries) == sorted(
+        [installed["onnxruntime-qnn"], upgraded["onnxruntime-qnn"]])
+
+
+def tiny_calibration(path: Path, scale: float, samples: int = 6) -> Path:
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    np.savez(path, input=(rng.uniform(0.0, 1.0, size=(samples, 1, 3, 32, 32)) * scale).astype(np.float32))
+    return path
+
+
+def input_scale(store: ArtifactStore, result: ConversionResult) -> float:
+    """The scale of the QuantizeLinear that quantizes the graph input in the run's QDQ model."""
+    import onnx
+    from onnx import numpy_helper
+
+    (ref,) = [a for a in result.artifacts if a.name.endswith("_qdq.onnx")]
+    m = onnx.load_from_string(store.get_bytes(ref))
+    q = next(n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "input")
+    init = {i.name: i for i in m.graph.initializer}
+    return float(numpy_helper.to_array(init[q.input[1]]))
+
+
+async def test_calibration_data_sets_the_quantization_scales_and_is_the_evaluation_input(temporal_env, env, tmp_path: Path):
+    settings, store, model = env
+    queues = fresh_queues()
+    reg = build_registry(settings, store)
+    calib = tiny_calibration(tmp_path / "calib.npz", scale=10.0)
+    async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"],
+                          task_queue=queues.workflows):
+        synthetic = await outcome_of(await start(temporal_env.client, queues, request(
+            model, queues, target_soc="sm8550", precision=Precision.INT8, preset="fast")), ConversionResult)
+        real = await outcome_of(await start(temporal_env.client, queues, request(
+            model, queues, target_soc="sm8550", precision=Precision.INT8, preset="fast", calibration=str(calib))), ConversionResult)
+
+    assert synthetic.status is JobStatus.COMPLETED and real.status is JobStatus.COMPLETED, (synthetic.failure, real.failure)
+    # the input's range: synthetic standard normal (both signs) vs. the data's [0, 10): another scale
+    s_scale, r_scale = input_scale(store, synthetic), input_scale(store, real)
+    assert abs(r_scale - 10.0 / 255) < 0.2 * 10.0 / 255 and abs(s_scale - r_scale) > 0.2 * r_scale, (s_scale, r_scale)
+    assert synthetic.evaluation.inputs == "synthetic" and real.evaluation.inputs == "calibration"
+    assert real.evaluation.samples == 6 and synthetic.evaluation.samples == 4
+    assert not any("synthetic" in w for w in real.warnings), real.warnings
+    index = Workspace(store, settings.cache_dir, real.workspace).index()
+    copies = [k for k in index if k.startswith("input/calibration_") and k.endswith(".npz")]
+    assert len(copies) == 1 and copies[0][len("input/calibration_"):-4] == index[copies[0]].sha256[:16]

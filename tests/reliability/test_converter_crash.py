@@ -88,3 +88,53 @@ async def test_worker_killed_during_a_long_step_is_replaced_and_the_run_complete
     assert len(retried) == 1 and all(s.attempt == 1 for s in started if s not in retried)
     assert retried[0].identity.startswith(f"{second_pid}@") and second_pid != first_pid
     assert retried[0].last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
+
+
+LIGHT = Path(__import__("onnx").__file__).parent / "backend" / "test" / "data" / "light"
+CRASHER = LIGHT / "light_inception_v1.onnx"
+"""At fp16 for SM8550 with the backend's default graph finalization (preset balanced), running this
+model's context binary under x86 HTP emulation segfaults inside libQnnHtp.so (seen every time)."""
+
+
+@pytest.mark.slow
+async def test_an_emulator_segfault_during_evaluation_fails_the_job_not_the_worker(temporal_env, tmp_path: Path):
+    import time
+
+    from tests.helpers import outcome_of
+
+    client = temporal_env.client
+    state = tmp_path / "state"
+    async with WorkerProcess(client, state) as wp:
+        assert wp.proc is not None
+        pid = wp.proc.pid
+        req = ConversionRequest(model=str(CRASHER), target_soc="sm8550", precision="fp16", queues=wp.queues,
+                                run_id=uuid.uuid4().hex[:8])
+        started = time.monotonic()
+        handle = await client.start_workflow(ConverterWorkflow.run, req, id=f"convert-segv/{req.run_id}",
+                                             task_queue=wp.queues.workflows,
+                                             search_attributes=start_attributes(JobKind.CONVERT, req.model, "SM8550"))
+        result: ConversionResult = await outcome_of(handle, ConversionResult)
+        elapsed = time.monotonic() - started
+
+        # the worker that ran the evaluation is alive, the same process, and still polling
+        assert wp.proc.poll() is None and wp.proc.pid == pid and wp.starts == 1
+        assert await wp._polling()
+
+    assert elapsed < 60, f"the job took {elapsed:.0f}s"
+    assert result.status is JobStatus.FAILED and result.failure is not None
+    assert result.failure.code == "EVALUATION_CRASHED" and result.failure.where == "evaluate", result.failure
+    assert "SIGSEGV" in result.failure.message and "UNEVALUATED" in result.failure.message, result.failure.message
+    assert "onnxruntime" in result.failure.message, "the last log lines say where it crashed"
+    # the good compile's artifacts are attached, marked unevaluated
+    stem = "converted/light_inception_v1_fp16_sm8550_ctx"
+    assert {a.name for a in result.artifacts} == {f"{stem}.onnx", f"{stem}_qnn.bin"}
+    assert result.accuracy is not None and result.accuracy.verdict == "unevaluated"
+    record = RunStore(FileStore(state / "artifacts")).get(req.run_id)
+    assert record.status is JobStatus.FAILED and sorted(a.name for a in record.artifacts) == sorted(a.name for a in result.artifacts)
+    # a crash is not retried: one evaluate activity, one attempt
+    history = await handle.fetch_history()
+    started_evals = [e for e in history.events if e.HasField("activity_task_started_event_attributes")
+                     and e.activity_task_started_event_attributes.attempt > 1]
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+                 if e.HasField("activity_task_scheduled_event_attributes")]
+    assert scheduled.count("evaluate") == 1 and started_evals == [], scheduled

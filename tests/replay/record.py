@@ -1,4 +1,4 @@
-"""Record workflow histories for the replay tests: `python -m tests.replay.record`.
+"""Record workflow histories for the replay tests: `python -m tests.replay.record [inspect|convert|convert_remedy ...]`.
 
 Re-run after a deliberate change to a workflow's commands (and keep the old history too when the
 change is behind `workflow.patched`, so old runs are still proven replayable)."""
@@ -73,18 +73,47 @@ async def record_convert(env: WorkflowEnvironment, tmp: Path) -> None:
     (HISTORIES / "convert_needs_input_int8.json").write_text(history.to_json())
 
 
-async def main() -> None:
+async def record_convert_remedy(env: WorkflowEnvironment, tmp: Path) -> None:
+    """An int8 conversion of light_squeezenet (a uniform softmax output): the accuracy gate sends the
+    figures back, the offline planner keeps the softmax in float, the second attempt passes."""
+    import onnx
+
+    settings = Settings(state_dir=tmp / "state-remedy")
+    store = FileStore(tmp / "artifacts-remedy")
+    queues = fresh_queues()
+    model = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_squeezenet.onnx"
+    async with new_worker(env.client, workflows=[ConverterWorkflow],
+                          activities=build_registry(settings, store).by_kind["toolchain"], task_queue=queues.workflows):
+        handle = await env.client.start_workflow(
+            ConverterWorkflow.run, ConversionRequest(model=str(model), target_soc="sm8550", precision=Precision.INT8,
+                                                     preset="fast", queues=queues, run_id="replay-remedy"),
+            id=f"convert/{uuid.uuid4().hex[:8]}", task_queue=queues.workflows,
+            search_attributes=start_attributes(JobKind.CONVERT, "light_squeezenet.onnx", "SM8550"),
+        )
+        result = await handle.result()
+        assert result.status is JobStatus.COMPLETED and result.accuracy.remedies == ["float_outputs"], result
+    history = await handle.fetch_history()
+    (HISTORIES / "convert_int8_accuracy_remedy.json").write_text(history.to_json())
+
+
+async def main(which: tuple[str, ...] = ("inspect", "convert", "convert_remedy")) -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
         data_converter=pydantic_data_converter,
     )
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            await record_inspect(env, Path(tmp))
-            await record_convert(env, Path(tmp))
+            if "inspect" in which:
+                await record_inspect(env, Path(tmp))
+            if "convert" in which:
+                await record_convert(env, Path(tmp))
+            if "convert_remedy" in which:
+                await record_convert_remedy(env, Path(tmp))
     finally:
         await env.shutdown()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    import sys
+
+    asyncio.run(main(tuple(sys.argv[1:]) or ("inspect", "convert", "convert_remedy")))

@@ -61,3 +61,16 @@ def test_overrides_are_typed_and_an_unknown_arg_is_an_error():
     assert e.value.code == "BAD_INPUT"
     with pytest.raises(FleetforgeError, match="turbo"):
         apply_overrides(plan, {"turbo": "1"}, default_registry())
+
+
+def test_a_soc_override_names_every_output_for_the_new_soc():
+    plan = _plan("balanced")
+    out = apply_overrides(plan, {"soc": "SM8650"}, default_registry())
+    ctx = out.steps[1]
+    assert ctx.required_args["soc"] == "sm8650"
+    assert ctx.required_args["output"] == "converted/tiny_int8_sm8650_ctx.onnx"
+    assert ctx.expected_outputs == ["converted/tiny_int8_sm8650_ctx.onnx"]
+    assert out.intent["evaluate"] == "converted/tiny_int8_sm8650_ctx.onnx"
+    assert out.steps[0] == plan.steps[0], "the quantizer does not depend on the SoC"
+    with pytest.raises(FleetforgeError, match="sm8850"):
+        apply_overrides(plan, {"soc": "sm1"}, default_registry())

@@ -119,3 +119,88 @@ def test_impossible_requests_raise_a_coded_error(kw: dict, fmt: ModelFormat, cod
     with pytest.raises(FleetforgeError) as e:
         plan_offline(req(**base), model_ref(fmt=fmt), default_registry())
     assert e.value.code is code
+
+
+# ---- remedies for the accuracy gate ------------------------------------------------------------
+
+from contracts.convert_job import EvaluationReport, OutputFigures, PlanFeedback  # noqa: E402
+from activities.toolchains.offline_planner import (  # noqa: E402
+    FLOAT_OUTPUTS, MORE_CALIBRATION, W8A16, next_remedy, plan_remedies, request_problems,
+)
+
+
+def below(*remedies: str, outputs: dict[str, float] | None = None, kind: str = "accuracy") -> PlanFeedback:
+    outputs = outputs or {"prob": 0.0}
+    figures = [OutputFigures(name=n, cosine=c, max_abs=0.001, mean_abs=0.001, sqnr_db=0.0) for n, c in outputs.items()]
+    ev = EvaluationReport(reference="input/tiny.onnx", candidate="converted/x.onnx", samples=4, max_abs=0.001,
+                          mean_abs=0.001, cosine=min(outputs.values()), candidate_provider="QNNExecutionProvider",
+                          seconds=1.0, outputs=figures)
+    return PlanFeedback(kind=kind, remedies=list(remedies), evaluation=ev, min_cosine=0.95)  # type: ignore[arg-type]
+
+
+INT8_CTX = dict(target_soc="sm8550", precision=Precision.INT8)
+
+
+def test_the_remedies_come_in_order_and_stop_when_spent():
+    r = req(**INT8_CTX)
+    assert next_remedy(r, below()) == FLOAT_OUTPUTS
+    assert next_remedy(r, below(FLOAT_OUTPUTS)) == W8A16
+    assert next_remedy(r, below(FLOAT_OUTPUTS, W8A16)) == MORE_CALIBRATION
+    assert next_remedy(r, below(FLOAT_OUTPUTS, W8A16, MORE_CALIBRATION)) is None
+    assert next_remedy(req(target_soc="sm8550", precision=Precision.FP16), below()) is None, "fp16 has nothing to give"
+    assert next_remedy(req(calibration="input/c.npz", **INT8_CTX), below(FLOAT_OUTPUTS, W8A16)) is None, \
+        "real calibration data: more synthetic samples would not help"
+    assert next_remedy(r, below(kind="offload")) == W8A16, "nodes on the CPU: only a wider activation type may help"
+
+
+def test_each_remedy_changes_the_plan_and_the_plan_says_which(ws: Path):
+    r = req(**INT8_CTX)
+    first = plan_offline(r, model_ref(), default_registry(), remedy=below(outputs={"prob": 0.0, "feat": 0.99}))
+    quant, ctx = first.steps
+    assert quant.optional_args["float_outputs"] == ["prob"], "only the failing output stays in float"
+    assert plan_remedies(first) == ([FLOAT_OUTPUTS], ["prob"], []) and first.intent["precision"] == "int8"
+
+    fb = below(FLOAT_OUTPUTS).model_copy(update={"float_outputs": ["prob"]})
+    second = plan_offline(r, model_ref(), default_registry(), remedy=fb)
+    quant, ctx = second.steps
+    assert quant.required_args["precision"] == "w8a16" and ctx.optional_args["precision"] == "w8a16"
+    assert ctx.required_args["output"] == "converted/tiny_w8a16_sm8550_ctx.onnx", "named for what it is"
+    assert quant.optional_args["float_outputs"] == ["prob"], "earlier remedies stay applied"
+    assert second.intent["requested_precision"] == "int8" and second.intent["precision"] == "w8a16"
+
+    third = plan_offline(r, model_ref(), default_registry(), remedy=below(FLOAT_OUTPUTS, W8A16))
+    assert third.steps[0].optional_args["calibration_samples"] == 32 and third.steps[0].optional_args["per_channel"] is True
+    for plan in (first, second, third):
+        assert compile_plan(plan, default_registry(), ws).ok
+
+
+def test_calibration_data_reaches_the_qnn_quantizer_and_the_evaluation(ws: Path):
+    (ws / "input" / "calibration_abc.npz").write_bytes(b"npz")
+    plan = plan_offline(req(calibration="input/calibration_abc.npz", **INT8_CTX), model_ref(), default_registry())
+    assert plan.steps[0].optional_args == {"calibration_data": "input/calibration_abc.npz"}
+    assert plan.intent["calibration"] == "input/calibration_abc.npz" and plan_warnings(plan) == []
+    assert compile_plan(plan, default_registry(), ws).ok
+    fast = plan_offline(req(calibration="input/calibration_abc.npz", preset="fast", **INT8_CTX), model_ref(), default_registry())
+    assert "calibration_samples" not in fast.steps[0].optional_args and compile_plan(fast, default_registry(), ws).ok
+
+
+@pytest.mark.parametrize("kw, fragment", [
+    ({"output": OutputKind.ORT, "precision": Precision.W8A16}, "not w8a16"),
+    ({"output": OutputKind.ONNX_QDQ, "precision": Precision.FP16}, "needs --precision int8 or w8a16"),
+    ({"toolchain": Toolchain.ONNX}, "cannot build qnn_context_binary"),
+])
+def test_impossible_combinations_are_named_before_anything_runs(kw: dict, fragment: str):
+    problems = request_problems(req(**({"precision": Precision.INT8} | kw)))
+    assert len(problems) == 1 and fragment in problems[0]
+    assert request_problems(req(**INT8_CTX)) == []
+
+
+def test_a_remedy_that_could_not_run_is_dropped_and_not_tried_again():
+    r = req(**INT8_CTX)
+    fb = below().model_copy(update={"failed": [FLOAT_OUTPUTS],
+                                    "float_outputs": ["prob"]})
+    assert next_remedy(r, fb) == W8A16
+    plan = plan_offline(r, model_ref(), default_registry(), remedy=fb)
+    quant = plan.steps[0]
+    assert quant.required_args["precision"] == "w8a16" and "float_outputs" not in quant.optional_args
+    assert plan_remedies(plan) == ([W8A16], [], [FLOAT_OUTPUTS])

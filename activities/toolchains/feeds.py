@@ -1,0 +1,290 @@
+"""Model inputs for calibration and evaluation: the user's data, or synthetic data that is valid.
+
+Real data (`--calibration`): an .npz mapping each graph input's name to an array whose leading
+axis holds the samples ([N, *shape]; an array of exactly the input's shape is one sample, one whose
+first axis is N × a batch of 1 is N samples), or a folder of such files (concatenated in name
+order). `ingest` checks it against the model's inputs and writes one canonical, byte-reproducible
+.npz, so the same data has the same sha256 in every run (the step cache keys on it).
+
+Synthetic data (seeded) respects each input's dtype and role, read from the ops that consume it:
+* an index (Gather/GatherElements/ScatterElements indices, OneHot indices) gets values in the valid
+  range of the axis it indexes, when that dimension is known;
+* an input that sets a shape, axes, sizes or counts (Reshape.shape, Slice.starts, ReduceSum.axes,
+  TopK.k, ...) cannot be guessed: CALIBRATION_NEEDED names it and asks for real data;
+* a float input of an op with a restricted domain (Log, Sqrt, Acos, ...) gets values inside it;
+* other integers are in [1, 8) (never 0: integer division), booleans are 0/1, floats standard normal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from contracts.errors import Err, FleetforgeError
+
+Feed = dict[str, Any]
+"""Input name → numpy array (one sample)."""
+
+SHAPE_INPUTS: dict[str, frozenset[int]] = {
+    "Reshape": frozenset({1}), "Expand": frozenset({1}), "Tile": frozenset({1}), "ConstantOfShape": frozenset({0}),
+    "Slice": frozenset({1, 2, 3, 4}), "Squeeze": frozenset({1}), "Unsqueeze": frozenset({1}), "Split": frozenset({1}),
+    "TopK": frozenset({1}), "Pad": frozenset({1, 2, 3}), "Resize": frozenset({1, 2, 3}), "Upsample": frozenset({1}),
+    "Range": frozenset({0, 1, 2}), "OneHot": frozenset({1}), "CumSum": frozenset({1}), "Trilu": frozenset({1}),
+    "NonMaxSuppression": frozenset({2, 3, 4}), "ReverseSequence": frozenset({1}), "GatherND": frozenset({1}),
+    "ScatterND": frozenset({1}), "Col2Im": frozenset({1, 2}), "CenterCropPad": frozenset({1}), "MaxUnpool": frozenset({2}),
+    "DFT": frozenset({1, 2}), "STFT": frozenset({1, 3}), "RoiAlign": frozenset({2}), "Compress": frozenset(),
+    "BlackmanWindow": frozenset({0}), "HannWindow": frozenset({0}), "HammingWindow": frozenset({0}),
+    "MelWeightMatrix": frozenset({0, 1, 2, 3, 4}), "Bernoulli": frozenset(), "Multinomial": frozenset(),
+    "ReduceSum": frozenset({1}), "ReduceMean": frozenset({1}), "ReduceMax": frozenset({1}), "ReduceMin": frozenset({1}),
+    "ReduceProd": frozenset({1}), "ReduceL1": frozenset({1}), "ReduceL2": frozenset({1}), "ReduceLogSum": frozenset({1}),
+    "ReduceLogSumExp": frozenset({1}), "ReduceSumSquare": frozenset({1}), "Loop": frozenset({0, 1}),
+}
+"""op → inputs whose values are shapes, axes, sizes or counts (only real data can be valid)."""
+
+INDEX_INPUTS: dict[str, tuple[int, int, str | int]] = {
+    "Gather": (1, 0, "axis"), "GatherElements": (1, 0, "axis"), "ScatterElements": (1, 0, "axis"),
+    "Scatter": (1, 0, "axis"), "NegativeLogLikelihoodLoss": (1, 0, 1), "SoftmaxCrossEntropyLoss": (1, 0, 1),
+}
+"""op → (indices input, data input, axis attribute or fixed axis): indices lie in [0, data.shape[axis])
+(a loss's labels are class indices along axis 1 of its scores)."""
+
+POSITIVE = {("Log", 0), ("Sqrt", 0), ("Reciprocal", 0), ("Pow", 0), ("Div", 1), ("BatchNormalization", 4),
+            ("Mod", 1), ("Rsqrt", 0), ("InstanceNormalization", 0)}
+UNIT = {("Acos", 0), ("Asin", 0), ("Atanh", 0)}
+ABOVE_ONE = {("Acosh", 0)}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    shape: list[int]
+    """Symbolic or unknown dims as 1."""
+    dtype: Any
+    """numpy dtype."""
+    batch_free: bool = True
+    """The first dim is 1 or symbolic (a leading-axis sample split fits)."""
+
+
+def graph_inputs(model: Path) -> list[InputSpec]:
+    import onnx
+
+    m = onnx.load(str(model), load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    out = []
+    for vi in m.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dims = list(tt.shape.dim)
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in dims]
+        first_free = not dims or not dims[0].HasField("dim_value") or dims[0].dim_value in (0, 1)
+        out.append(InputSpec(vi.name, shape, onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type), first_free))
+    return out
+
+
+# ---- synthetic inputs ---------------------------------------------------------------------------
+
+
+def synthetic_feeds(model: Path, *, samples: int, seed: int) -> list[Feed]:
+    """Seeded inputs valid for every input's role (see the module doc); CALIBRATION_NEEDED when an
+    input's valid values cannot be guessed."""
+    import numpy as np
+
+    specs = graph_inputs(model)
+    roles = _roles(model, {s.name for s in specs})
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for _ in range(samples):
+        feeds.append({s.name: _synthetic(s, roles.get(s.name, ("any", None)), rng) for s in specs})
+    return feeds
+
+
+def _roles(model: Path, names: set[str]) -> dict[str, tuple[str, Any]]:
+    """Input name → (role, detail): ("shape", "Reshape.shape"), ("index", upper bound or None), ("positive", None) ..."""
+    import onnx
+
+    m = onnx.load(str(model), load_external_data=False)
+    shapes = {i.name: list(i.dims) for i in m.graph.initializer}
+    for vi in list(m.graph.input) + list(m.graph.value_info):
+        dims = vi.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") for d in dims):
+            shapes.setdefault(vi.name, [d.dim_value for d in dims])
+    roles: dict[str, tuple[str, Any]] = {}
+    rank = {"shape": 4, "index": 3, "unit": 2, "above_one": 2, "positive": 1, "any": 0}
+
+    def claim(name: str, role: tuple[str, Any]) -> None:
+        if name in names and rank[role[0]] > rank[roles.get(name, ("any", None))[0]]:
+            roles[name] = role
+
+    for node in m.graph.node:
+        for i, name in enumerate(node.input):
+            if i in SHAPE_INPUTS.get(node.op_type, ()):
+                claim(name, ("shape", f"{node.op_type} input {i}"))
+            elif (node.op_type, i) in UNIT:
+                claim(name, ("unit", None))
+            elif (node.op_type, i) in ABOVE_ONE:
+                claim(name, ("above_one", None))
+            elif (node.op_type, i) in POSITIVE:
+                claim(name, ("positive", None))
+        spec = INDEX_INPUTS.get(node.op_type)
+        if spec and len(node.input) > spec[0]:
+            idx, data, attr = spec
+            axis = attr if isinstance(attr, int) else next(
+                (onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == attr), 0)
+            dims = shapes.get(node.input[data])
+            bound = dims[axis] if dims and -len(dims) <= axis < len(dims) else None
+            claim(node.input[idx], ("index", bound if bound else f"{node.op_type} indices"))
+        if node.op_type == "OneHot" and len(node.input) > 1:
+            claim(node.input[0], ("index", None if node.input[1] in names else _const_scalar(m, node.input[1])))
+    return roles
+
+
+def _const_scalar(m: Any, name: str) -> int | None:
+    from onnx import numpy_helper
+
+    for init in m.graph.initializer:
+        if init.name == name:
+            value = numpy_helper.to_array(init).ravel()
+            return int(value[0]) if value.size else None
+    return None
+
+
+def _synthetic(spec: InputSpec, role: tuple[str, Any], rng: Any) -> Any:
+    import numpy as np
+
+    kind, detail = role
+    dtype = np.dtype(spec.dtype)
+    if kind == "shape" or (kind == "index" and not isinstance(detail, int)):
+        what = detail if kind == "shape" else f"the indices of {detail} into a dimension that is not static"
+        raise FleetforgeError(Err.CALIBRATION_NEEDED, f"input {spec.name!r} is {what}: its valid values cannot be "
+                              f"synthesized; give real inputs with --calibration FILE.npz ({spec.name!r} -> array)")
+    if dtype.kind in "OSU":
+        raise FleetforgeError(Err.CALIBRATION_NEEDED, f"input {spec.name!r} is a string tensor; give real inputs with "
+                              "--calibration FILE.npz")
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=spec.shape).astype(np.bool_)
+    if kind == "index":
+        return rng.integers(0, int(detail), size=spec.shape).astype(dtype)
+    if dtype.kind in "iu":
+        return rng.integers(1, 8, size=spec.shape).astype(dtype)
+    if kind == "unit":
+        return rng.uniform(-0.9, 0.9, size=spec.shape).astype(dtype)
+    if kind == "above_one":
+        return rng.uniform(1.1, 3.0, size=spec.shape).astype(dtype)
+    if kind == "positive":
+        return rng.uniform(0.5, 2.0, size=spec.shape).astype(dtype)
+    return rng.standard_normal(spec.shape).astype(dtype)
+
+
+# ---- real data --------------------------------------------------------------------------------
+
+
+def read_npz(source: Path) -> dict[str, Any]:
+    """An .npz, or a folder of them concatenated along the sample axis in file-name order."""
+    import numpy as np
+
+    files = sorted(source.glob("*.npz")) if source.is_dir() else [source]
+    if not files:
+        raise FleetforgeError(Err.CALIBRATION_INVALID, f"{source} holds no .npz files")
+    parts: dict[str, list[Any]] = {}
+    for f in files:
+        try:
+            with np.load(f, allow_pickle=False) as npz:
+                for k in npz.files:
+                    parts.setdefault(k, []).append(npz[k])
+        except (OSError, ValueError, zipfile.BadZipFile) as e:
+            raise FleetforgeError(Err.CALIBRATION_INVALID, f"{f.name} is not a readable .npz: {e}") from None
+    if len({len(v) for v in parts.values()}) > 1:
+        raise FleetforgeError(Err.CALIBRATION_INVALID, f"the files in {source} do not all hold the same input names")
+    return {k: v[0] if len(v) == 1 else np.concatenate([_batched(x) for x in v]) for k, v in parts.items()}
+
+
+def _batched(x: Any) -> Any:
+    return x[None] if x.ndim == 0 else x
+
+
+def samples_of(arrays: dict[str, Any], specs: list[InputSpec]) -> dict[str, Any]:
+    """Each input's samples stacked as [N, *shape], cast to the input's dtype; CALIBRATION_INVALID
+    says which input is missing or does not fit."""
+    import numpy as np
+
+    expected = [s.name for s in specs]
+    missing = [n for n in expected if n not in arrays]
+    if missing:
+        raise FleetforgeError(Err.CALIBRATION_INVALID, f"the calibration data has no array for input(s) "
+                              f"{', '.join(missing)}; it has {', '.join(sorted(arrays)) or 'none'}; the model's inputs: "
+                              f"{', '.join(expected)}")
+    out: dict[str, Any] = {}
+    for s in specs:
+        a = np.asarray(arrays[s.name])
+        rank = len(s.shape)
+        if a.ndim == rank + 1 and _fits(a.shape[1:], s.shape):
+            stacked = a
+        elif a.ndim == rank and rank and s.batch_free and _fits(a.shape[1:], s.shape[1:]):
+            stacked = a.reshape((a.shape[0], 1, *a.shape[1:]))  # N samples of batch 1
+        elif a.ndim == rank and _fits(a.shape, s.shape):
+            stacked = a[None]
+        else:
+            raise FleetforgeError(Err.CALIBRATION_INVALID, f"calibration array {s.name!r} has shape {list(a.shape)}; "
+                                  f"the input takes {s.shape} (give [N, *shape] for N samples)")
+        if a.dtype.kind != np.dtype(s.dtype).kind and not (a.dtype.kind in "fiu" and np.dtype(s.dtype).kind in "fiu"):
+            raise FleetforgeError(Err.CALIBRATION_INVALID, f"calibration array {s.name!r} is {a.dtype}; the input takes "
+                                  f"{np.dtype(s.dtype)}")
+        out[s.name] = stacked.astype(s.dtype)
+    counts = {len(v) for v in out.values()}
+    if len(counts) > 1 or 0 in counts:
+        raise FleetforgeError(Err.CALIBRATION_INVALID, "every input needs the same number of samples (> 0); got "
+                              + ", ".join(f"{k}: {len(v)}" for k, v in out.items()))
+    return out
+
+
+def _fits(have: tuple[int, ...], want: list[int]) -> bool:
+    """Static dims must match; a dim the model leaves symbolic (1 here) takes any size."""
+    return len(have) == len(want) and all(w in (1, h) for h, w in zip(have, want))
+
+
+def feeds_from(stacked: dict[str, Any], limit: int | None = None) -> list[Feed]:
+    n = min(len(v) for v in stacked.values())
+    n = n if limit is None else min(n, limit)
+    return [{k: v[i] for k, v in stacked.items()} for i in range(n)]
+
+
+def calibration_feeds(npz: Path, model: Path, limit: int | None = None) -> list[Feed]:
+    """The samples of a canonical calibration .npz for `model`'s inputs."""
+    return feeds_from(samples_of(read_npz(npz), graph_inputs(model)), limit)
+
+
+def write_npz(arrays: dict[str, Any], dest: Path) -> str:
+    """Write `arrays` as an .npz whose bytes depend only on the arrays (sorted names, fixed zip
+    timestamps); returns its sha256."""
+    import numpy as np
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name in sorted(arrays):
+            data = io.BytesIO()
+            np.lib.format.write_array(data, np.ascontiguousarray(arrays[name]), allow_pickle=False)
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            zf.writestr(info, data.getvalue())
+    raw = buf.getvalue()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def ingest(source: Path, model: Path, workspace_root: Path) -> tuple[str, str, int, list[str]]:
+    """Check `source` against `model` and store it canonically in the workspace as
+    `input/calibration_<sha256[:16]>.npz`; returns (relative path, sha256, samples, input names)."""
+    if not source.exists():
+        raise FleetforgeError(Err.CALIBRATION_INVALID, f"calibration data {source} does not exist")
+    specs = graph_inputs(model)
+    stacked = samples_of(read_npz(source), specs)
+    tmp = workspace_root / "input" / ".calibration.tmp.npz"
+    sha = write_npz(stacked, tmp)
+    rel = f"input/calibration_{sha[:16]}.npz"
+    tmp.replace(workspace_root / rel)
+    return rel, sha, min(len(v) for v in stacked.values()), [s.name for s in specs]
