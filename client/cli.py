@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from activities.storage import ArtifactStore, open_store
 from client import out
-from client.ids import candidates
+from client.ids import candidates, run_id_for
 from client.jobs import CANCELLED, JobCancelled, JobHandle, JobSummary, fleet_label
 from client.sdk import FleetforgeClient
 from contracts.common import ArtifactRef, JobKind, JobStatus, TokenTotals
@@ -492,7 +492,8 @@ def convert(
         s = settings()
         store = open_store(s)
         if rerun:
-            fields.update(rerun_request(store, rerun, fields, overrides), rerun_of=rerun, overrides=overrides)
+            earlier = run_id_for(JobKind.CONVERT, rerun)
+            fields.update(rerun_request(store, earlier, fields, overrides), rerun_of=earlier, overrides=overrides)
         else:
             precheck_model(str(model), s, store)
             fields["model"] = resolve_local(str(model))

@@ -65,6 +65,18 @@ def run_id_of(workflow_id: str) -> str:
     return workflow_id.removeprefix(ROW_PREFIX) if _ROW.match(workflow_id) else workflow_id.partition("/")[2]
 
 
+def run_id_for(kind: JobKind, text: str) -> str:
+    """The run id of a `kind` job named any way the tool prints it (`convert/X`, a Web UI link, or
+    the bare `X`); BAD_INPUT for an id of another kind."""
+    text = text.strip()
+    if _BARE.match(text):
+        return text
+    [workflow_id] = candidates(text)
+    if kind_of(workflow_id) is not kind:
+        raise FleetforgeError(Err.BAD_INPUT, f"{text!r} is not a {kind.value} job")
+    return run_id_of(workflow_id)
+
+
 def _from_link(link: str) -> str:
     parts = urlparse(link).path.split("/")
     try:

@@ -531,9 +531,11 @@ class ConverterWorkflow:
             self._progress.last_error = error
         ui.details("convert", {
             "step": step, "run": run_id, "attempt": attempt, "replans": self._progress.replans,
-            "target": self._req.target_soc if self._req else "", "done": ", ".join(self._progress.steps_done),
+            "target": ui.normalise_target(self._req.target_soc or "") if self._req else "", "done": ", ".join(self._progress.steps_done),
             "accuracy": accuracy_row(self._accuracy, self._evaluation),
             "offload": offload_row(self._offload()),
+            "evaluation": self._evaluation,
+            "artifacts": self._artifacts() if step in ("completed", "failed") else [],
             "questions": " / ".join(self._progress.questions),
             "waiting for": (f"an answer: `{answer_hint(workflow.info().workflow_id)}`"
                             if self._progress.questions else ""),

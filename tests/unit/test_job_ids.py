@@ -6,7 +6,7 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from client.ids import candidates, kind_of, run_id_of
+from client.ids import candidates, kind_of, run_id_for, run_id_of
 from client.jobs import STATUS_QUERY, list_query, status_of
 from contracts.common import JobKind, JobStatus
 from contracts.errors import Err, FleetforgeError
@@ -83,3 +83,12 @@ def test_web_ui_links_encode_the_workflow_id_and_carry_the_run_id() -> None:
     assert web_ui_link(base, "my ns") == "http://127.0.0.1:8233/namespaces/my%20ns/workflows"
     assert web_ui_link(base, "default", query="FleetforgeStatus='FAILED'").endswith(
         "/workflows?query=FleetforgeStatus%3D%27FAILED%27")
+
+
+def test_a_rerun_takes_the_run_id_in_any_form_the_tool_printed_but_only_of_its_kind() -> None:
+    link = "http://127.0.0.1:8233/namespaces/default/workflows/convert%2F20261122-140512-3f9a/01a2/history"
+    for printed in ("20261122-140512-3f9a", "convert/20261122-140512-3f9a", link):
+        assert run_id_for(JobKind.CONVERT, printed) == "20261122-140512-3f9a"
+    with pytest.raises(FleetforgeError) as e:
+        run_id_for(JobKind.CONVERT, "kernel/20261122-140512-3f9a")
+    assert e.value.code is Err.BAD_INPUT and "not a convert job" in e.value.message
