@@ -45,6 +45,9 @@ class Settings(BaseSettings):
 
     qairt_sdk_root: Path | None = Field(default=None, validation_alias=AliasChoices("QAIRT_SDK_ROOT"))
 
+    process_programs: str = "python,python3"
+    """Programs a fleet's `process` runner may start (comma-separated; a containers worker's own choice)."""
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def llm_provider(self) -> Literal["offline", "openai"]:
