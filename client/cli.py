@@ -546,6 +546,12 @@ def fleet_test(
     verdicts back into the CSV. Exit 1 when any tested row is No or Error."""
     out.use_json(json_)
     csv_text = read_manifest(csv_file) if resume is None else ""
+    if resume is None:  # a bad CSV is exit 2 before anything connects or starts, and the file is not touched
+        from activities.containers.manifest import parse_manifest, require_commands
+
+        rows = parse_manifest(csv_text)
+        if runner is RunnerKind.PROCESS:
+            require_commands(rows)
     profile = load_hardware(hardware)
 
     async def go() -> int:

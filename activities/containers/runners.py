@@ -54,6 +54,7 @@ Heartbeat = Callable[[str], None]
 DEFAULT_PROGRAMS: tuple[str, ...] = ("python", "python3")
 TAIL_CHARS = 4000
 HEARTBEAT_S = 2.0
+EXIT_POLL_S = 0.05
 """Longest pause between heartbeats while a runner waits (a quarter of the CONTAINER heartbeat timeout, or less)."""
 PROBE_PROMPT = {"prompt": "Hello", "max_tokens": 1, "temperature": 0}
 """The tiny completion every OpenAI-compatible server must answer (one token)."""
@@ -122,30 +123,38 @@ async def _run_argv(argv: Sequence[str], timeout_s: float, heartbeat: Heartbeat,
                     cwd: Path | None = None, env: Mapping[str, str] | None = None,
                     on_start: Callable[[int], None] | None = None) -> tuple[int | None, str]:
     """Run argv (no shell) in its own process group; (exit code or None on timeout, combined output).
-    The whole group is killed on timeout and on cancellation. `on_start(pid)` runs once it exists."""
+    The run ends when the program exits (a background child still holding its output does not keep
+    it going); then the whole group is killed, as on timeout and on cancellation: nothing of a test
+    outlives it. `on_start(pid)` runs once the process exists."""
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         start_new_session=True, cwd=cwd, env={**os.environ, **env} if env else None,
     )
-    reader = asyncio.ensure_future(proc.communicate())
+    assert proc.stdout is not None
+    reader = asyncio.ensure_future(proc.stdout.read())
     deadline = time.monotonic() + timeout_s
+    beat = time.monotonic() + HEARTBEAT_S
     timed_out = False
     try:
         if on_start is not None:
             on_start(proc.pid)
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        # poll the exit status: on 3.11 `proc.wait()` also waits for the output pipe, which a background
+        # child may hold open for ever
+        while proc.returncode is None:
+            now = time.monotonic()
+            if now >= deadline:
                 timed_out = True
                 break
-            done, _ = await asyncio.wait({reader}, timeout=min(HEARTBEAT_S, remaining))
-            if done:
-                break
-            heartbeat(f"{what}: running")
+            if now >= beat:
+                heartbeat(f"{what}: running")
+                beat = now + HEARTBEAT_S
+            pause = min(EXIT_POLL_S, deadline - now)
+            await (asyncio.sleep(pause) if reader.done() else asyncio.wait({reader}, timeout=pause))
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # the group: a test's children must not outlive it either
-    out, _ = await asyncio.shield(reader)
+    out = await asyncio.shield(reader)
+    await asyncio.shield(proc.wait())
     text = (out or b"").decode("utf-8", "replace")
     return (None if timed_out else proc.returncode), text
 
