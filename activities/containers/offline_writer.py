@@ -143,8 +143,8 @@ def write_command(row: ModelRow, hw: HardwareProfile, history: Sequence[Classifi
     slot = slot or hw.first_slot(row.gpus)
     knobs = initial_knobs(row, hw, slot)
     for failure in history:
-        if failure.category is ErrorCategory.POLICY_REJECTED:
-            continue  # an LLM's refused command: the offline writer's own knobs never got there
+        if failure.category in (ErrorCategory.POLICY_REJECTED, ErrorCategory.NO_COMMAND):
+            continue  # an LLM answer refused before it ran: the offline writer's own knobs never got there
         nxt = repair(row, hw, knobs, failure)
         if nxt is None:
             return None
