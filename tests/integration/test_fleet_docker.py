@@ -13,10 +13,9 @@ import contextlib
 import csv
 import io
 import json
-import socket
 import uuid
 from datetime import timedelta
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -34,31 +33,10 @@ from contracts.fleet_job import CommandSource, ModelTestRequest, ModelTestResult
 from contracts.settings import Settings
 from tests.conftest import fleet_containers
 from tests.doubles.openai_server import ScriptedOpenAIServer, json_reply
-from tests.helpers import assert_eventually, fresh_queues, new_worker, job_outcome, outcome_of
+from tests.helpers import assert_eventually, free_port_range, fresh_queues, new_worker, job_outcome, outcome_of
 from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
 
 pytestmark = pytest.mark.docker
-
-
-def free_port_range(n: int) -> tuple[int, int]:
-    """(first, last) of `n` consecutive ports free on 127.0.0.1: a hardware profile's port_range."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            first = s.getsockname()[1]
-        if first + n - 1 > 65535:
-            continue
-        socks = [socket.socket() for _ in range(n)]
-        try:
-            for i, sock in enumerate(socks):
-                sock.bind(("127.0.0.1", first + i))
-            return first, first + n - 1
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise AssertionError(f"no {n} consecutive free ports")
 
 
 def manifest(rows: list[dict[str, str]]) -> str:
