@@ -8,7 +8,6 @@ a running engine these tests fail (tests/conftest.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import csv
 import io
