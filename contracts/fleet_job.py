@@ -190,6 +190,8 @@ class WriteCommandRequest(BaseModel, frozen=True):
     history: list[Classification] = Field(default_factory=list)
     """Earlier failures of this row, oldest first (policy rejections included)."""
     slot: Slot | None = None
+    fixed_command: bool = False
+    """Rows started before slots (workflows/model_test_v1.py) get the row's own command from here too."""
 
 
 class WriteCommandResult(BaseModel, frozen=True):
@@ -213,7 +215,8 @@ class PolicyCheckRequest(BaseModel, frozen=True):
     runner: RunnerKind
     hardware: HardwareProfile
     slot: Slot | None = None
-    """The command must use exactly this port and no GPU outside these devices."""
+    """The command must use exactly this port and no GPU outside these devices (None: a row started before
+    slots, checked against the policy only)."""
 
 
 class PolicyCheckResult(BaseModel, frozen=True):
@@ -234,7 +237,8 @@ class RunTestRequest(BaseModel, frozen=True):
     probe_url: str | None = None
     timeout_s: float = Field(default=600.0, gt=0)
     slot: Slot | None = None
-    """The row's port (health and probe go there, and only there) and GPUs."""
+    """The row's port (health and probe go there, and only there) and GPUs (None: a row started before
+    slots; the port the command names)."""
 
 
 class TestOutcome(BaseModel, frozen=True):

@@ -33,6 +33,9 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["FleetTestWorkflow", "ModelTestWorkflow"]
 
+FLEET_SLOTS_PATCH = "fleet-slots"
+"""Runs from here on give every row a slot (port, GPUs); runs recorded before start rows by the window only."""
+
 
 def _cheap(summary: str) -> dict:
     return dict(summary=summary, start_to_close_timeout=STORAGE.start_to_close,
@@ -53,12 +56,14 @@ class FleetTestWorkflow:
         """Children that ended in this run (the window wakes on a change)."""
         self._paused = False
         self._capacity = 0
+        self._slotted = True
 
     @workflow.run
     async def run(self, req: FleetTestRequest) -> FleetTestResult:
         fleet_id = req.fleet_id or workflow.info().workflow_id.removeprefix("fleet/")
         self._carry = req.carry or FleetCarry(started_at=workflow.now())
         self._paused = self._paused or self._carry.paused  # a pause signal may arrive before run() starts
+        self._slotted = workflow.patched(FLEET_SLOTS_PATCH)
         try:
             self._plan = await self._load(req, fleet_id)
             cursor = await self._window(req, fleet_id)
@@ -103,10 +108,12 @@ class FleetTestWorkflow:
         pending = self._plan.pending
         for _ in range(self._free(req, len(pending) - cursor)):
             row = pending[cursor]
-            slot = allocate(self._plan.gpus.get(row, self._plan.default_gpus), req.hardware, self._slots.values())
-            if slot is None:
-                break
-            self._slots[row] = slot
+            slot = None
+            if self._slotted:
+                slot = allocate(self._plan.gpus.get(row, self._plan.default_gpus), req.hardware, self._slots.values())
+                if slot is None:
+                    break
+                self._slots[row] = slot
             self._running[row] = asyncio.create_task(self._child(req, fleet_id, row, slot))
             cursor += 1
         return cursor
@@ -129,7 +136,7 @@ class FleetTestWorkflow:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
 
-    async def _child(self, req: FleetTestRequest, fleet_id: str, row: int, slot: Slot) -> None:
+    async def _child(self, req: FleetTestRequest, fleet_id: str, row: int, slot: Slot | None) -> None:
         child = ModelTestRequest(fleet_id=fleet_id, manifest=req.manifest, row=row, hardware=req.hardware,
                                  runner=req.runner, max_attempts=req.max_attempts, require_approval=req.require_approval,
                                  test_timeout_s=req.test_timeout_s, llm=req.llm, queues=req.queues, slot=slot)

@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.fleet_policy import (
         Finish, Retry, harness_failure, model_result, next_after_attempt, rejection, render_fixed, writer_gave_up,
     )
+    from workflows.model_test_v1 import ROW_SLOTS_PATCH, RowBeforeSlots
 
 _SOURCES = {AnswerSource.LLM: CommandSource.LLM, AnswerSource.OFFLINE: CommandSource.OFFLINE,
             AnswerSource.FALLBACK: CommandSource.FALLBACK}
@@ -65,7 +66,7 @@ class Written:
 
 
 @workflow.defn
-class ModelTestWorkflow:
+class ModelTestWorkflow(RowBeforeSlots):
     def __init__(self) -> None:
         self._attempts: list[AttemptRecord] = []
         self._failures: list[Classification] = []
@@ -85,6 +86,8 @@ class ModelTestWorkflow:
 
     @workflow.run
     async def run(self, req: ModelTestRequest) -> ModelTestResult:
+        if not workflow.patched(ROW_SLOTS_PATCH):  # a row started before slots: finish it the way it began
+            return await self._v1_run(req)
         started = workflow.now()
         row: ManifestRow | None = None
         try:

@@ -38,9 +38,9 @@ from activities.llm.activity import record_offline_answer
 from activities.storage import ArtifactStore
 from contracts.common import ArtifactRef
 from contracts.errors import Err, FleetforgeError
-from contracts.fleet import Classification
+from contracts.fleet import Classification, ErrorCategory
 from contracts.fleet_job import (
-    ClassifyRequest, FinishFleetRequest, FinishFleetResult, FleetPlan, ManifestRow, PlanFleetRequest,
+    ClassifyRequest, CommandSource, FinishFleetRequest, FinishFleetResult, FleetPlan, ManifestRow, PlanFleetRequest,
     PolicyCheckRequest, PolicyCheckResult, RecordVerdictRequest, RowRequest, RowVerdict, RunnerKind, RunTestRequest,
     SaveVerdictsRequest, TestOutcome, WriteCommandRequest, WriteCommandResult,
 )
@@ -144,6 +144,12 @@ class ContainerActivities:
         no rule-based repair for its last failure): then `command` is None and `reason` says why."""
         row = self._row(req.manifest, req.row)
         base = WriteCommandResult(model_name=row.model_name, probe_url=row.probe_url, row=row)
+        if req.fixed_command and row.command:  # a row started before slots: its own command came from here
+            if req.history and req.history[-1].category is ErrorCategory.POLICY_REJECTED and "{attempt}" not in row.command:
+                return base.model_copy(update={"source": CommandSource.FIXED,
+                                               "reason": "the row's fixed command was rejected; it needs a person"})
+            return base.model_copy(update={"source": CommandSource.FIXED,
+                                           "command": row.command.replace("{attempt}", str(req.attempt))})
         if req.runner is RunnerKind.PROCESS:
             return base.model_copy(update={"reason": "the process runner needs a `command` column for this row"})
         try:
@@ -175,8 +181,7 @@ class ContainerActivities:
                 if e.code is not Err.POLICY_REJECTED:
                     raise
                 return PolicyCheckResult(accepted=False, reason=e.message)
-        slot = req.slot or req.hardware.first_slot(None)
-        verdict = check_command(req.command, writer_policy(req.hardware), slot, req.hardware.gpu_count)
+        verdict = check_command(req.command, writer_policy(req.hardware), req.slot, req.hardware.gpu_count)
         if not verdict.accepted or verdict.spec is None:
             return PolicyCheckResult(accepted=False, reason=verdict.reason)
         return PolicyCheckResult(accepted=True, argv=shlex.split(to_command(verdict.spec)))

@@ -44,7 +44,7 @@ from typing import Protocol, TypeVar
 from activities.containers._marker import RowMarker
 from activities.containers._ports import listening_pids, port_taken
 from activities.containers.offline_writer import writer_policy
-from activities.containers.policy import check_command, container_name, render_argv, run_labels
+from activities.containers.policy import check_command, container_name, declared_ports, render_argv, run_labels
 from activities.storage import ArtifactStore
 from contracts.errors import Err, FleetforgeError
 from contracts.fleet import CommandPolicy, HardwareProfile, Slot, TestPhase
@@ -272,11 +272,11 @@ class DockerRunner(_Base):
         return await _run_argv([self.docker, *args], timeout_s, heartbeat, f"docker {args[0]}")
 
     async def run(self, req: RunTestRequest, heartbeat: Heartbeat) -> TestOutcome:
-        slot = req.slot or req.hardware.first_slot(None)
-        verdict = check_command(req.command, self.policy_for(req.hardware), slot, req.hardware.gpu_count)
+        verdict = check_command(req.command, self.policy_for(req.hardware), req.slot, req.hardware.gpu_count)
         if not verdict.accepted or verdict.spec is None:  # checked again: never trust the caller
             raise FleetforgeError(Err.POLICY_REJECTED, verdict.reason)
         spec = verdict.spec
+        slot = req.slot or Slot(port=(declared_ports(spec) or [8000])[0])  # no slot: a row started before slots
         name = container_name(req.fleet_id, f"{req.row}-{req.model_name}", req.attempt)
         labels = run_labels(req.fleet_id, key=str(req.row), attempt=req.attempt)
         started = time.monotonic()
