@@ -462,7 +462,8 @@ async def fleet_request(fc: FleetforgeClient, workflow_id: str) -> Any:
         async for event in fc.temporal.get_workflow_handle(workflow_id).fetch_history_events():
             payloads = event.workflow_execution_started_event_attributes.input.payloads
             [req] = await fc.temporal.data_converter.decode(payloads, [FleetTestRequest])
-            return req
+            # the workflow's own default when a fleet was started without a fleet id
+            return req if req.fleet_id else req.model_copy(update={"fleet_id": workflow_id.removeprefix("fleet/")})
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise FleetforgeError(Err.JOB_NOT_FOUND, f"no job with workflow id {workflow_id!r}") from None

@@ -46,7 +46,6 @@ _SOURCES = {AnswerSource.LLM: CommandSource.LLM, AnswerSource.OFFLINE: CommandSo
             AnswerSource.FALLBACK: CommandSource.FALLBACK}
 
 
-
 def _local(summary: str) -> dict:
     """Options of the per-attempt bookkeeping steps (read, write, check, classify, record): local
     activities on the workflow's own worker, recorded in history like any activity but without a

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 
 from activities.containers.activities import ContainerActivities, collect_verdicts, upload_manifest
 from activities.storage import ArtifactStore
@@ -240,16 +241,22 @@ async def test_2000_row_fleet_continues_as_new_reports_progress_and_records_ever
                                                     continue_every=every, hardware=HardwareProfile(gpu_count=0)),
             id=wid, task_queue=queues.workflows, search_attributes=start_attributes(JobKind.FLEET_TEST))
 
+        async def progress() -> FleetProgress | None:
+            try:
+                return await handle.query(FleetTestWorkflow.progress)
+            except RPCError:  # e.g. the new run's first task not done yet ("Workflow Task in failed state")
+                return None
+
         async def in_second_run() -> FleetProgress | None:
-            p = await handle.query(FleetTestWorkflow.progress)
-            return p if p.runs >= 2 and p.done > every else None
+            p = await progress()
+            return p if p and p.runs >= 2 and p.done > every else None
 
         live = await assert_eventually(in_second_run, timeout=300, interval=0.5, message="fleet in its second run")
         await handle.signal(FleetTestWorkflow.pause)  # drain, so the numbers can be checked exactly
 
         async def drained() -> FleetProgress | None:
-            p = await handle.query(FleetTestWorkflow.progress)
-            return p if p.paused and p.running == 0 else None
+            p = await progress()
+            return p if p and p.paused and p.running == 0 else None
 
         paused = await assert_eventually(drained, timeout=60, message="paused and drained")
         await handle.signal(FleetTestWorkflow.resume)
