@@ -8,8 +8,11 @@ already finished cannot be cancelled or answered: 2).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Coroutine
 from importlib.metadata import PackageNotFoundError, version as package_version
 from typing import Annotated, Any, Optional
@@ -234,8 +237,9 @@ def show_kernel(result: KernelResult, ui_url: str) -> None:
 
 
 def show_fleet(result: FleetTestResult, ui_url: str) -> None:
-    out.line(f"fleet {result.fleet_id}: {result.status.value}  {result.total} rows, {result.passed} passed, "
-             f"{result.failed} failed, {result.skipped} skipped ({result.runs} workflow runs)")
+    out.line(f"fleet {result.fleet_id}: {result.status.value}  {result.total} rows, {result.passed} Yes, "
+             f"{result.failed} No (the model failed), {result.errors} Error (not tested: rerun retests them), "
+             f"{result.skipped} skipped ({result.runs} workflow runs)")
     for category, count in sorted(result.categories.items(), key=lambda kv: (-kv[1], kv[0])):
         out.line(f"  {category:<24} {count}")
     if result.csv is not None:
@@ -612,15 +616,95 @@ def load_hardware(path: Path | None) -> Any:
         raise FleetforgeError(Err.BAD_INPUT, f"{path}: {where}: {first.get('msg')}") from None
 
 
-def write_back(store: ArtifactStore, result: FleetTestResult, csv_path: Path) -> None:
-    """Replace the local CSV with the fleet's verdict CSV (same columns and row order, status/note filled)."""
-    if result.csv is None:
-        return
-    data = store.get_bytes(result.csv)
-    tmp = csv_path.with_name(csv_path.name + ".fleetforge-tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, csv_path)
-    out.hint(f"verdicts written to {csv_path}")
+def read_manifest(csv_file: Path) -> str:
+    """The CSV's text with its bytes unchanged (no newline translation): its sha256 is the file's."""
+    if not csv_file.is_file():
+        raise FleetforgeError(Err.BAD_INPUT, f"{csv_file}: no such CSV file")
+    try:
+        return csv_file.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise FleetforgeError(Err.BAD_INPUT, f"{csv_file}: cannot read: {e}") from None
+
+
+async def fleet_request(fc: FleetforgeClient, workflow_id: str) -> Any:
+    """The request a fleet-test job was started with (its manifest ref and fleet id), read from the
+    start event of its current run's history (no worker needed)."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from contracts.fleet_job import FleetTestRequest
+
+    if not workflow_id.startswith(JobKind.FLEET_TEST.value + "/"):
+        raise FleetforgeError(Err.BAD_INPUT, f"{workflow_id} is not a fleet-test job")
+    try:
+        async for event in fc.temporal.get_workflow_handle(workflow_id).fetch_history_events():
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            [req] = await fc.temporal.data_converter.decode(payloads, [FleetTestRequest])
+            # the workflow's own default when a fleet was started without a fleet id
+            return req if req.fleet_id else req.model_copy(update={"fleet_id": workflow_id.removeprefix("fleet/")})
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise FleetforgeError(Err.JOB_NOT_FOUND, f"no job with workflow id {workflow_id!r}") from None
+        raise
+    raise FleetforgeError(Err.JOB_NOT_FOUND, f"{workflow_id} has no history")
+
+
+def check_same_manifest(store: ArtifactStore, request: Any, csv_path: Path) -> str:
+    """Why `csv_path` is not the manifest the fleet started from ("" when it is: the same bytes, or the
+    same rows with status/note filled in and rows added at the end)."""
+    from activities.containers.manifest import manifest_mismatch
+
+    current = read_manifest(csv_path)
+    if hashlib.sha256(current.encode("utf-8")).hexdigest() == request.manifest.sha256:
+        return ""
+    original = store.get_bytes(request.manifest).decode("utf-8")
+    why = manifest_mismatch(original, current)
+    return f"{csv_path} is not the manifest fleet {request.fleet_id} started from: {why}" if why else ""
+
+
+def write_back(store: ArtifactStore, request: Any, csv_path: Path, *, force: bool = False) -> int:
+    """Merge the fleet's recorded verdicts into the local CSV: only into the manifest the fleet started
+    from (else MANIFEST_CHANGED unless `force`), by row identity (model name + the tested cells'
+    fingerprint), keeping rows added meanwhile and every untouched byte; atomically (temp file +
+    rename) with the previous version kept as `<csv>.bak`. Returns the rows written."""
+    from activities.containers.activities import collect_verdicts
+    from activities.containers.manifest import merge_verdicts
+
+    verdicts = collect_verdicts(store, request.fleet_id)
+    if not verdicts:
+        out.hint(f"no finished rows to write back into {csv_path} yet")
+        return 0
+    if not force and (why := check_same_manifest(store, request, csv_path)):
+        raise FleetforgeError(Err.MANIFEST_CHANGED, f"{why}; nothing written ({len(verdicts)} verdicts stay in the store)")
+    for _ in range(3):  # the file may change while we merge: then merge again
+        before = csv_path.read_bytes()
+        merged = merge_verdicts(before.decode("utf-8"), sorted(verdicts.values(), key=lambda v: v.row))
+        data = merged.text.encode("utf-8")
+        if data == before:
+            break
+        fd, tmp = tempfile.mkstemp(dir=csv_path.parent, prefix=f".{csv_path.name}.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            shutil.copymode(csv_path, tmp)
+            if csv_path.read_bytes() != before:
+                continue
+            shutil.copy2(csv_path, csv_path.with_name(csv_path.name + ".bak"))
+            os.replace(tmp, csv_path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        break
+    else:
+        raise FleetforgeError(Err.MANIFEST_CHANGED, f"{csv_path} kept changing while the verdicts were merged; try again")
+    out.hint(f"verdicts of {len(merged.written)} row(s) written to {csv_path} (previous version: {csv_path.name}.bak)")
+    if merged.changed:
+        out.hint(f"not written, the row changed since its test: {', '.join(merged.changed[:5])}"
+                 + (f" and {len(merged.changed) - 5} more" if len(merged.changed) > 5 else ""))
+    if merged.missing:
+        out.hint(f"not written, no such row any more: {', '.join(merged.missing[:5])}"
+                 + (f" and {len(merged.missing) - 5} more" if len(merged.missing) > 5 else ""))
+    return len(merged.written)
 
 
 @app.command("fleet-test")
@@ -630,18 +714,22 @@ def fleet_test(
     runner: Annotated[RunnerKind, typer.Option("--runner", help="How a row's command runs.")] = RunnerKind.DOCKER,
     hardware: Annotated[Optional[Path], typer.Option("--hardware", metavar="FILE.yaml", help="Hardware profile YAML.")] = None,
     max_attempts: Annotated[int, typer.Option("--max-attempts", metavar="N", min=1, max=10, help="Attempts per row (each retry is told the last failure).")] = 3,
-    resume: Annotated[Optional[str], typer.Option("--resume", metavar="JOB_ID", help="Follow an existing fleet-test job instead of starting one.")] = None,
+    test_timeout: Annotated[float, typer.Option("--test-timeout", metavar="SECONDS", min=1.0, help="Seconds one test may take (a server: to become healthy).")] = 600.0,
+    require_approval: Annotated[bool, typer.Option("--require-approval", help="A person approves every command before it runs (fleetforge approve).")] = False,
+    resume: Annotated[Optional[str], typer.Option("--resume", metavar="JOB_ID", help="Follow an existing fleet-test job instead of starting one; writes its finished rows back.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Write the verdicts back even into a CSV that is not the fleet's manifest (merged by model name).")] = False,
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
-    """Test-deploy every model of a CSV; with --wait, write the verdicts back into the CSV."""
+    """Test-deploy every model of a CSV that has no verdict yet; with --wait (or --resume), write the
+    verdicts back into the CSV. Exit 1 when any tested row is No or Error."""
     out.use_json(json_)
-    if resume is None:
-        if not csv_file.is_file():
-            raise FleetforgeError(Err.BAD_INPUT, f"{csv_file}: no such CSV file")
-        try:
-            csv_text = csv_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise FleetforgeError(Err.BAD_INPUT, f"{csv_file}: cannot read: {e}") from None
+    csv_text = read_manifest(csv_file) if resume is None else ""
+    if resume is None:  # a bad CSV is exit 2 before anything connects or starts, and the file is not touched
+        from activities.containers.manifest import parse_manifest, require_commands
+
+        rows = parse_manifest(csv_text)
+        if runner is RunnerKind.PROCESS:
+            require_commands(rows)
     profile = load_hardware(hardware)
 
     async def go() -> int:
@@ -649,24 +737,71 @@ def fleet_test(
         store = open_store(s)
         fc = await client_for(s, store)
         if resume is not None:
-            handle = fc.handle(resume)
-            if not handle.id.startswith(JobKind.FLEET_TEST.value + "/"):
-                raise FleetforgeError(Err.BAD_INPUT, f"{resume} is not a fleet-test job")
-            await handle.summary()  # JOB_NOT_FOUND early
+            handle = await fc.job(resume)  # any id the tool printed: fleet-test/ID, fleet/ID, the bare ID, a link
+            request = await fleet_request(fc, handle.id)
+            if not force and (why := check_same_manifest(store, request, csv_file)):
+                out.error(f"{why}; nothing written", Err.MANIFEST_CHANGED)
+                return 2
         else:
             handle = await fc.start_fleet_test(
-                csv_text, name=csv_file.name, store=store, concurrency=concurrency, runner=runner,
-                hardware=profile, max_attempts=max_attempts)
+                csv_text, name=csv_file.name, store=store, concurrency=concurrency, runner=runner, hardware=profile,
+                max_attempts=max_attempts, test_timeout_s=test_timeout, require_approval=require_approval)
+            request = await fleet_request(fc, handle.id)
         if not wait:
+            if resume is not None:
+                write_back(store, request, csv_file, force=force)
             out.workflow_id(handle.id)
             out.hint(f"follow it with: fleetforge watch {handle.id}   (Web UI: {fc.ui_url(handle.id)})")
+            if require_approval:
+                out.hint("approve each row's command with: fleetforge approve fleet/FLEET_ID/ROW --attempt N "
+                         "(rows waiting: fleetforge list --status AWAITING_APPROVAL)")
             return 0
-        result = await follow(fc, handle, stop_at_input=False)
-        if resume is None or csv_file.is_file():
-            write_back(store, result, csv_file)
+        try:
+            result = await follow(fc, handle, stop_at_input=False)
+        except JobCancelled:
+            write_back(store, request, csv_file, force=force)
+            raise
+        try:
+            write_back(store, request, csv_file, force=force)
+        except FleetforgeError as e:
+            rc = show_result(result, fc.ui_url(handle.id))
+            out.error(e.message, e.code)
+            return max(rc, 1)
         return show_result(result, fc.ui_url(handle.id))
 
     return run_sync(go())
+
+
+@app.command()
+def approve(
+    row_id: Annotated[str, typer.Argument(metavar="ROW_ID", help="The row's workflow id: fleet/FLEET_ID/ROW.")],
+    attempt: Annotated[int, typer.Option("--attempt", metavar="N", min=1, help="The attempt whose command is waiting.")],
+    refuse: Annotated[bool, typer.Option("--refuse", help="Refuse the command (the writer gets the reason and tries again).")] = False,
+    reason: Annotated[str, typer.Option("--reason", metavar="TEXT", help="Why (shown to the writer and in the row's note).")] = "",
+    json_: JsonOpt = False,
+) -> int:
+    """Approve (or refuse) the command a fleet row waits with (fleet-test --require-approval)."""
+    out.use_json(json_)
+
+    async def go() -> int:
+        fc = await client_for(settings())
+        verdict, command = await fc.approve(row_id, attempt, approved=not refuse, reason=reason)
+        if out.json_mode():
+            out.contract(ApprovalAnswer(row_id=row_id, attempt=attempt, verdict=verdict, command=command))
+        else:
+            out.line(f"{row_id} attempt {attempt}: {verdict}: {command}")
+        return 0
+
+    return run_sync(go())
+
+
+class ApprovalAnswer(BaseModel):
+    """--json output of `fleetforge approve`."""
+
+    row_id: str
+    attempt: int
+    verdict: str
+    command: str
 
 
 @app.command()

@@ -218,22 +218,33 @@ class FleetforgeClient:
         return await self._start(FleetTestWorkflow.run, req, kind=JobKind.FLEET_TEST, run_id=run_id,
                                  result_type=FleetTestResult, target=req.runner.value)
 
-    async def approve(self, workflow_id: str, attempt: int, *, approved: bool = True, reason: str = "") -> str:
-        """Approve (or refuse) a model-test's pending command of `attempt` (the `approve_command` update)."""
+    async def approve(self, workflow_id: str, attempt: int, *, approved: bool = True, reason: str = "") -> tuple[str, str]:
+        """Approve (or refuse) a model-test row's pending command of `attempt` (the `approve_command`
+        update); returns ("approved" | "refused", the command decided on). A row with no command
+        waiting, or waiting with another attempt, is FleetforgeError(BAD_INPUT) saying which."""
         from contracts.fleet_job import ApprovalRequest
         from workflows.fleet import ModelTestWorkflow
 
+        if not workflow_id.startswith("fleet/"):
+            raise FleetforgeError(Err.BAD_INPUT, f"{workflow_id} is not a fleet row: give the row's id fleet/FLEET_ID/ROW "
+                                  "(fleetforge list --status AWAITING_APPROVAL)")
         handle = self.temporal.get_workflow_handle(workflow_id)
         try:
-            return await handle.execute_update(
+            command = await handle.query(ModelTestWorkflow.pending_command, rpc_timeout=timedelta(seconds=5)) or ""
+            verdict = await handle.execute_update(
                 ModelTestWorkflow.approve_command, ApprovalRequest(attempt=attempt, approved=approved, reason=reason))
         except WorkflowUpdateFailedError as e:
             message = getattr(e.cause, "message", None) or str(e.cause)
             raise FleetforgeError(Err.BAD_INPUT, f"approval rejected: {message}") from None
+        except WorkflowQueryFailedError as e:
+            raise FleetforgeError(Err.BAD_INPUT, f"{workflow_id} cannot take an approval: {e}") from None
         except RPCError as e:
             if _not_found(e):
                 raise JobNotFound(workflow_id) from None
+            if e.status == RPCStatusCode.FAILED_PRECONDITION or "completed" in e.message.lower():
+                raise FleetforgeError(Err.BAD_INPUT, f"approval rejected: {workflow_id} is no longer running") from None
             raise
+        return verdict, command
 
     # -- existing jobs ---------------------------------------------------------------------
 

@@ -69,6 +69,7 @@ class Err(StrEnum):
     POLICY_REJECTED = "POLICY_REJECTED"
     RUNNER_UNAVAILABLE = "RUNNER_UNAVAILABLE"
     ROWS_FAILED = "ROWS_FAILED"
+    MANIFEST_CHANGED = "MANIFEST_CHANGED"
     # anything else
     INTERNAL = "INTERNAL"
 
@@ -102,7 +103,8 @@ REMEDY: dict[Err, str] = {
     Err.CALIBRATION_NEEDED: "give real inputs with --calibration FILE.npz (input name -> array) for the named inputs",
     Err.WORKFLOW_CONFIG_INVALID: "fix the workflow.yaml named in the message",
     Err.MANIFEST_INVALID: "the CSV needs a header with at least model_name,status,note",
-    Err.ROWS_FAILED: "see the per-model table; rerun the CSV to retest the rows that are not Yes",
+    Err.ROWS_FAILED: "see the per-model table: No = the model failed, Error = it could not be tested; rerun the CSV to retest the Error rows",
+    Err.MANIFEST_CHANGED: "give the CSV the fleet started from, or pass --force to merge the verdicts into this one by model name",
     Err.MAX_STEPS: "raise --max-step, or configure an LLM (FLEETFORGE_LLM_BASE_URL) for ops the offline coder cannot write",
     Err.NO_OFFLINE_TEMPLATE: "configure an LLM (FLEETFORGE_LLM_BASE_URL) to write kernels for these aten ops",
     Err.NO_PROGRESS: "configure an LLM (FLEETFORGE_LLM_BASE_URL), or a different workflow.yaml: the offline coder can only repeat its rejected candidate",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 
 class Mount(BaseModel, frozen=True):
@@ -85,6 +85,10 @@ class TestPhase(StrEnum):
     START = "start"
     HEALTH = "health"
     PROBE = "probe"
+    TIMEOUT = "timeout"
+    """The command was still running at the test's deadline (`--test-timeout`) and was killed."""
+    IDENTITY = "identity"
+    """A server answered on the row's port, but it is not provably the row's own (another process's)."""
 
 
 class ErrorCategory(StrEnum):
@@ -100,10 +104,50 @@ class ErrorCategory(StrEnum):
     CRASHED = "CRASHED"
     """Exit 125 (docker), 137 (killed), 139 (segfault) or another non-zero exit."""
     PROBE_FAILED = "PROBE_FAILED"
+    TIMEOUT = "TIMEOUT"
+    """The test did not finish within `--test-timeout` (the command was killed)."""
     POLICY_REJECTED = "POLICY_REJECTED"
+    NO_COMMAND = "NO_COMMAND"
+    """No writer produced a usable command (LLM down or refused, offline writer has no template)."""
+    FOREIGN_SERVER = "FOREIGN_SERVER"
+    """The server answering on the row's port is not provably the row's own."""
+    RUNNER_UNAVAILABLE = "RUNNER_UNAVAILABLE"
     TRANSIENT = "TRANSIENT"
-    """Infrastructure hiccup (docker daemon unreachable, registry rate limit, timeouts)."""
+    """Infrastructure hiccup (docker daemon unreachable, registry rate limit, a worker lost)."""
     UNKNOWN = "UNKNOWN"
+
+
+HARNESS_CATEGORIES = frozenset({
+    ErrorCategory.POLICY_REJECTED, ErrorCategory.NO_COMMAND, ErrorCategory.FOREIGN_SERVER,
+    ErrorCategory.RUNNER_UNAVAILABLE, ErrorCategory.TRANSIENT, ErrorCategory.AUTH, ErrorCategory.IMAGE_NOT_FOUND,
+    ErrorCategory.PORT_IN_USE, ErrorCategory.UNKNOWN,
+})
+"""Failures that say we could not test the model (no usable command, policy, runner, credentials, the
+image missing on the host, the row's port held by someone else, an unexplained failure): the row ends
+`Error` and the next run on the CSV tests it again. Every other category is the model's own failure
+(`No`): it did not deploy, crashed, never became healthy, did not answer, or did not finish in time."""
+
+
+class RowStatus(StrEnum):
+    """What the CSV's status column says about a tested row."""
+
+    YES = "Yes"
+    """The model served and answered the probe."""
+    NO = "No"
+    """The model itself failed to deploy or serve (a category outside HARNESS_CATEGORIES)."""
+    ERROR = "Error"
+    """We failed to test it (a category in HARNESS_CATEGORIES); the next run tests it again."""
+
+
+def row_status(passed: bool, category: str) -> RowStatus:
+    """Yes / No / Error from a row's outcome and its last failure's category."""
+    if passed:
+        return RowStatus.YES
+    try:
+        harness = ErrorCategory(category) in HARNESS_CATEGORIES
+    except ValueError:
+        harness = True  # a category we do not know is nobody's verdict about the model
+    return RowStatus.ERROR if harness else RowStatus.NO
 
 
 class Remedy(StrEnum):
@@ -132,6 +176,41 @@ class HardwareProfile(BaseModel, frozen=True):
     gpu_memory_gb: int = Field(default=80, ge=0)
     model_cache_dir: str = "/models/hf-cache"
     """Host directory mounted as the Hugging Face cache (must be inside a policy mount root)."""
+    port_range: tuple[int, int] = (8000, 8999)
+    """Loopback ports the fleet hands out, one per running row (inclusive); also a cap on concurrency."""
+
+    @model_validator(mode="after")
+    def _ports_in_order(self) -> "HardwareProfile":
+        lo, hi = self.port_range
+        if not 1024 <= lo <= hi <= 65535:
+            raise ValueError(f"port_range {list(self.port_range)} must be [low, high] with 1024 <= low <= high <= 65535")
+        return self
+
+    @property
+    def port_count(self) -> int:
+        return self.port_range[1] - self.port_range[0] + 1
+
+    def gpus_for(self, asked: int | None) -> int:
+        """GPUs a row gets: what its `gpus` cell asks for (at most the host's), else 1 on a GPU host."""
+        return min(asked, self.gpu_count) if asked is not None else min(1, self.gpu_count)
+
+    def first_slot(self, asked: int | None) -> "Slot":
+        """The slot of a row tested alone: the range's first port, the first GPUs."""
+        return Slot(port=self.port_range[0], devices=tuple(range(self.gpus_for(asked))))
+
+
+class Slot(BaseModel, frozen=True):
+    """What one running row may use on the host: its own loopback port and its own GPUs. The fleet
+    hands out slots so concurrent rows never share a port or a device; the writers are told the slot,
+    the policy rejects a command that uses anything else, the runner probes only the slot's port."""
+
+    port: int = Field(ge=1, le=65535)
+    devices: tuple[int, ...] = ()
+    """GPU indices (docker `--gpus '"device=2,3"'`); empty = no GPU."""
+
+    @property
+    def gpus_flag(self) -> str | None:
+        return '"device=' + ",".join(map(str, self.devices)) + '"' if self.devices else None
 
 
 Runtime = Literal["vllm", "tgi", "http"]
@@ -145,4 +224,5 @@ class ModelRow(BaseModel, frozen=True):
     image: str | None = None
     gpus: int | None = Field(default=None, ge=0)
     port: int | None = Field(default=None, ge=1, le=65535)
+    """Ignored by the writers: a fleet row serves on its slot's port (kept so old CSVs still parse)."""
     max_model_len: int | None = Field(default=None, ge=1)

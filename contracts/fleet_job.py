@@ -7,14 +7,19 @@ logs and verdict batches live in the artifact store.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from contracts.agents import AgentProvenance
 from contracts.common import ArtifactRef, Failure, JobStatus, TaskQueues, TokenTotals
-from contracts.fleet import Classification, ErrorCategory, HardwareProfile, ModelRow, Runtime, TestPhase
+from contracts.fleet import (
+    Classification, ErrorCategory, HardwareProfile, ModelRow, RowStatus, Runtime, Slot, TestPhase, row_status,
+)
 
 
 class RunnerKind(StrEnum):
@@ -24,6 +29,14 @@ class RunnerKind(StrEnum):
     """The command is a `docker run` checked against the CommandPolicy."""
     SCRIPT = "script"
     """`test_models.sh <model> <command>` (exit 0 success, 1 failure, 2 timeout)."""
+
+
+FINISHED_STATUSES = frozenset({"yes", "no"})
+"""Status cells (case-insensitive) of rows a fleet skips: a verdict about the model exists. `Error`,
+empty or anything else is tested (again)."""
+
+FINGERPRINT_FIELDS = ("model_name", "runtime", "image", "gpus", "port", "max_model_len", "command", "probe_url")
+"""The cells a test depends on: a verdict is written back only into a row whose cells still match."""
 
 
 class ManifestRow(BaseModel, frozen=True):
@@ -45,8 +58,14 @@ class ManifestRow(BaseModel, frozen=True):
     after the command exits 0; docker runner: instead of `/v1/models` + a one-token completion)."""
 
     @property
-    def tested(self) -> bool:
-        return self.status.strip().lower() == "yes"
+    def finished(self) -> bool:
+        """The row has a verdict about the model (Yes or No): a fleet skips it."""
+        return self.status.strip().lower() in FINISHED_STATUSES
+
+    def fingerprint(self) -> str:
+        """Short hash of the cells the test depends on (not status/note, not extra columns)."""
+        cells = {f: getattr(self, f) for f in FINGERPRINT_FIELDS}
+        return hashlib.sha256(json.dumps(cells, sort_keys=True).encode()).hexdigest()[:16]
 
     def model_row(self) -> ModelRow:
         return ModelRow(model_name=self.model_name, runtime=self.runtime, image=self.image, gpus=self.gpus,
@@ -59,8 +78,10 @@ class CommandSource(StrEnum):
     FIXED = "fixed"
     """The row's `command` column."""
     OFFLINE = "offline"
-    """The offline templater with rule-based repairs."""
+    """The offline templater with rule-based repairs (the configured writer)."""
     LLM = "llm"
+    FALLBACK = "fallback"
+    """The offline templater's command after the LLM failed or its answers stayed unusable."""
 
 
 class RowVerdict(BaseModel, frozen=True):
@@ -70,17 +91,26 @@ class RowVerdict(BaseModel, frozen=True):
     row: int
     model_name: str
     passed: bool
+    status: RowStatus | None = None
+    """Yes / No / Error (None in verdicts recorded before the Error status: read as Yes / No)."""
+    fingerprint: str = ""
+    """ManifestRow.fingerprint() of the row tested: the write-back's row identity with model_name."""
     category: str = ""
     """ErrorCategory value of the last failure; empty when passed."""
     reason: str = ""
     attempts: int = 0
+    reruns: int = 0
+    """Test runs that were run again after an interruption (a worker crash): at-least-once made visible."""
     commands: list[str] = Field(default_factory=list)
     categories: list[str] = Field(default_factory=list)
     """Per attempt: the ErrorCategory value, or PASSED."""
     duration_s: float = 0.0
     tokens: TokenTotals = Field(default_factory=TokenTotals)
     """The row's command-writer answers (LLM calls and offline decisions; offline ones cost 0 tokens)."""
-    """Command-writer answers recorded for the row (LLM calls and offline decisions; offline ones cost 0 tokens)."""
+
+    @property
+    def row_status(self) -> RowStatus:
+        return self.status or (RowStatus.YES if self.passed else RowStatus.NO)
 
 
 class AttemptRecord(BaseModel, frozen=True):
@@ -96,6 +126,12 @@ class AttemptRecord(BaseModel, frozen=True):
     """Why the LLM's answer was not used (the offline writer's command ran instead)."""
     transcript: ArtifactRef | None = None
     """The writer's answer that gave `command` (LLM or offline, same artifact shape); None for a fixed command."""
+    provenance: AgentProvenance | None = None
+    """How the command was reached on the agent ladder (LLM answers, refusals, fallback reason)."""
+    activity_attempt: int = 0
+    """Temporal's attempt number of the test activity that gave the outcome (0: the test did not run)."""
+    test_runs: int = 0
+    """How often the test itself started: 2 or more when an interrupted run (worker crash) was killed and run again."""
 
 
 class PreviousAttempt(BaseModel, frozen=True):
@@ -115,15 +151,34 @@ class CommandWriterContext(BaseModel, frozen=True):
     runner: RunnerKind
     attempt: int
     previous: list[PreviousAttempt] = Field(default_factory=list)
+    slot: Slot | None = None
+    """The port and GPUs the command must use (the policy rejects anything else)."""
 
 
 # -- activities ------------------------------------------------------------------------------
 
+class PlanFleetRequest(BaseModel, frozen=True):
+    fleet_id: str
+    manifest: ArtifactRef
+    hardware: HardwareProfile = Field(default_factory=HardwareProfile)
+
+
 class FleetPlan(BaseModel, frozen=True):
     total: int
     pending: list[int]
-    """Row indices still to test (status != Yes), in CSV order."""
+    """Row indices still to test (status neither Yes nor No), in CSV order."""
     skipped: int
+    gpus: dict[int, int] = Field(default_factory=dict)
+    """GPUs a pending row needs, only for rows that differ from the host's default (sparse: history stays small)."""
+    default_gpus: int = 0
+    """GPUs every other pending row needs (1 on a GPU host, 0 without GPUs)."""
+
+
+class RowRequest(BaseModel, frozen=True):
+    """Read one manifest row (the model test's first step)."""
+
+    manifest: ArtifactRef
+    row: int
 
 
 class WriteCommandRequest(BaseModel, frozen=True):
@@ -134,6 +189,9 @@ class WriteCommandRequest(BaseModel, frozen=True):
     attempt: int = 1
     history: list[Classification] = Field(default_factory=list)
     """Earlier failures of this row, oldest first (policy rejections included)."""
+    slot: Slot | None = None
+    fixed_command: bool = False
+    """Rows started before slots (workflows/model_test_v1.py) get the row's own command from here too."""
 
 
 class WriteCommandResult(BaseModel, frozen=True):
@@ -156,6 +214,9 @@ class PolicyCheckRequest(BaseModel, frozen=True):
     command: str
     runner: RunnerKind
     hardware: HardwareProfile
+    slot: Slot | None = None
+    """The command must use exactly this port and no GPU outside these devices (None: a row started before
+    slots, checked against the policy only)."""
 
 
 class PolicyCheckResult(BaseModel, frozen=True):
@@ -175,6 +236,9 @@ class RunTestRequest(BaseModel, frozen=True):
     hardware: HardwareProfile
     probe_url: str | None = None
     timeout_s: float = Field(default=600.0, gt=0)
+    slot: Slot | None = None
+    """The row's port (health and probe go there, and only there) and GPUs (None: a row started before
+    slots; the port the command names)."""
 
 
 class TestOutcome(BaseModel, frozen=True):
@@ -186,6 +250,10 @@ class TestOutcome(BaseModel, frozen=True):
     log_tail: str = ""
     log: ArtifactRef | None = None
     duration_s: float = 0.0
+    activity_attempt: int = 1
+    """Temporal's attempt number of the run_test activity that produced this outcome."""
+    test_runs: int = 1
+    """1 + earlier runs of this same test that were interrupted (found by their marker/container, killed)."""
 
 
 class ClassifyRequest(BaseModel, frozen=True):
@@ -200,6 +268,14 @@ class SaveVerdictsRequest(BaseModel, frozen=True):
     verdicts: list[RowVerdict]
 
 
+class RecordVerdictRequest(BaseModel, frozen=True):
+    """A finished row's verdict, saved to the store at once (so a cancelled or crashed fleet's finished
+    rows still reach the CSV on `--resume`)."""
+
+    fleet_id: str
+    verdict: RowVerdict
+
+
 class FinishFleetRequest(BaseModel, frozen=True):
     fleet_id: str
     manifest: ArtifactRef
@@ -212,6 +288,7 @@ class FinishFleetResult(BaseModel, frozen=True):
     """The per-model table (CSV: row, model, verdict, attempts, commands, categories, duration, tokens)."""
     passed: int
     failed: int
+    errors: int = 0
     categories: dict[str, int] = Field(default_factory=dict)
 
 
@@ -237,12 +314,17 @@ class ModelTestRequest(BaseModel, frozen=True):
     llm: Literal["offline", "openai"] = "offline"
     """Who writes the commands: the offline templater, or the LLM (offline writer as its fallback)."""
     queues: TaskQueues = Field(default_factory=TaskQueues)
+    slot: Slot | None = None
+    """The port and GPUs the fleet gave this row (None: the first port of the range, the first GPUs it needs)."""
 
 
 class ModelTestResult(BaseModel, frozen=True):
     row: int
     model_name: str
     passed: bool
+    status: RowStatus | None = None
+    """Yes / No / Error (row_status of passed and category)."""
+    fingerprint: str = ""
     attempts: list[AttemptRecord] = Field(default_factory=list)
     category: str = ""
     reason: str = ""
@@ -250,8 +332,10 @@ class ModelTestResult(BaseModel, frozen=True):
     tokens: TokenTotals = Field(default_factory=TokenTotals)
 
     def verdict(self) -> RowVerdict:
-        return RowVerdict(row=self.row, model_name=self.model_name, passed=self.passed, category=self.category,
-                          reason=self.reason, attempts=len(self.attempts),
+        return RowVerdict(row=self.row, model_name=self.model_name, passed=self.passed,
+                          status=self.status or row_status(self.passed, self.category), fingerprint=self.fingerprint,
+                          category=self.category, reason=self.reason, attempts=len(self.attempts),
+                          reruns=sum(max(0, a.test_runs - 1) for a in self.attempts),
                           commands=[a.command for a in self.attempts],
                           categories=[a.category.value if a.category else "PASSED" for a in self.attempts],
                           duration_s=self.duration_s, tokens=self.tokens)
@@ -264,6 +348,9 @@ class FleetCarry(BaseModel, frozen=True):
     """Position in FleetPlan.pending of the next row to start."""
     passed: int = 0
     failed: int = 0
+    """Rows whose verdict is No."""
+    errors: int = 0
+    """Rows whose verdict is Error (we failed to test them)."""
     batches: list[ArtifactRef] = Field(default_factory=list)
     categories: dict[str, int] = Field(default_factory=dict)
     started_at: datetime | None = None
@@ -298,7 +385,10 @@ class FleetProgress(BaseModel, frozen=True):
     done: int = 0
     passed: int = 0
     failed: int = 0
+    errors: int = 0
     running: int = 0
+    capacity: int = 0
+    """Rows that can run at once: the smallest of --concurrency, the port range and the GPUs (0 before planning)."""
     paused: bool = False
     runs: int = 1
     eta_s: float | None = None
@@ -315,6 +405,9 @@ class FleetTestResult(BaseModel, frozen=True):
     skipped: int = 0
     passed: int = 0
     failed: int = 0
+    """Rows whose verdict is No (the model failed)."""
+    errors: int = 0
+    """Rows whose verdict is Error (we failed to test them; the next run on the CSV retests them)."""
     categories: dict[str, int] = Field(default_factory=dict)
     runs: int = 1
     """Workflow runs the fleet took (continue-as-new count + 1)."""

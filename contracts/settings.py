@@ -103,6 +103,9 @@ class Settings(BaseSettings):
 
     qairt_sdk_root: Path | None = Field(default=None, validation_alias=AliasChoices("QAIRT_SDK_ROOT"))
 
+    process_programs: str = "python,python3"
+    """Programs a fleet's `process` runner may start (comma-separated; a containers worker's own choice)."""
+
     @model_validator(mode="after")
     def _temporal_connection(self) -> "Settings":
         """Fill the address and namespace the way the `temporal` CLI would (explicit values win)."""

@@ -102,6 +102,25 @@ def free_ports(n: int = 1) -> list[int]:
             s.close()
 
 
+def free_port_range(n: int) -> tuple[int, int]:
+    """(first, last) of `n` consecutive ports free on 127.0.0.1: a fleet hardware profile's port_range."""
+    for _ in range(100):
+        first = free_ports()[0]
+        if first + n - 1 > 65535:
+            continue
+        socks = [socket.socket() for _ in range(n)]
+        try:
+            for i, sock in enumerate(socks):
+                sock.bind(("127.0.0.1", first + i))
+            return first, first + n - 1
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise AssertionError(f"no {n} consecutive free ports")
+
+
 def fresh_queues() -> TaskQueues:
     """All work of one test on one throwaway queue."""
     return TaskQueues.single(f"test-{uuid.uuid4().hex[:10]}")

@@ -1,12 +1,15 @@
-"""Pure decisions of the fleet test (STYLE G3): retry or finish a model, how many children to start,
-when to continue as new, the ETA. No workflow calls, no I/O."""
+"""Pure decisions of the fleet test (STYLE G3): retry or finish a model, whose failure a verdict is,
+which slot (port, GPUs) a row gets, how many children to start, when to continue as new, the ETA.
+No workflow calls, no I/O."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from contracts.common import TokenTotals
-from contracts.fleet import Classification, ErrorCategory, Remedy
+from contracts.errors import Err
+from contracts.fleet import Classification, ErrorCategory, HardwareProfile, Remedy, Slot, row_status
 from contracts.fleet_job import AttemptRecord, ModelTestResult
 
 
@@ -24,33 +27,82 @@ class Finish:
     reason: str = ""
 
 
-def next_after_attempt(failure: Classification | None, attempt: int, max_attempts: int) -> Retry | Finish:
-    """None = the attempt passed. A HUMAN remedy or a spent budget finishes the row as failed."""
+def next_after_attempt(failure: Classification | None, attempts_used: int, max_attempts: int) -> Retry | Finish:
+    """None = the attempt passed. A HUMAN remedy or a spent budget (refused commands count) finishes the
+    row as failed."""
     if failure is None:
         return Finish(passed=True)
-    if failure.remedy is Remedy.HUMAN or attempt >= max_attempts:
+    if failure.remedy is Remedy.HUMAN or attempts_used >= max_attempts:
         return Finish(passed=False, category=failure.category.value, reason=failure.reason)
     return Retry(failure)
 
 
-def rejection(reason: str) -> Classification:
-    """A refused command (policy or reviewer): an attempt whose reason goes back to the writer."""
-    return Classification(category=ErrorCategory.POLICY_REJECTED, remedy=Remedy.NEW_COMMAND,
+def rejection(reason: str, category: ErrorCategory = ErrorCategory.POLICY_REJECTED) -> Classification:
+    """A refused command (policy or reviewer) or an unusable writer answer: an attempt whose reason goes
+    back to the writer."""
+    return Classification(category=category, remedy=Remedy.NEW_COMMAND,
                           reason=reason.splitlines()[0][:200] if reason else "command rejected")
 
 
-def writer_gave_up(history: list[Classification], reason: str) -> Finish:
-    """The writer has no further command: the row fails with its last failure (or the writer's reason)."""
-    if history:
-        return Finish(passed=False, category=history[-1].category.value, reason=history[-1].reason)
-    return Finish(passed=False, category=ErrorCategory.UNKNOWN.value, reason=reason or "no command could be written")
+def writer_gave_up(failures: list[Classification], reason: str) -> Finish:
+    """The writers have no further command. The verdict is the last test that ran (a refused command is
+    never the model's failure); without any test, the row is an Error: its commands were refused
+    (POLICY_REJECTED) or nobody could write one (NO_COMMAND)."""
+    tested = [f for f in failures if f.category not in (ErrorCategory.POLICY_REJECTED, ErrorCategory.NO_COMMAND)]
+    if tested:
+        return Finish(passed=False, category=tested[-1].category.value, reason=tested[-1].reason)
+    why = reason or "no command could be written"
+    if failures and failures[-1].category is ErrorCategory.POLICY_REJECTED:
+        return Finish(passed=False, category=ErrorCategory.POLICY_REJECTED.value, reason=f"{failures[-1].reason}; {why}")
+    return Finish(passed=False, category=ErrorCategory.NO_COMMAND.value, reason=why)
+
+
+_HARNESS_CODES = {Err.RUNNER_UNAVAILABLE.value: ErrorCategory.RUNNER_UNAVAILABLE,
+                  Err.POLICY_REJECTED.value: ErrorCategory.POLICY_REJECTED}
+
+
+def harness_failure(code: str, message: str) -> Finish:
+    """A step of the test itself failed (its retries spent): the row is an Error with a category that
+    says whose (runner missing, command refused by the runner's own re-check, the LLM, else TRANSIENT)."""
+    if code.startswith("LLM_"):
+        category = ErrorCategory.NO_COMMAND
+    else:
+        category = _HARNESS_CODES.get(code, ErrorCategory.TRANSIENT)
+    return Finish(passed=False, category=category.value, reason=f"[{code}] {message}"[:300])
 
 
 def model_result(row: int, model_name: str, attempts: list[AttemptRecord], finish: Finish,
-                 duration_s: float, tokens: TokenTotals | None = None) -> ModelTestResult:
-    return ModelTestResult(row=row, model_name=model_name, passed=finish.passed, attempts=attempts,
-                           category=finish.category, reason=finish.reason, duration_s=round(duration_s, 3),
-                           tokens=tokens or TokenTotals())
+                 duration_s: float, tokens: TokenTotals | None = None, fingerprint: str = "") -> ModelTestResult:
+    return ModelTestResult(row=row, model_name=model_name, passed=finish.passed,
+                           status=row_status(finish.passed, finish.category), fingerprint=fingerprint,
+                           attempts=attempts, category=finish.category, reason=finish.reason,
+                           duration_s=round(duration_s, 3), tokens=tokens or TokenTotals())
+
+
+def render_fixed(template: str, attempt: int, slot: Slot) -> str:
+    """A row's own command (or probe URL) for one attempt: `{attempt}`, `{port}` and `{devices}` (the
+    slot's GPU indices, comma-separated) filled in."""
+    return (template.replace("{attempt}", str(attempt)).replace("{port}", str(slot.port))
+            .replace("{devices}", ",".join(map(str, slot.devices))))
+
+
+def allocate(gpus: int, hw: HardwareProfile, taken: Iterable[Slot]) -> Slot | None:
+    """A free slot for a row that needs `gpus` GPUs: the lowest free port of the range and the lowest
+    free GPUs; None while the running rows hold what it needs."""
+    taken = list(taken)
+    ports = {s.port for s in taken}
+    busy = {d for s in taken for d in s.devices}
+    port = next((p for p in range(hw.port_range[0], hw.port_range[1] + 1) if p not in ports), None)
+    free = [d for d in range(hw.gpu_count) if d not in busy]
+    if port is None or len(free) < gpus:
+        return None
+    return Slot(port=port, devices=tuple(free[:gpus]))
+
+
+def capacity(concurrency: int, hw: HardwareProfile, gpus_per_row: int) -> int:
+    """Rows that can run at once: the window, the port range, and the GPUs (rows of the host's default size)."""
+    by_gpus = hw.gpu_count // gpus_per_row if gpus_per_row else concurrency
+    return max(1, min(concurrency, hw.port_count, by_gpus))
 
 
 def slots_free(running: int, concurrency: int, paused: bool, remaining: int, budget: int) -> int:

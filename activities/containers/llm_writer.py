@@ -1,9 +1,10 @@
 """The LLM fleet command writer's pure parts: the prompt (jinja2 templates in prompts/, compiled at
 import time so a replay renders the same text) and the answer parser.
 
-The workflow asks through workflows/_llm.py `ask`; an answer that yields no `docker run` line is a
-typed rejection (`Unusable`) and the offline writer's command runs instead. Whatever the LLM says is
-still only a candidate: the policy check decides whether it may run.
+The workflow asks through workflows/_llm.py `ask` on the agent ladder (workflows/agent_ladder.py):
+an answer that yields no `docker run` line is a typed rejection (`Unusable`), and so is a command the
+policy refuses; each refusal is one attempt of the row, fed back to the LLM with its reason. Whatever
+the LLM says is only a candidate: the policy check (with the row's slot) decides whether it may run.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def chat_request(ctx: CommandWriterContext) -> ChatRequest:
     previous = [p.model_copy(update={"log_tail": p.log_tail[-LOG_TAIL_CHARS:]}) for p in ctx.previous]
     return ChatRequest(
         messages=[Message.system(_SYSTEM.render(mount_root=root)),
-                  Message.user(_REQUEST.render(row=ctx.row, hardware=ctx.hardware, attempt=ctx.attempt, previous=previous))],
+                  Message.user(_REQUEST.render(row=ctx.row, hardware=ctx.hardware, attempt=ctx.attempt, previous=previous,
+                                               slot=ctx.slot))],
         agent=AGENT, temperature=0.0, stream=False)
 
 

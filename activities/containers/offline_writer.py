@@ -1,9 +1,10 @@
 """The offline fleet command writer: a deterministic `docker run` templater per runtime (vllm, tgi,
 generic http) with rule-based repairs driven by the error taxonomy.
 
-`write_command(row, hw, history)` folds the repairs for every earlier failure of the row over the
-initial knobs and renders the command; the result always passes `parse_docker_run` under
-`writer_policy(hw)`. `repair` returns None when no rule applies (the row needs a person).
+`write_command(row, hw, history, slot)` folds the repairs for every earlier failure of the row over
+the initial knobs and renders the command for the row's slot (its port, its GPUs); the result always
+passes `check_command` under `writer_policy(hw)` and the slot. `repair` returns None when no rule
+applies (the row needs a person). The slot is the fleet's: no repair moves the port or adds GPUs.
 """
 
 from __future__ import annotations
@@ -13,17 +14,16 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from activities.containers.policy import parse_docker_run, to_command
+from activities.containers.policy import check_command, to_command
 from contracts.errors import Err, FleetforgeError
 from contracts.fleet import (
-    Classification, CommandPolicy, DockerRunSpec, ErrorCategory, HardwareProfile, Mount, ModelRow,
+    Classification, CommandPolicy, DockerRunSpec, ErrorCategory, HardwareProfile, Mount, ModelRow, Slot,
 )
 
 DEFAULT_IMAGES = {
     "vllm": "vllm/vllm-openai:latest",
     "tgi": "ghcr.io/huggingface/text-generation-inference:latest",
 }
-DEFAULT_PORT = 8000
 HF_CACHE = "/root/.cache/huggingface"
 TGI_DATA = "/data"
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
@@ -36,7 +36,7 @@ class Knobs(BaseModel, frozen=True):
 
     image: str
     port: int
-    gpus: int
+    devices: tuple[int, ...] = ()
     gpu_memory_utilization: float = 0.9
     max_model_len: int | None = None
     trust_remote_code: bool = False
@@ -48,23 +48,15 @@ def writer_policy(hw: HardwareProfile) -> CommandPolicy:
     return CommandPolicy(mount_roots=(hw.model_cache_dir,))
 
 
-def initial_knobs(row: ModelRow, hw: HardwareProfile) -> Knobs:
+def initial_knobs(row: ModelRow, hw: HardwareProfile, slot: Slot | None = None) -> Knobs:
+    """Raises BAD_INPUT when the offline writer cannot template the row (the LLM writer may still can)."""
     if not _MODEL_NAME.match(row.model_name) or ".." in row.model_name:
         raise FleetforgeError(Err.BAD_INPUT, f"model name {row.model_name!r} is not a repository id")
     image = row.image or DEFAULT_IMAGES.get(row.runtime)
     if not image:
-        raise FleetforgeError(Err.BAD_INPUT, f"row {row.model_name!r}: runtime {row.runtime!r} needs an image")
-    gpus = row.gpus if row.gpus is not None else min(1, hw.gpu_count)
-    return Knobs(image=image, port=row.port or DEFAULT_PORT, gpus=min(gpus, hw.gpu_count),
-                 max_model_len=row.max_model_len)
-
-
-def _gpus_flag(gpus: int, hw: HardwareProfile) -> str | None:
-    if gpus <= 0 or hw.gpu_count <= 0:
-        return None
-    if gpus >= hw.gpu_count:
-        return "all"
-    return '"device=' + ",".join(str(i) for i in range(gpus)) + '"'
+        raise FleetforgeError(Err.BAD_INPUT, f"runtime {row.runtime!r} needs an image (set the row's image)")
+    slot = slot or hw.first_slot(row.gpus)
+    return Knobs(image=image, port=slot.port, devices=slot.devices, max_model_len=row.max_model_len)
 
 
 def build_spec(row: ModelRow, hw: HardwareProfile, knobs: Knobs) -> DockerRunSpec:
@@ -75,8 +67,8 @@ def build_spec(row: ModelRow, hw: HardwareProfile, knobs: Knobs) -> DockerRunSpe
         env["HF_HOME"] = HF_CACHE
         args = ["--model", row.model_name, "--host", "127.0.0.1", "--port", str(knobs.port),
                 "--gpu-memory-utilization", f"{knobs.gpu_memory_utilization:.2f}"]
-        if knobs.gpus > 1:
-            args += ["--tensor-parallel-size", str(knobs.gpus)]
+        if len(knobs.devices) > 1:
+            args += ["--tensor-parallel-size", str(len(knobs.devices))]
         if knobs.max_model_len:
             args += ["--max-model-len", str(knobs.max_model_len)]
         if knobs.trust_remote_code:
@@ -87,8 +79,8 @@ def build_spec(row: ModelRow, hw: HardwareProfile, knobs: Knobs) -> DockerRunSpe
         mounts = [Mount(host=hw.model_cache_dir, container=TGI_DATA)]
         args = ["--model-id", row.model_name, "--hostname", "127.0.0.1", "--port", str(knobs.port),
                 "--cuda-memory-fraction", f"{knobs.gpu_memory_utilization:.2f}"]
-        if knobs.gpus > 1:
-            args += ["--num-shard", str(knobs.gpus)]
+        if len(knobs.devices) > 1:
+            args += ["--num-shard", str(len(knobs.devices))]
         if knobs.max_model_len:
             args += ["--max-total-tokens", str(knobs.max_model_len),
                      "--max-input-tokens", str(max(1, knobs.max_model_len - 1))]
@@ -104,7 +96,7 @@ def build_spec(row: ModelRow, hw: HardwareProfile, knobs: Knobs) -> DockerRunSpe
             env["TRUST_REMOTE_CODE"] = "1"
         args = []
     return DockerRunSpec(
-        image=knobs.image, network="host", gpus=_gpus_flag(knobs.gpus, hw),
+        image=knobs.image, network="host", gpus=Slot(port=knobs.port, devices=knobs.devices).gpus_flag,
         ipc="host" if row.runtime != "http" else None, shm_size="16g" if row.runtime != "http" else None,
         env=env, env_passthrough=["HF_TOKEN"], volumes=mounts, args=args,
     )
@@ -123,8 +115,6 @@ def repair(row: ModelRow, hw: HardwareProfile, knobs: Knobs, failure: Classifica
             target = _round_down(int(kv))
             if knobs.max_model_len is None or target < knobs.max_model_len:
                 return knobs.model_copy(update={"max_model_len": target})
-        if knobs.gpus * 2 <= hw.gpu_count and knobs.gpus > 0:
-            return knobs.model_copy(update={"gpus": knobs.gpus * 2})
         current = knobs.max_model_len or int(failure.facts.get("max_seq_len", "0") or 0) or 16384
         new_len = _round_down(current // 2)
         new_util = round(max(_MIN_GPU_UTIL, knobs.gpu_memory_utilization - 0.05), 2)
@@ -133,10 +123,6 @@ def repair(row: ModelRow, hw: HardwareProfile, knobs: Knobs, failure: Classifica
         return knobs.model_copy(update={"max_model_len": new_len, "gpu_memory_utilization": new_util})
     if cat is ErrorCategory.TRUST_REMOTE_CODE:
         return None if knobs.trust_remote_code else knobs.model_copy(update={"trust_remote_code": True})
-    if cat is ErrorCategory.PORT_IN_USE:
-        busy = failure.facts.get("port", "")
-        base = max(knobs.port, int(busy)) if busy.isdigit() else knobs.port
-        return knobs.model_copy(update={"port": base + 1 if base < 65535 else 1024})
     if cat is ErrorCategory.IMAGE_NOT_FOUND:
         default = DEFAULT_IMAGES.get(row.runtime)
         return knobs.model_copy(update={"image": default}) if default and default != knobs.image else None
@@ -149,15 +135,22 @@ def repair(row: ModelRow, hw: HardwareProfile, knobs: Knobs, failure: Classifica
     return None
 
 
-def write_command(row: ModelRow, hw: HardwareProfile, history: Sequence[Classification] = ()) -> str | None:
-    """The command for the next attempt of `row` after the failures in `history` (oldest first);
-    None when a failure has no rule-based repair. The command always passes the writer policy."""
-    knobs = initial_knobs(row, hw)
+def write_command(row: ModelRow, hw: HardwareProfile, history: Sequence[Classification] = (),
+                  slot: Slot | None = None) -> str | None:
+    """The command for the next attempt of `row` on `slot` (default: the host's first slot) after the
+    failures in `history` (oldest first); None when a failure has no rule-based repair. The command
+    always passes the writer policy and the slot check."""
+    slot = slot or hw.first_slot(row.gpus)
+    knobs = initial_knobs(row, hw, slot)
     for failure in history:
+        if failure.category in (ErrorCategory.POLICY_REJECTED, ErrorCategory.NO_COMMAND):
+            continue  # an LLM answer refused before it ran: the offline writer's own knobs never got there
         nxt = repair(row, hw, knobs, failure)
         if nxt is None:
             return None
         knobs = nxt
     command = to_command(build_spec(row, hw, knobs))
-    parse_docker_run(command, writer_policy(hw))  # never hand out a command our own policy refuses
+    verdict = check_command(command, writer_policy(hw), slot, hw.gpu_count)
+    if not verdict.accepted:  # never hand out a command our own policy refuses
+        raise FleetforgeError(Err.INTERNAL, f"the offline writer's command for {row.model_name} fails its policy: {verdict.reason}")
     return command

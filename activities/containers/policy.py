@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Mapping
 
 from contracts.errors import Err, FleetforgeError
-from contracts.fleet import CommandPolicy, DockerRunSpec, Mount, PolicyVerdict, PortMap
+from contracts.fleet import CommandPolicy, DockerRunSpec, Mount, PolicyVerdict, PortMap, Slot
 
 _SHELL_OPERATORS: tuple[tuple[str, str], ...] = (
     ("$(", "command substitution `$(`"),
@@ -240,12 +240,63 @@ def parse_docker_run(command: str, policy: CommandPolicy) -> DockerRunSpec:
     return DockerRunSpec(image=image, network=network, args=tokens[i + 1:], **fields)
 
 
-def check_command(command: str, policy: CommandPolicy) -> PolicyVerdict:
-    """Non-raising form of parse_docker_run (for recording why a command was refused)."""
+def declared_ports(spec: DockerRunSpec) -> list[int]:
+    """Every port the command names for its server: published host ports, `--port N` / `--port=N`
+    among the arguments, and `-e PORT=N`."""
+    ports = [p.host for p in spec.ports]
+    for i, arg in enumerate(spec.args):
+        value = spec.args[i + 1] if arg == "--port" and i + 1 < len(spec.args) else arg.removeprefix("--port=")
+        if (arg == "--port" or arg.startswith("--port=")) and value.isdigit():
+            ports.append(int(value))
+    if spec.env.get("PORT", "").isdigit():
+        ports.append(int(spec.env["PORT"]))
+    return ports
+
+
+def gpu_devices(gpus: str | None, gpu_count: int) -> set[int]:
+    """The host GPUs a `--gpus` value gives the container: `all`, `N` (docker takes the first N) or
+    `device=a,b`."""
+    if not gpus:
+        return set()
+    value = gpus.strip('"')
+    if value == "all":
+        return set(range(gpu_count))
+    if value.isdigit():
+        return set(range(int(value)))
+    return {int(d) for d in value.removeprefix("device=").split(",")}
+
+
+def slot_violation(spec: DockerRunSpec, slot: Slot, gpu_count: int) -> str:
+    """Why the command would use a port or GPU outside its row's slot ("" = it stays inside): the
+    server must name exactly the slot's port and use host networking (the probe reaches it on
+    127.0.0.1:PORT), and every GPU it gets must be one of the slot's devices."""
+    if spec.network != "host":
+        return f"a model server must use --network host and serve on 127.0.0.1:{slot.port} (the probe's only address)"
+    ports = declared_ports(spec)
+    if not ports:
+        return f"the command does not say its port: serve on port {slot.port} (--port {slot.port} or -e PORT={slot.port})"
+    if other := sorted({p for p in ports if p != slot.port}):
+        return f"port {other[0]} is not this row's: use port {slot.port} only"
+    if "NVIDIA_VISIBLE_DEVICES" in spec.env or "NVIDIA_VISIBLE_DEVICES" in spec.env_passthrough:
+        return "NVIDIA_VISIBLE_DEVICES is set by fleetforge: choose GPUs with --gpus"
+    if spec.runtime and not spec.gpus:
+        return "--runtime nvidia without --gpus would expose every GPU: add --gpus " + (slot.gpus_flag or "(none here)")
+    extra = sorted(gpu_devices(spec.gpus, gpu_count) - set(slot.devices))
+    if extra:
+        allowed = f"--gpus '{slot.gpus_flag}'" if slot.devices else "no --gpus (this row has no GPU)"
+        return f"GPU {extra[0]} is not this row's: use {allowed}"
+    return ""
+
+
+def check_command(command: str, policy: CommandPolicy, slot: Slot | None = None, gpu_count: int = 0) -> PolicyVerdict:
+    """Non-raising form of parse_docker_run plus the slot check (for recording why a command was refused)."""
     try:
-        return PolicyVerdict(accepted=True, spec=parse_docker_run(command, policy))
+        spec = parse_docker_run(command, policy)
     except FleetforgeError as e:
         return PolicyVerdict(accepted=False, reason=e.message)
+    if slot is not None and (why := slot_violation(spec, slot, gpu_count)):
+        return PolicyVerdict(accepted=False, reason=f"command rejected: {why}")
+    return PolicyVerdict(accepted=True, spec=spec)
 
 
 def container_name(run_id: str, key: str, attempt: int) -> str:

@@ -1,15 +1,24 @@
 """Runners execute one already-checked command for one model test and report a TestOutcome.
 
-* ProcessRunner: the command is a plain argv (shell operators rejected by the same check as the
-  docker policy, program on an allowlist), run with no shell. Pass = exit 0 before the deadline,
-  then the row's probe URL (if any) answers 2xx.
-* DockerRunner: a `docker run` re-parsed against the policy, rendered with our deterministic name
-  and `fleetforge.run` label, health-polled, then probed: the row's probe URL if it has one, else the
-  OpenAI-compatible pair `GET /v1/models` + a one-token `POST /v1/completions` (the legacy completions
-  endpoint, not chat: it needs no chat template, so base and chat models answer it alike). The
-  container is always removed (`docker rm -f`), also on cancellation and timeout; every wait beats,
-  so a cancellation reaches the activity within its heartbeat timeout.
+* ProcessRunner: the command is split like a shell would split words (`shlex`: quoted arguments are
+  arguments), but no shell ever runs it: an unquoted shell operator (`;`, `&&`, `|`, `>`, ...) is
+  refused, and the program must be on the allowlist. The row's slot reaches it as `PORT` and
+  `CUDA_VISIBLE_DEVICES`. Pass = exit 0 before the deadline, then the row's probe URL (if any)
+  answers 2xx.
+* DockerRunner: a `docker run` re-parsed against the policy and the row's slot, rendered with our
+  deterministic name and `fleetforge.run` label. The slot's port must be free before the container
+  starts; health and probe go to that port only, and the server that answers must be the row's own:
+  `/v1/models` lists the row's model, or the listening socket belongs to the row's container.
+  Then a one-token `POST /v1/completions` (the legacy completions endpoint, not chat: it needs no
+  chat template, so base and chat models answer it alike), or the row's probe URL. The container is
+  always removed (`docker rm -f`), also on cancellation and timeout; every wait beats, so a
+  cancellation reaches the activity within its heartbeat timeout.
 * ScriptRunner: the original `test_models.sh <model> <command>` contract (0 pass, 1 fail, 2 timeout).
+
+At-least-once: a retried activity may find its test's earlier run still alive (the worker died, the
+test did not). The process and script runners kill it first through the row's marker (_marker.py);
+the docker runner removes the container of the same deterministic name. Either way the outcome's
+`test_runs` says how often the test started.
 
 Every runner stores the full log in the artifact store and returns its tail. Runners never raise
 for a failing test; they raise FleetforgeError only for a command that must not run at all.
@@ -21,28 +30,31 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from activities.containers._marker import RowMarker
+from activities.containers._ports import listening_pids, port_taken
 from activities.containers.offline_writer import writer_policy
-from activities.containers.policy import _split as split_command  # the shared shell-operator check
-from activities.containers.policy import container_name, parse_docker_run, render_argv, run_labels
+from activities.containers.policy import check_command, container_name, declared_ports, render_argv, run_labels
 from activities.storage import ArtifactStore
 from contracts.errors import Err, FleetforgeError
-from contracts.fleet import CommandPolicy, DockerRunSpec, HardwareProfile, TestPhase
+from contracts.fleet import CommandPolicy, HardwareProfile, Slot, TestPhase
 from contracts.fleet_job import RunTestRequest, TestOutcome
 
 Heartbeat = Callable[[str], None]
 DEFAULT_PROGRAMS: tuple[str, ...] = ("python", "python3")
 TAIL_CHARS = 4000
 HEARTBEAT_S = 2.0
+EXIT_POLL_S = 0.05
 """Longest pause between heartbeats while a runner waits (a quarter of the CONTAINER heartbeat timeout, or less)."""
 PROBE_PROMPT = {"prompt": "Hello", "max_tokens": 1, "temperature": 0}
 """The tiny completion every OpenAI-compatible server must answer (one token)."""
@@ -55,15 +67,39 @@ class Runner(Protocol):
     async def run(self, req: RunTestRequest, heartbeat: Heartbeat) -> TestOutcome: ...
 
 
+def _reject(reason: str) -> FleetforgeError:
+    return FleetforgeError(Err.POLICY_REJECTED, f"command rejected: {reason}")
+
+
+_OPERATOR_CHARS = frozenset("();<>|&")
+
+
+def split_words(command: str) -> list[str]:
+    """Words of a command as a POSIX shell would split them (quotes group, backslashes escape), with
+    every unquoted shell operator refused: nothing runs a shell, so `a; b` would not do what it says."""
+    if any(c in command for c in "\n\r\x00"):
+        raise _reject("one command on one line (no newline or NUL byte)")
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError as e:
+        raise _reject(f"cannot parse the command ({e})") from None
+    if op := next((w for w in words if w and set(w) <= _OPERATOR_CHARS), None):
+        raise _reject(f"shell operators are not allowed (`{op}` outside quotes): no shell runs this command; "
+                      "quote the argument if it is one")
+    return words
+
+
 def process_argv(command: str, programs: Sequence[str] = DEFAULT_PROGRAMS) -> list[str]:
     """The argv a process-runner command runs as; raises FleetforgeError(POLICY_REJECTED).
     `python`/`python3` run as the worker's own interpreter."""
-    tokens = split_command(command)
+    tokens = split_words(command)
     if not tokens:
-        raise FleetforgeError(Err.POLICY_REJECTED, "command rejected: the command is empty")
+        raise _reject("the command is empty")
     if tokens[0] not in programs:
-        raise FleetforgeError(Err.POLICY_REJECTED,
-                              f"command rejected: program {tokens[0]!r} is not allowed (allowed: {', '.join(programs)})")
+        raise _reject(f"program {tokens[0]!r} is not allowed (allowed: {', '.join(programs)}; "
+                      "FLEETFORGE_PROCESS_PROGRAMS on the containers worker sets the list)")
     if tokens[0] in ("python", "python3"):
         return [sys.executable, *tokens[1:]]
     resolved = shutil.which(tokens[0])
@@ -72,36 +108,53 @@ def process_argv(command: str, programs: Sequence[str] = DEFAULT_PROGRAMS) -> li
     return [resolved, *tokens[1:]]
 
 
+def slot_env(slot: Slot | None) -> dict[str, str]:
+    """What a process/script test learns of its slot: the port to serve on and the GPUs it may use."""
+    if slot is None:
+        return {}
+    return {"PORT": str(slot.port), "CUDA_VISIBLE_DEVICES": ",".join(map(str, slot.devices))}
+
+
 def tail(text: str, limit: int = TAIL_CHARS) -> str:
     return text if len(text) <= limit else text[-limit:]
 
 
 async def _run_argv(argv: Sequence[str], timeout_s: float, heartbeat: Heartbeat, what: str,
-                    cwd: Path | None = None) -> tuple[int | None, str]:
+                    cwd: Path | None = None, env: Mapping[str, str] | None = None,
+                    on_start: Callable[[int], None] | None = None) -> tuple[int | None, str]:
     """Run argv (no shell) in its own process group; (exit code or None on timeout, combined output).
-    The whole group is killed on timeout and on cancellation."""
+    The run ends when the program exits (a background child still holding its output does not keep
+    it going); then the whole group is killed, as on timeout and on cancellation: nothing of a test
+    outlives it. `on_start(pid)` runs once the process exists."""
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True, cwd=cwd,
+        start_new_session=True, cwd=cwd, env={**os.environ, **env} if env else None,
     )
-    reader = asyncio.ensure_future(proc.communicate())
+    assert proc.stdout is not None
+    reader = asyncio.ensure_future(proc.stdout.read())
     deadline = time.monotonic() + timeout_s
+    beat = time.monotonic() + HEARTBEAT_S
     timed_out = False
     try:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        if on_start is not None:
+            on_start(proc.pid)
+        # poll the exit status: on 3.11 `proc.wait()` also waits for the output pipe, which a background
+        # child may hold open for ever
+        while proc.returncode is None:
+            now = time.monotonic()
+            if now >= deadline:
                 timed_out = True
                 break
-            done, _ = await asyncio.wait({reader}, timeout=min(HEARTBEAT_S, remaining))
-            if done:
-                break
-            heartbeat(f"{what}: running")
+            if now >= beat:
+                heartbeat(f"{what}: running")
+                beat = now + HEARTBEAT_S
+            pause = min(EXIT_POLL_S, deadline - now)
+            await (asyncio.sleep(pause) if reader.done() else asyncio.wait({reader}, timeout=pause))
     finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-    out, _ = await asyncio.shield(reader)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the group: a test's children must not outlive it either
+    out = await asyncio.shield(reader)
+    await asyncio.shield(proc.wait())
     text = (out or b"").decode("utf-8", "replace")
     return (None if timed_out else proc.returncode), text
 
@@ -141,49 +194,69 @@ class _Base:
         self.store = store
 
     async def _outcome(self, req: RunTestRequest, started: float, log: str, *, passed: bool, phase: TestPhase,
-                       exit_code: int | None = None) -> TestOutcome:
+                       exit_code: int | None = None, test_runs: int = 1) -> TestOutcome:
         ref = None
         if log:
             ref = await asyncio.to_thread(
                 self.store.put_bytes, log.encode(), media_type="text/plain",
                 name=f"fleet/{req.fleet_id}/{req.row}/attempt-{req.attempt}.log")
         return TestOutcome(passed=passed, phase=phase, exit_code=exit_code, log_tail=tail(log), log=ref,
-                           duration_s=round(time.monotonic() - started, 3))
+                           duration_s=round(time.monotonic() - started, 3), test_runs=test_runs)
 
 
-class ProcessRunner(_Base):
-    def __init__(self, store: ArtifactStore, programs: Sequence[str] = DEFAULT_PROGRAMS):
+def _rerun_note(leftovers: int, what: str) -> str:
+    return f"[fleetforge] {leftovers} earlier run(s) of this test were interrupted ({what}); started again\n" if leftovers else ""
+
+
+class _Marked(_Base):
+    """A runner whose test is a process group on this host: one run per row at a time, and an
+    interrupted earlier run is killed before the test starts again (see _marker.py)."""
+
+    def __init__(self, store: ArtifactStore, marker_dir: Path | None):
         super().__init__(store)
+        self.marker_dir = marker_dir
+
+    async def _run_marked(self, req: RunTestRequest, argv: Sequence[str], timeout_s: float, heartbeat: Heartbeat,
+                          cwd: Path | None = None) -> tuple[int | None, str, int]:
+        """(exit code or None on timeout, output, test runs including interrupted earlier ones)."""
+        if self.marker_dir is None:
+            code, out = await _run_argv(argv, timeout_s, heartbeat, f"row {req.row}", cwd=cwd, env=slot_env(req.slot))
+            return code, out, 1
+        marker = RowMarker(self.marker_dir, req.fleet_id, req.row)
+        async with marker.held(heartbeat):
+            leftovers = await marker.stop_leftovers(heartbeat)
+            killed = sum(1 for lo in leftovers if lo.killed)
+            try:
+                code, out = await _run_argv(argv, timeout_s, heartbeat, f"row {req.row}", cwd=cwd,
+                                            env=slot_env(req.slot),
+                                            on_start=lambda pid: marker.started(pid, req.attempt))
+            finally:
+                marker.finished()
+        what = f"{killed} still running and killed first" if killed else "none still running"
+        return code, _rerun_note(len(leftovers), what) + out, 1 + len(leftovers)
+
+
+class ProcessRunner(_Marked):
+    def __init__(self, store: ArtifactStore, programs: Sequence[str] = DEFAULT_PROGRAMS, *, marker_dir: Path | None = None):
+        super().__init__(store, marker_dir)
         self.programs = tuple(programs)
 
     async def run(self, req: RunTestRequest, heartbeat: Heartbeat) -> TestOutcome:
         argv = process_argv(req.command, self.programs)  # checked again: never trust the caller
         started = time.monotonic()
-        code, log = await _run_argv(argv, req.timeout_s, heartbeat, f"row {req.row}")
+        code, log, runs = await self._run_marked(req, argv, req.timeout_s, heartbeat)
         if code is None:
-            return await self._outcome(req, started, log + f"\n[fleetforge] timed out after {req.timeout_s:g}s",
-                                       passed=False, phase=TestPhase.HEALTH)
+            return await self._outcome(req, started, log + f"\n[fleetforge] did not finish within {req.timeout_s:g}s "
+                                       "(--test-timeout); killed", passed=False, phase=TestPhase.TIMEOUT, test_runs=runs)
         if code != 0:
-            return await self._outcome(req, started, log, passed=False, phase=TestPhase.START, exit_code=code)
+            return await self._outcome(req, started, log, passed=False, phase=TestPhase.START, exit_code=code,
+                                       test_runs=runs)
         if req.probe_url:
             status, body = await _probe_get(req.probe_url, heartbeat)
             if not 200 <= status < 300:
                 return await self._outcome(req, started, log + f"\n[fleetforge] probe: {body}", passed=False,
-                                           phase=TestPhase.PROBE)
-        return await self._outcome(req, started, log, passed=True, phase=TestPhase.PROBE, exit_code=0)
-
-
-def server_port(spec: DockerRunSpec) -> int:
-    """Where the server inside a host-network container listens: a published port, `--port N`, PORT."""
-    if spec.ports:
-        return spec.ports[0].host
-    for flag in ("--port",):
-        if flag in spec.args:
-            i = spec.args.index(flag)
-            if i + 1 < len(spec.args) and spec.args[i + 1].isdigit():
-                return int(spec.args[i + 1])
-    port = spec.env.get("PORT", "")
-    return int(port) if port.isdigit() else 8000
+                                           phase=TestPhase.PROBE, test_runs=runs)
+        return await self._outcome(req, started, log, passed=True, phase=TestPhase.PROBE, exit_code=0, test_runs=runs)
 
 
 class DockerRunner(_Base):
@@ -199,7 +272,11 @@ class DockerRunner(_Base):
         return await _run_argv([self.docker, *args], timeout_s, heartbeat, f"docker {args[0]}")
 
     async def run(self, req: RunTestRequest, heartbeat: Heartbeat) -> TestOutcome:
-        spec = parse_docker_run(req.command, self.policy_for(req.hardware))
+        verdict = check_command(req.command, self.policy_for(req.hardware), req.slot, req.hardware.gpu_count)
+        if not verdict.accepted or verdict.spec is None:  # checked again: never trust the caller
+            raise FleetforgeError(Err.POLICY_REJECTED, verdict.reason)
+        spec = verdict.spec
+        slot = req.slot or Slot(port=(declared_ports(spec) or [8000])[0])  # no slot: a row started before slots
         name = container_name(req.fleet_id, f"{req.row}-{req.model_name}", req.attempt)
         labels = run_labels(req.fleet_id, key=str(req.row), attempt=req.attempt)
         started = time.monotonic()
@@ -207,45 +284,69 @@ class DockerRunner(_Base):
         if code != 0:
             log = out if "No such image" in out or "daemon" in out else f"No such image: {spec.image}\n{out}"
             return await self._outcome(req, started, log, passed=False, phase=TestPhase.START)
-        await self._docker("rm", "-f", name, heartbeat=heartbeat)  # a stale container of a crashed earlier attempt
+        _, removed = await self._docker("rm", "-f", name, heartbeat=heartbeat)  # a crashed earlier run's container
+        runs = 2 if removed.strip() == name else 1
+        note = _rerun_note(runs - 1, "its container was removed")
+        if await asyncio.to_thread(port_taken, slot.port):
+            return await self._outcome(
+                req, started, note + f"[fleetforge] address already in use: 127.0.0.1:{slot.port}, this row's port, "
+                "is held by another process before the container started", passed=False, phase=TestPhase.START,
+                test_runs=runs)
         try:
             code, out = await self._docker(*render_argv(spec, name, labels)[1:], heartbeat=heartbeat)
             if code != 0:
-                return await self._outcome(req, started, out, passed=False, phase=TestPhase.START, exit_code=code)
-            phase, exit_code = await self._wait_healthy(name, spec, started + req.timeout_s, heartbeat)
+                return await self._outcome(req, started, note + out, passed=False, phase=TestPhase.START,
+                                           exit_code=code, test_runs=runs)
+            phase, exit_code = await self._wait_healthy(name, slot.port, started + req.timeout_s, heartbeat)
             problem = ""
             if phase is TestPhase.PROBE:
-                problem = await self._probe(f"http://127.0.0.1:{server_port(spec)}", req.probe_url, heartbeat)
-            logs = await self._docker_logs(name, heartbeat)
+                phase, problem = await self._probe(name, slot.port, req, heartbeat)
+            logs = note + await self._docker_logs(name, heartbeat)
             if phase is TestPhase.PROBE and not problem:
-                return await self._outcome(req, started, logs, passed=True, phase=TestPhase.PROBE, exit_code=0)
+                return await self._outcome(req, started, logs, passed=True, phase=TestPhase.PROBE, exit_code=0,
+                                           test_runs=runs)
+            if phase is TestPhase.HEALTH:
+                logs += f"\n[fleetforge] not healthy within {req.timeout_s:g}s (--test-timeout) on port {slot.port}"
             return await self._outcome(req, started, logs + (f"\n[fleetforge] probe: {problem}" if problem else ""),
-                                       passed=False, phase=phase, exit_code=exit_code)
+                                       passed=False, phase=phase, exit_code=exit_code, test_runs=runs)
         finally:
             await asyncio.shield(self._docker("rm", "-f", name, timeout_s=60.0))  # also on cancel/timeout
 
-    async def _probe(self, server: str, probe_url: str | None, heartbeat: Heartbeat) -> str:
-        """What is wrong with the healthy server's answers ("" = it serves): the row's probe URL must
-        answer a GET with 2xx; without one, `/v1/models` must list a model and that model must answer a
-        one-token completion (PROBE_PROMPT) with at least one choice."""
-        if probe_url:
-            status, body = await _probe_get(probe_url, heartbeat)
-            return "" if 200 <= status < 300 else f"GET {probe_url}: {body[:300]}"
+    async def _probe(self, name: str, port: int, req: RunTestRequest, heartbeat: Heartbeat) -> tuple[TestPhase, str]:
+        """(phase, what is wrong) of the healthy server's answers ("" = it serves and it is ours): the
+        server must be the row's (IDENTITY otherwise), then the row's probe URL must answer a GET with
+        2xx, or without one the row's model (else the first listed) must answer a one-token completion."""
+        server = f"http://127.0.0.1:{port}"
         status, body = await _probe_get(f"{server}/v1/models", heartbeat)
-        model = _first_model(body) if 200 <= status < 300 else None
-        if model is None:
-            return f"GET /v1/models lists no model: {body[:300]}"
+        models = _model_ids(body) if 200 <= status < 300 else []
+        if req.model_name not in models and not await self._owns_port(name, port, heartbeat):
+            listed = f"lists {models}" if models else f"lists no model ({body[:120]})"
+            return TestPhase.IDENTITY, (f"the server on port {port} {listed}, not {req.model_name!r}, and its "
+                                        f"listening socket is not provably container {name}'s")
+        if req.probe_url:
+            status, body = await _probe_get(req.probe_url, heartbeat)
+            return TestPhase.PROBE, "" if 200 <= status < 300 else f"GET {req.probe_url}: {body[:300]}"
+        if not models:
+            return TestPhase.PROBE, f"GET /v1/models lists no model: {body[:300]}"
+        model = req.model_name if req.model_name in models else models[0]
         url = f"{server}/v1/completions"
         status, body = await _beating(asyncio.to_thread(_http, url, COMPLETION_TIMEOUT_S,
                                                         {"model": model, **PROBE_PROMPT}), heartbeat, f"probing {url}")
         if 200 <= status < 300 and _has_choices(body):
-            return ""
-        return f"POST /v1/completions (model {model}, 1 token): {body[:300]}"
+            return TestPhase.PROBE, ""
+        return TestPhase.PROBE, f"POST /v1/completions (model {model}, 1 token): {body[:300]}"
 
-    async def _wait_healthy(self, name: str, spec: DockerRunSpec, deadline: float,
+    async def _owns_port(self, name: str, port: int, heartbeat: Heartbeat) -> bool:
+        """The socket listening on `port` belongs to a process of container `name` (False when unknown)."""
+        code, out = await self._docker("top", name, "-eo", "pid", heartbeat=heartbeat)
+        pids = [int(w) for w in out.split() if w.isdigit()] if code == 0 else []
+        owners = await asyncio.to_thread(listening_pids, port, pids) if pids else None
+        return bool(owners)
+
+    async def _wait_healthy(self, name: str, port: int, deadline: float,
                             heartbeat: Heartbeat) -> tuple[TestPhase, int | None]:
         """PROBE when healthy; START with the exit code when the container stopped; HEALTH at the deadline."""
-        url = f"http://127.0.0.1:{server_port(spec)}{self.health_path}"
+        url = f"http://127.0.0.1:{port}{self.health_path}"
         while time.monotonic() < deadline:
             code, state = await self._docker("inspect", "--format", "{{.State.Running}} {{.State.ExitCode}}", name,
                                              heartbeat=heartbeat)
@@ -271,13 +372,13 @@ def _json(body: str) -> object:
         return None
 
 
-def _first_model(body: str) -> str | None:
-    """The first model id of an OpenAI `/v1/models` answer."""
+def _model_ids(body: str) -> list[str]:
+    """The model ids of an OpenAI `/v1/models` answer."""
     data = _json(body)
     models = data.get("data") if isinstance(data, dict) else None
-    if isinstance(models, list) and models and isinstance(models[0], dict) and isinstance(models[0].get("id"), str):
-        return models[0]["id"]
-    return None
+    if not isinstance(models, list):
+        return []
+    return [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
 def _has_choices(body: str) -> bool:
@@ -285,13 +386,13 @@ def _has_choices(body: str) -> bool:
     return isinstance(data, dict) and isinstance(data.get("choices"), list) and bool(data["choices"])
 
 
-class ScriptRunner(_Base):
+class ScriptRunner(_Marked):
     """`<script> <model> <command>`; the log is the script's output plus `<log_dir>/<model>.log` if written."""
 
     EXIT_PASS, EXIT_FAIL, EXIT_TIMEOUT = 0, 1, 2
 
-    def __init__(self, store: ArtifactStore, script: Path, log_dir: Path | None = None):
-        super().__init__(store)
+    def __init__(self, store: ArtifactStore, script: Path, log_dir: Path | None = None, *, marker_dir: Path | None = None):
+        super().__init__(store, marker_dir)
         self.script = script
         self.log_dir = log_dir if log_dir is not None else script.parent / "logs"
 
@@ -300,12 +401,14 @@ class ScriptRunner(_Base):
             raise FleetforgeError(Err.RUNNER_UNAVAILABLE, f"test script {self.script} is missing or not executable")
         started = time.monotonic()
         # the script gets the command as one argument (it is data to it; no shell here)
-        code, out = await _run_argv([str(self.script), req.model_name, req.command], req.timeout_s + 30,
-                                    heartbeat, f"row {req.row}", cwd=self.script.parent)
+        code, out, runs = await self._run_marked(req, [str(self.script), req.model_name, req.command],
+                                                 req.timeout_s + 30, heartbeat, cwd=self.script.parent)
         log_file = self.log_dir / (req.model_name.replace("/", "_") + ".log")
         log = out + (log_file.read_text("utf-8", "replace") if log_file.is_file() else "")
         if code == self.EXIT_PASS:
-            return await self._outcome(req, started, log, passed=True, phase=TestPhase.PROBE, exit_code=0)
+            return await self._outcome(req, started, log, passed=True, phase=TestPhase.PROBE, exit_code=0, test_runs=runs)
         if code in (None, self.EXIT_TIMEOUT):
-            return await self._outcome(req, started, log, passed=False, phase=TestPhase.HEALTH)
-        return await self._outcome(req, started, log, passed=False, phase=TestPhase.START, exit_code=code)
+            return await self._outcome(req, started, log + "\n[fleetforge] the test timed out", passed=False,
+                                       phase=TestPhase.TIMEOUT, test_runs=runs)
+        return await self._outcome(req, started, log, passed=False, phase=TestPhase.START, exit_code=code,
+                                   test_runs=runs)

@@ -26,8 +26,10 @@ def _rule(category: ErrorCategory, remedy: Remedy, reason: str, *patterns: str) 
     return Rule(category, remedy, re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE), reason)
 
 
-RERUN = "then rerun fleetforge fleet-test on this CSV (passed rows are skipped)"
+RERUN = "then rerun fleetforge fleet-test on this CSV (Error rows are retested)"
 """How a person retries the rows they fixed: the verdicts are in the CSV, so a new fleet tests only the rest."""
+RETEST = "then clear the row's status and rerun fleetforge fleet-test on this CSV"
+"""A No row is skipped by the next run: a person who changed it clears its status to test it again."""
 
 
 RULES: tuple[Rule, ...] = (
@@ -45,7 +47,7 @@ RULES: tuple[Rule, ...] = (
           r"requires you to execute the (?:configuration|modeling) file",
           r"contains custom code which must be executed",
           r"(?:set the option|pass the argument) `?trust_remote_code=True"),
-    _rule(C.UNSUPPORTED_ARCH, R.HUMAN, f"architecture not supported: set the row's runtime/image to one that does, {RERUN}",
+    _rule(C.UNSUPPORTED_ARCH, R.HUMAN, f"architecture not supported: set the row's runtime/image to one that does, {RETEST}",
           r"Model architectures? \[[^\]]*\] (?:are|is) not supported",
           r"architectures? \[[^\]]*\] (?:are|is) not supported",
           r"Unsupported model type", r"does not recognize this architecture",
@@ -55,7 +57,7 @@ RULES: tuple[Rule, ...] = (
           r"larger than the maximum number of tokens that can be stored in KV cache",
           r"No available memory for the cache blocks", r"Not enough memory to handle",
           r"insufficient memory for the KV cache", r"KV cache is needed, which is larger than the available KV cache"),
-    _rule(C.PORT_IN_USE, R.NEW_COMMAND, "port already in use",
+    _rule(C.PORT_IN_USE, R.HUMAN, f"port in use: another process holds this row's port; stop it or change port_range, {RERUN}",
           r"address already in use", r"port is already allocated", r"Address in use"),
 )
 
@@ -102,6 +104,11 @@ def classify(exit_code: int | None, log_tail: str, phase: TestPhase | str) -> Cl
     if phase is TestPhase.POLICY:
         line = log.strip().splitlines()[0][:160] if log.strip() else "command rejected by policy"
         return Classification(category=C.POLICY_REJECTED, remedy=R.NEW_COMMAND, reason=line)
+    if phase is TestPhase.IDENTITY:
+        line = next((ln for ln in reversed(log.splitlines()) if "probe:" in ln), "").split("probe:", 1)[-1].strip()
+        return Classification(category=C.FOREIGN_SERVER, remedy=R.HUMAN, reason=(
+            "the server on this row's port is not provably the row's own: stop whatever else serves there (or run "
+            f"the containers worker as root so it can see who owns the port), {RERUN} (probe: {line[:160]})"))
     for rule in RULES:
         if rule.pattern.search(log):
             line = _first_line(log, rule.pattern)
@@ -120,6 +127,9 @@ def classify(exit_code: int | None, log_tail: str, phase: TestPhase | str) -> Cl
         reason = f"container exited with code {exit_code}" + (f": {last}" if last else "")
         return Classification(category=C.CRASHED, remedy=R.NEW_COMMAND, reason=reason,
                               facts={"exit_code": str(exit_code)})
+    if phase is TestPhase.TIMEOUT:
+        return Classification(category=C.TIMEOUT, remedy=R.NEW_COMMAND,
+                              reason="the test did not finish within --test-timeout" + (f"; last log: {last}" if last else ""))
     if phase is TestPhase.HEALTH:
         return Classification(category=C.NOT_HEALTHY, remedy=R.NEW_COMMAND,
                               reason="server did not become healthy in time" + (f"; last log: {last}" if last else ""))

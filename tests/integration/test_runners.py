@@ -1,6 +1,7 @@
-"""The runners on their own: process (timeout kills, probe URL), script (test_models.sh contract),
-docker (the real engine: image missing, crash, stale-container replacement, naming, labels and
-removal on cancel; these fail, never skip, without an engine)."""
+"""The runners on their own: process (timeout kills, probe URL, an interrupted earlier run killed
+first), script (test_models.sh contract), docker (the real engine: image missing, crash,
+stale-container replacement, naming, labels and removal on cancel, the row's port only, the server
+must be the row's own; these fail, never skip, without an engine)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from activities.containers.runners import DockerRunner, ProcessRunner, ScriptRun
 from activities.containers.taxonomy import classify
 from activities.storage import FileStore
 from contracts.errors import Err, FleetforgeError
-from contracts.fleet import ErrorCategory, HardwareProfile, TestPhase
+from contracts.fleet import ErrorCategory, HardwareProfile, Slot, TestPhase
 from contracts.fleet_job import RunnerKind, RunTestRequest
 from tests.conftest import fleet_containers
 from tests.helpers import assert_eventually, free_ports
@@ -50,9 +51,15 @@ def http_server() -> Iterator[str]:
         server.shutdown()
 
 
+def docker_request(command: str, port: int, **kw) -> RunTestRequest:
+    """A docker test on its own slot (a free loopback port, no GPU); `{port}` in the command is that port."""
+    return request(command.replace("{port}", str(port)), RunnerKind.DOCKER, slot=Slot(port=port), **kw)
+
+
 def test_process_argv_rejects_operators_and_unlisted_programs_before_anything_runs():
     assert process_argv('python -c "print(1)"')[1:] == ["-c", "print(1)"]
-    for bad, fragment in [('python -c "print(1)" && id', "`&&`"), ("python -c `id`", "backtick"),
+    assert process_argv('python -c "import time; time.sleep(6)"')[1:] == ["-c", "import time; time.sleep(6)"]
+    for bad, fragment in [('python -c "print(1)" && id', "`&&` outside quotes"), ("python a.py | tee x", "`|`"),
                           ("rm -rf /tmp/x", "program 'rm' is not allowed"), ("", "empty")]:
         with pytest.raises(FleetforgeError) as e:
             process_argv(bad)
@@ -65,9 +72,9 @@ async def test_process_runner_kills_a_command_at_its_deadline(file_store):
     out = await ProcessRunner(file_store).run(
         request('python -c "__import__(\'time\').sleep(60)"', timeout_s=1.5), beats.append)
     assert time.monotonic() - t0 < 10
-    assert not out.passed and out.phase is TestPhase.HEALTH and out.exit_code is None
-    assert "timed out after 1.5s" in out.log_tail
-    assert classify(out.exit_code, out.log_tail, out.phase).category is ErrorCategory.NOT_HEALTHY
+    assert not out.passed and out.phase is TestPhase.TIMEOUT and out.exit_code is None
+    assert "did not finish within 1.5s (--test-timeout)" in out.log_tail
+    assert classify(out.exit_code, out.log_tail, out.phase).category is ErrorCategory.TIMEOUT
 
 
 async def test_process_runner_passes_only_when_the_probe_answers(file_store, http_server):
@@ -91,7 +98,7 @@ esac
 @pytest.mark.parametrize("model, passed, phase, category", [
     ("org/pass-1", True, TestPhase.PROBE, None),
     ("org/oom-1", False, TestPhase.START, ErrorCategory.CUDA_OOM),
-    ("org/slow-1", False, TestPhase.HEALTH, ErrorCategory.NOT_HEALTHY),
+    ("org/slow-1", False, TestPhase.TIMEOUT, ErrorCategory.TIMEOUT),
 ])
 async def test_script_runner_maps_exit_codes_and_reads_the_log_file(tmp_path: Path, model, passed, phase, category):
     script = tmp_path / "test_models.sh"
@@ -108,7 +115,7 @@ async def test_script_runner_maps_exit_codes_and_reads_the_log_file(tmp_path: Pa
 @pytest.mark.docker
 async def test_docker_runner_missing_image_is_image_not_found_and_nothing_is_left(tmp_path: Path, docker_image: str):
     fleet = f"t-{uuid.uuid4().hex[:6]}"
-    req = request("docker run --network none fleetforge/does-not-exist:0", RunnerKind.DOCKER, fleet_id=fleet)
+    req = docker_request("docker run --network host -e PORT={port} fleetforge/does-not-exist:0", free_ports()[0], fleet_id=fleet)
     out = await DockerRunner(FileStore(tmp_path / "a")).run(req, print)
     assert not out.passed and classify(out.exit_code, out.log_tail, out.phase).category is ErrorCategory.IMAGE_NOT_FOUND
     assert fleet_containers(fleet) == []
@@ -117,7 +124,8 @@ async def test_docker_runner_missing_image_is_image_not_found_and_nothing_is_lef
 @pytest.mark.docker
 async def test_docker_runner_crashing_container_is_classified_and_always_removed(tmp_path: Path, docker_image: str):
     fleet = f"t-{uuid.uuid4().hex[:6]}"
-    req = request(f"docker run --network none {docker_image} false", RunnerKind.DOCKER, fleet_id=fleet, timeout_s=30)
+    req = docker_request(f"docker run --network host -e PORT={{port}} {docker_image} false", free_ports()[0],
+                         fleet_id=fleet, timeout_s=30)
     out = await DockerRunner(FileStore(tmp_path / "a"), poll_s=0.2).run(req, print)
     assert not out.passed and out.phase is TestPhase.START and out.exit_code == 1
     assert fleet_containers(fleet) == [], "docker rm -f in finally"
@@ -133,8 +141,8 @@ def _labelled(fleet: str) -> list[str]:
 @pytest.mark.docker
 async def test_docker_runner_replaces_a_stale_container_names_labels_and_removes_on_cancel(tmp_path: Path, docker_image: str):
     fleet = f"t-{uuid.uuid4().hex[:6]}"
-    req = request(f"docker run --network none {docker_image} sleep 300", RunnerKind.DOCKER, fleet_id=fleet,
-                  timeout_s=300, row=4, attempt=2)
+    req = docker_request(f"docker run --network host -e PORT={{port}} {docker_image} sleep 300", free_ports()[0],
+                         fleet_id=fleet, timeout_s=300, row=4, attempt=2)
     name = container_name(fleet, "4-org/m", 2)
     stale = subprocess.run(["docker", "create", "--name", name, "--label", f"fleetforge.run={fleet}", docker_image, "true"],
                            capture_output=True, text=True, timeout=60)
@@ -167,7 +175,7 @@ async def test_docker_runner_probes_models_then_a_one_token_completion_or_the_ro
 
     def run(row: int, env: str = "", probe: str | None = None):
         command = f"docker run --network host -e PORT={ports[row]} -e MODEL_NAME=org/m {env} {docker_image}"
-        return runner.run(request(command, RunnerKind.DOCKER, fleet_id=fleet, row=row, timeout_s=30,
+        return runner.run(request(command, RunnerKind.DOCKER, fleet_id=fleet, row=row, timeout_s=30, slot=Slot(port=ports[row]),
                                   probe_url=probe and f"http://127.0.0.1:{ports[row]}{probe}"), print)
 
     served, broken, own_ok, own_bad = await asyncio.gather(
@@ -184,3 +192,133 @@ async def test_docker_runner_probes_models_then_a_one_token_completion_or_the_ro
     assert not own_bad.passed and classify(own_bad.exit_code, own_bad.log_tail, own_bad.phase).category is ErrorCategory.PROBE_FAILED
     assert "HTTP 404" in own_bad.log_tail
     assert fleet_containers(fleet) == []
+
+
+async def test_process_runner_kills_an_interrupted_earlier_run_of_the_row_before_it_starts(tmp_path: Path):
+    """What a worker crash leaves behind: the row's marker names a live process group (its own session,
+    so the worker's death did not take it). The retry kills that group first, then runs the test."""
+    import os
+    import signal
+    import sys
+
+    from activities.containers._marker import RowMarker, group_members
+
+    markers = tmp_path / "fleet-rows"
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    try:
+        RowMarker(markers, "crashy", 3).started(orphan.pid, attempt=1)
+        runner = ProcessRunner(FileStore(tmp_path / "a"), marker_dir=markers)
+        out = await runner.run(request('python -c "print(42)"', fleet_id="crashy", row=3), print)
+        assert orphan.wait(timeout=10) == -signal.SIGKILL, "the earlier run was killed"
+        assert out.passed and out.test_runs == 2
+        assert "1 earlier run(s) of this test were interrupted (1 still running and killed first)" in out.log_tail
+        assert not (markers / "crashy-3.json").exists(), "a run that ended clears the marker"
+        again = await runner.run(request('python -c "print(42)"', fleet_id="crashy", row=3), print)
+        assert again.test_runs == 1 and "interrupted" not in again.log_tail
+        assert group_members(orphan.pid) == []
+    finally:
+        if orphan.poll() is None:
+            os.killpg(orphan.pid, signal.SIGKILL)
+
+
+async def test_process_runner_leaves_no_process_of_the_test_behind(tmp_path: Path, file_store):
+    """A test that starts a background server and exits: the whole process group goes with it."""
+    pid_file = tmp_path / "child.pid"
+    command = ('python -c "import subprocess, sys; p = subprocess.Popen([sys.executable, \'-c\', '
+               '\'import time; time.sleep(300)\']); open(sys.argv[1], \'w\').write(str(p.pid))" ' + str(pid_file))
+    out = await ProcessRunner(file_store, marker_dir=tmp_path / "m").run(request(command), print)
+    assert out.passed, out.log_tail
+    child = int(pid_file.read_text())
+    await assert_eventually(lambda: not Path(f"/proc/{child}").exists()
+                            or Path(f"/proc/{child}/stat").read_text().split(") ")[1].startswith("Z"),
+                            timeout=10, message="the test's background child is gone")
+
+
+async def test_the_process_runner_tells_the_test_its_slot(file_store):
+    out = await ProcessRunner(file_store).run(request(
+        'python -c "import os; print(os.environ[\'PORT\'], os.environ[\'CUDA_VISIBLE_DEVICES\'])"',
+        slot=Slot(port=9123, devices=(2, 3))), print)
+    assert out.passed and out.log_tail.strip() == "9123 2,3"
+
+
+@pytest.mark.docker
+async def test_docker_runner_reports_a_rerun_when_it_replaces_a_stale_container(tmp_path: Path, docker_image: str):
+    fleet = f"t-{uuid.uuid4().hex[:6]}"
+    port = free_ports()[0]
+    req = docker_request(f"docker run --network host -e PORT={{port}} -e MODEL_NAME=org/m {docker_image}", port,
+                         fleet_id=fleet, timeout_s=30)
+    name = container_name(fleet, "0-org/m", 1)
+    stale = subprocess.run(["docker", "create", "--name", name, docker_image, "true"], capture_output=True, text=True,
+                           timeout=60)
+    assert stale.returncode == 0, stale.stderr
+    out = await DockerRunner(FileStore(tmp_path / "a"), poll_s=0.2).run(req, print)
+    assert out.passed and out.test_runs == 2, out.log_tail
+    assert "1 earlier run(s) of this test were interrupted (its container was removed)" in out.log_tail
+    assert fleet_containers(fleet) == []
+
+
+@pytest.mark.docker
+async def test_docker_runner_probes_only_the_rows_port_and_only_its_own_server(tmp_path: Path, docker_image: str):
+    """Three rows: a busy slot port is PORT_IN_USE before anything starts; a server that lists another
+    model name passes only because its container provably owns the port; a foreign server that answers
+    on the row's port while the row's own container never serves is FOREIGN_SERVER, never a pass."""
+    fleet = f"t-{uuid.uuid4().hex[:6]}"
+    busy_port, alias_port, foreign_port = free_ports(3)
+    runner = DockerRunner(FileStore(tmp_path / "a"), poll_s=0.2)
+
+    class Models(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = b'{"data": [{"id": "org/other"}]}' if self.path == "/v1/models" else b"{}"
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    squatter = http.server.ThreadingHTTPServer(("127.0.0.1", busy_port), Models)
+    threading.Thread(target=squatter.serve_forever, daemon=True).start()
+    foreign: list[http.server.ThreadingHTTPServer] = []
+
+    def start_foreign_once_the_container_runs(msg: str) -> None:
+        if msg.startswith("waiting for") and not foreign:  # after the free-port check and `docker run`
+            foreign.append(http.server.ThreadingHTTPServer(("127.0.0.1", foreign_port), Models))
+            threading.Thread(target=foreign[0].serve_forever, daemon=True).start()
+
+    try:
+        busy = await runner.run(docker_request(f"docker run --network host -e PORT={{port}} {docker_image}", busy_port,
+                                               fleet_id=fleet, row=0, timeout_s=30), print)
+        alias = await runner.run(docker_request(f"docker run --network host -e PORT={{port}} -e MODEL_NAME=served-alias "
+                                                f"{docker_image}", alias_port, fleet_id=fleet, row=1, timeout_s=30), print)
+        stranger = await runner.run(docker_request(f"docker run --network host -e PORT={{port}} -e DELAY=300 {docker_image}",
+                                                   foreign_port, fleet_id=fleet, row=2, timeout_s=30),
+                                    start_foreign_once_the_container_runs)
+    finally:
+        squatter.shutdown()
+        for server in foreign:
+            server.shutdown()
+
+    assert not busy.passed and classify(busy.exit_code, busy.log_tail, busy.phase).category is ErrorCategory.PORT_IN_USE
+    assert "GET /" not in busy.log_tail, "the container never started"
+    assert alias.passed, alias.log_tail
+    assert not stranger.passed and stranger.phase is TestPhase.IDENTITY, stranger.log_tail
+    verdict = classify(stranger.exit_code, stranger.log_tail, stranger.phase)
+    assert verdict.category is ErrorCategory.FOREIGN_SERVER and "lists ['org/other'], not 'org/m'" in verdict.reason
+    assert fleet_containers(fleet) == []
+
+
+def test_listening_pids_names_the_owner_of_a_port():
+    import os
+    import socket
+
+    from activities.containers._ports import listening_pids, port_taken
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert port_taken(port)
+        assert listening_pids(port, [os.getpid()]) == {os.getpid()}
+        assert listening_pids(port, [1]) in (set(), None), "pid 1 does not hold it"
+    assert listening_pids(port, [os.getpid()]) is None, "nobody listens any more"
+    assert not port_taken(port)

@@ -1,7 +1,8 @@
-"""A fleet survives its worker being SIGKILLed mid-run: the real `worker.py` (WorkerProcess) runs a
-docker-runner fleet on the real engine; it is killed while two containers are alive, a fresh worker
-takes over, the retried test attempts replace the stale containers of the same name, and the fleet
-completes with every row exactly once and no container left behind."""
+"""A fleet survives its worker being SIGKILLed mid-run, and says so: the real `worker.py`
+(WorkerProcess) is killed while tests run, a fresh worker takes over, and the retried test attempts
+first stop what the dead attempt left (docker: the stale container of the same name; process runner:
+the process group recorded in the row's marker). Every row is recorded once, its note and the
+per-model table say the test ran twice, and nothing of the first run is left behind."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from contracts.common import JobStatus
 from contracts.fleet import HardwareProfile
 from contracts.fleet_job import FleetTestRequest, RunnerKind
 from tests.conftest import fleet_containers
-from tests.helpers import assert_eventually, free_ports
+from tests.helpers import assert_eventually, free_port_range
 from tests.reliability.worker_process import WorkerProcess, running_activity
 from workflows.fleet import FleetTestWorkflow
 
@@ -31,13 +32,13 @@ ROWS, SLOW = 10, 2
 """The first SLOW rows serve only after a delay, so their containers are alive when the worker dies."""
 
 
-def manifest(image: str, ports: list[int]) -> str:
+def manifest(image: str) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["model_name", "status", "note", "command"])
-    for i, port in enumerate(ports):
+    for i in range(ROWS):
         delay = 4 if i < SLOW else 0
-        w.writerow([f"org/m-{i}", "", "", f"docker run --network host -e PORT={port} -e DELAY={delay} {image}"])
+        w.writerow([f"org/m-{i}", "", "", f"docker run --network host -e PORT={{port}} -e DELAY={delay} {image}"])
     return buf.getvalue()
 
 
@@ -47,13 +48,14 @@ async def test_fleet_survives_a_worker_kill_with_containers_alive(temporal_env, 
     store = open_store(worker.settings)
     fleet_id = f"crash-{uuid.uuid4().hex[:8]}"
     wid = f"fleet/{fleet_id}"
-    ref = upload_manifest(store, manifest(docker_image, free_ports(ROWS)))
+    ref = upload_manifest(store, manifest(docker_image))
     await worker.start()
     try:
         handle = await client.start_workflow(
             FleetTestWorkflow.run,
             FleetTestRequest(manifest=ref, runner=RunnerKind.DOCKER, concurrency=4, max_attempts=1, continue_every=4,
-                             test_timeout_s=60, hardware=HardwareProfile(gpu_count=0), queues=worker.queues),
+                             test_timeout_s=60, hardware=HardwareProfile(gpu_count=0, port_range=free_port_range(4)),
+                             queues=worker.queues),
             id=wid, task_queue=worker.queues.workflows)
 
         async def slow_rows_alive() -> bool:
@@ -82,6 +84,9 @@ async def test_fleet_survives_a_worker_kill_with_containers_alive(temporal_env, 
     assert [r["model_name"] for r in out] == [f"org/m-{i}" for i in range(ROWS)] and {r["status"] for r in out} == {"Yes"}
     for row in range(SLOW):  # same attempt, retried by Temporal on the new worker: the stale container was replaced
         assert await _run_test_attempts(client, f"{wid}/{row}") >= 2
+        assert out[row]["note"] == "passed (attempt 1, ran twice: an interrupted run was stopped and rerun)", out[row]
+    table = list(csv.DictReader(io.StringIO(store.get_bytes(result.table).decode())))
+    assert [r["reruns"] for r in table[:SLOW]] == ["1"] * SLOW
     assert fleet_containers(fleet_id) == [], "no orphan containers"
 
 
@@ -97,3 +102,57 @@ async def _run_test_attempts(client, workflow_id: str) -> int:
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     return max(e.activity_task_started_event_attributes.attempt for e in history.events
                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
+
+
+ONCE_SLOW = ('python -c "import os, sys, time; runs = sys.argv[1]; first = not os.path.exists(runs); '
+             'open(runs, \'a\').write(str(os.getpid()) + chr(10)); time.sleep(300 if first else 0)" {runs}')
+"""A test whose first run hangs (it records its pid), and whose later runs pass at once."""
+
+
+async def test_a_process_test_interrupted_by_a_worker_kill_is_stopped_then_rerun_and_says_it_ran_twice(
+        temporal_env, tmp_path: Path):
+    client = temporal_env.client
+    worker = WorkerProcess(client, tmp_path / "state")
+    store = open_store(worker.settings)
+    runs = tmp_path / "runs.txt"
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["model_name", "status", "note", "command"])
+    w.writerow(["org/interrupted", "", "", ONCE_SLOW.format(runs=runs)])
+    for i in range(3):
+        w.writerow([f"org/quick-{i}", "", "", 'python -c "print(1)"'])
+    wid = f"fleet/pcrash-{uuid.uuid4().hex[:8]}"
+    await worker.start()
+    try:
+        handle = await client.start_workflow(
+            FleetTestWorkflow.run,
+            FleetTestRequest(manifest=upload_manifest(store, buf.getvalue()), runner=RunnerKind.PROCESS, concurrency=2,
+                             max_attempts=1, hardware=HardwareProfile(gpu_count=0), queues=worker.queues),
+            id=wid, task_queue=worker.queues.workflows)
+        await assert_eventually(lambda: runs.exists() and runs.read_text().endswith("\n"), timeout=60,
+                                message="the first run of the test started")
+        first_pid = int(runs.read_text().split()[0])
+        worker.kill()
+        assert _alive(first_pid), "the test's process outlives the killed worker (its own session)"
+        await worker.start()
+        result = await handle.result()
+    finally:
+        worker.stop()
+
+    assert result.status is JobStatus.COMPLETED and result.passed == 4, result
+    assert len(runs.read_text().split()) == 2, "the test ran exactly twice"
+    assert not _alive(first_pid), "the interrupted run was killed before the retry ran"
+    out = list(csv.DictReader(io.StringIO(store.get_bytes(result.csv).decode())))
+    assert out[0]["note"] == "passed (attempt 1, ran twice: an interrupted run was stopped and rerun)", out[0]
+    assert [r["note"] for r in out[1:]] == ["passed (attempt 1)"] * 3
+    table = list(csv.DictReader(io.StringIO(store.get_bytes(result.table).decode())))
+    assert [r["reruns"] for r in table] == ["1", "0", "0", "0"]
+    assert await _run_test_attempts(client, f"{wid}/0") == 2
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -10,10 +10,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from workflows.converter import ConverterWorkflow
+from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
 from workflows.inspect import InspectModelWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
-WORKFLOWS = {"inspect": InspectModelWorkflow, "convert": ConverterWorkflow}
+WORKFLOWS = {"inspect": InspectModelWorkflow, "convert": ConverterWorkflow, "fleet": FleetTestWorkflow,
+             "modeltest": ModelTestWorkflow}
 
 
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)

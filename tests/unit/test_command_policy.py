@@ -236,3 +236,101 @@ def test_llm_writer_prompt_carries_earlier_commands_errors_and_log_tails() -> No
     assert "Model: org/m" in user and "Max model length: 8192" in user and "attempt 2" in user
     assert "Attempt 1: docker run img:1" in user and "Error: CUDA_OOM: GPU memory too small" in user
     assert "Tried to allocate 2.00 GiB" in user and "x" * (LOG_TAIL_CHARS + 1) not in user, "only the log's tail"
+
+
+SLOT_HOST = 8
+
+
+@pytest.mark.parametrize("command, why", [
+    ("docker run --network host -e PORT=8000 img:1", "port 8000 is not this row's: use port 8003 only"),
+    ("docker run --network host img:1 --port 8000", "port 8000 is not this row's"),
+    ("docker run --network host img:1 --port=8004", "port 8004 is not this row's"),
+    ("docker run --network host -p 127.0.0.1:8000:8000 -e PORT=8003 img:1", "port 8000 is not this row's"),
+    ("docker run --network host img:1", "does not say its port: serve on port 8003"),
+    ("docker run --network none -e PORT=8003 img:1", "must use --network host"),
+    ("docker run --network host --gpus all -e PORT=8003 img:1", "GPU 0 is not this row's: use --gpus '\"device=2,3\"'"),
+    ("docker run --network host --gpus 1 -e PORT=8003 img:1", "GPU 0 is not this row's"),
+    ('docker run --network host --gpus "device=3,4" -e PORT=8003 img:1', "GPU 4 is not this row's"),
+    ("docker run --network host --device nvidia.com/gpu=0 -e PORT=8003 img:1", "GPU 0 is not this row's"),
+    ("docker run --network host -e NVIDIA_VISIBLE_DEVICES=all -e PORT=8003 img:1", "NVIDIA_VISIBLE_DEVICES"),
+    ("docker run --network host --runtime nvidia -e PORT=8003 img:1", "--runtime nvidia without --gpus"),
+])
+def test_a_command_outside_its_rows_slot_is_rejected(command: str, why: str) -> None:
+    from contracts.fleet import Slot
+
+    verdict = check_command(command, POLICY, Slot(port=8003, devices=(2, 3)), SLOT_HOST)
+    assert not verdict.accepted and verdict.reason.startswith("command rejected: ")
+    assert why in verdict.reason, verdict.reason
+
+
+@pytest.mark.parametrize("command", [
+    "docker run --network host -e PORT=8003 img:1",
+    "docker run --network host img:1 --host 127.0.0.1 --port 8003",
+    'docker run --network host --gpus "device=2,3" img:1 --port=8003',
+    "docker run --network host --gpus '\"device=3\"' -p 127.0.0.1:8003:8003 img:1",
+    "docker run --network host --runtime nvidia --device nvidia.com/gpu=2 -e PORT=8003 img:1",
+])
+def test_a_command_inside_its_slot_is_accepted(command: str) -> None:
+    from contracts.fleet import Slot
+
+    verdict = check_command(command, POLICY, Slot(port=8003, devices=(2, 3)), SLOT_HOST)
+    assert verdict.accepted, verdict.reason
+
+
+def test_a_row_without_gpus_may_not_ask_for_any() -> None:
+    from contracts.fleet import Slot
+
+    verdict = check_command("docker run --network host --gpus 1 -e PORT=8003 img:1", POLICY, Slot(port=8003), SLOT_HOST)
+    assert not verdict.accepted and "no --gpus (this row has no GPU)" in verdict.reason
+
+
+def test_llm_writer_prompt_names_the_rows_slot() -> None:
+    from activities.containers.llm_writer import chat_request
+    from contracts.fleet import HardwareProfile, Slot
+    from contracts.fleet_job import CommandWriterContext, ManifestRow, RunnerKind
+
+    ctx = CommandWriterContext(row=ManifestRow(row=0, model_name="org/m", port=8000), hardware=HardwareProfile(),
+                               runner=RunnerKind.DOCKER, attempt=1, slot=Slot(port=8005, devices=(6, 7)))
+    user = chat_request(ctx).messages[1].text
+    assert "port: 8005" in user and "-e PORT=8005" in user and "--gpus '\"device=6,7\"'" in user
+    assert "Port: 8000" not in user, "the row's old port column is not a hint any more"
+
+
+@pytest.mark.parametrize("command, argv", [
+    ('python -c "import time; time.sleep(6)"', ["python", "-c", "import time; time.sleep(6)"]),
+    ("python -c 'print(\"a | b && c\")' --flag=1", ["python", "-c", 'print("a | b && c")', "--flag=1"]),
+    ('python script.py "two words" three\\ four', ["python", "script.py", "two words", "three four"]),
+])
+def test_process_commands_split_like_a_shell_without_a_shell(command: str, argv: list[str]) -> None:
+    from activities.containers.runners import split_words
+
+    assert split_words(command) == argv
+
+
+@pytest.mark.parametrize("command, op", [
+    ('python -c "print(1)"; rm -rf /tmp/x', ";"),
+    ("python a.py && python b.py", "&&"),
+    ("python a.py | tee log", "|"),
+    ("python a.py > /tmp/out", ">"),
+    ("python a.py &", "&"),
+])
+def test_unquoted_shell_operators_are_refused_for_the_process_runner(command: str, op: str) -> None:
+    from activities.containers.runners import split_words
+
+    with pytest.raises(FleetforgeError) as info:
+        split_words(command)
+    assert info.value.code is Err.POLICY_REJECTED and f"`{op}` outside quotes" in info.value.message
+
+
+def test_the_process_program_allowlist_comes_from_the_settings(tmp_path) -> None:
+    from activities.containers.activities import ContainerActivities
+    from activities.storage import FileStore
+    from contracts.fleet_job import PolicyCheckRequest, RunnerKind
+    from contracts.fleet import HardwareProfile
+    from contracts.settings import Settings
+
+    acts = ContainerActivities(FileStore(tmp_path / "a"), Settings(state_dir=tmp_path, process_programs="true, echo"))
+    check = lambda c: acts.check_policy(PolicyCheckRequest(command=c, runner=RunnerKind.PROCESS, hardware=HardwareProfile()))
+    assert check("echo 'a; b'").accepted
+    refused = check("python -c 1")
+    assert not refused.accepted and "program 'python' is not allowed (allowed: true, echo" in refused.reason

@@ -83,8 +83,8 @@ DAEMON = "docker: Cannot connect to the Docker daemon at unix:///var/run/docker.
     (1, GATED_401, P.START, C.AUTH, R.HUMAN, "401"),
     (1, FORBIDDEN_403, P.START, C.AUTH, R.HUMAN, "403"),
     (125, IMAGE, P.START, C.IMAGE_NOT_FOUND, R.NEW_COMMAND, "Unable to find image"),
-    (1, PORT_VLLM, P.START, C.PORT_IN_USE, R.NEW_COMMAND, "address already in use"),
-    (1, PORT_TGI, P.START, C.PORT_IN_USE, R.NEW_COMMAND, "Address in use"),
+    (1, PORT_VLLM, P.START, C.PORT_IN_USE, R.HUMAN, "address already in use"),
+    (1, PORT_TGI, P.START, C.PORT_IN_USE, R.HUMAN, "Address in use"),
     (125, DAEMON, P.START, C.TRANSIENT, R.TEMPORAL_RETRY, "Docker daemon"),
 ])
 def test_log_patterns(exit_code: int, log: str, phase: P, category: C, remedy: R, snippet: str) -> None:
@@ -134,3 +134,23 @@ def test_phases_without_a_known_log() -> None:
 
 def test_health_phase_still_recognises_a_known_cause() -> None:
     assert classify(None, KV_CACHE, P.HEALTH).category is C.CUDA_OOM
+
+
+def test_a_test_that_did_not_finish_in_time_is_a_timeout() -> None:
+    c = classify(None, "loading...\n[fleetforge] did not finish within 30s (--test-timeout); killed", P.TIMEOUT)
+    assert c.category is C.TIMEOUT and "--test-timeout" in c.reason
+    assert classify(None, CUDA_OOM, P.TIMEOUT).category is C.CUDA_OOM, "a known cause in the log still wins"
+
+
+def test_a_server_that_is_not_the_rows_own_is_a_foreign_server_for_a_person() -> None:
+    log = "serving\n[fleetforge] probe: the server on port 8001 lists ['org/other'], not 'org/mine'"
+    c = classify(None, log, P.IDENTITY)
+    assert c.category is C.FOREIGN_SERVER and c.remedy is R.HUMAN
+    assert c.reason.startswith("the server on this row's port is not provably the row's own: stop whatever")
+    assert "lists ['org/other']" in c.reason
+
+
+def test_a_busy_slot_port_says_what_to_do_first() -> None:
+    c = classify(None, "[fleetforge] address already in use: 127.0.0.1:9000, this row's port, is held", P.START)
+    assert c.category is C.PORT_IN_USE and c.remedy is R.HUMAN
+    assert c.reason.startswith("port in use: another process holds this row's port; stop it or change port_range")

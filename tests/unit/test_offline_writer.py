@@ -1,4 +1,5 @@
-"""The offline command writer: per-runtime templates and rule-based repairs; output passes the policy."""
+"""The offline command writer: per-runtime templates for the row's slot and rule-based repairs; output
+passes the policy and the slot check."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import shlex
 import pytest
 
 from activities.containers.offline_writer import initial_knobs, repair, write_command, writer_policy
-from activities.containers.policy import parse_docker_run
+from activities.containers.policy import check_command, parse_docker_run
 from activities.containers.taxonomy import classify
 from contracts.errors import Err, FleetforgeError
-from contracts.fleet import Classification, CommandPolicy, ErrorCategory, HardwareProfile, ModelRow, Remedy, TestPhase
+from contracts.fleet import (
+    Classification, CommandPolicy, ErrorCategory, HardwareProfile, ModelRow, Remedy, Slot, TestPhase,
+)
 
 HW = HardwareProfile(name="dgx-a100", gpu_count=8, gpu_memory_gb=80, model_cache_dir="/models/hf-cache")
 LLAMA = ModelRow(model_name="meta-llama/Llama-3.1-8B-Instruct", runtime="vllm")
@@ -45,22 +48,32 @@ def test_every_template_passes_the_policy(row: ModelRow) -> None:
     parse_docker_run(command, CommandPolicy())
 
 
-def test_vllm_template_contents() -> None:
-    command = write_command(ModelRow(model_name="m/a", runtime="vllm", gpus=2, port=8123), HW)
+def test_vllm_template_uses_the_slots_port_and_gpus_not_the_rows_port() -> None:
+    slot = Slot(port=8123, devices=(4, 5))
+    command = write_command(ModelRow(model_name="m/a", runtime="vllm", gpus=2, port=9999), HW, slot=slot)
     assert command is not None
     spec = parse_docker_run(command, writer_policy(HW))
     assert spec.image == "vllm/vllm-openai:latest"
-    assert spec.gpus == '"device=0,1"' and spec.ipc == "host"
+    assert spec.gpus == '"device=4,5"' and spec.ipc == "host"
     assert arg(command, "--port") == "8123" and arg(command, "--host") == "127.0.0.1"
     assert arg(command, "--tensor-parallel-size") == "2"
     assert spec.env_passthrough == ["HF_TOKEN"]
+    assert check_command(command, writer_policy(HW), slot, HW.gpu_count).accepted
 
 
-def test_tgi_template_contents() -> None:
+def test_without_a_slot_a_row_gets_the_hosts_first_port_and_gpus() -> None:
     command = write_command(ModelRow(model_name="m/b", runtime="tgi", gpus=8, max_model_len=4096), HW)
     assert command is not None
     assert arg(command, "--model-id") == "m/b" and arg(command, "--num-shard") == "8"
-    assert arg(command, "--max-total-tokens") == "4096" and arg(command, "--gpus") == "all"
+    assert arg(command, "--max-total-tokens") == "4096" and arg(command, "--gpus") == '"device=0,1,2,3,4,5,6,7"'
+    assert arg(command, "--port") == str(HW.port_range[0])
+
+
+def test_http_runtime_names_its_model_and_port_in_the_environment() -> None:
+    row = ModelRow(model_name="org/custom", runtime="http", image="acme/llm-server:1.2")
+    command = write_command(row, HardwareProfile(gpu_count=0), slot=Slot(port=8042))
+    spec = parse_docker_run(command or "", CommandPolicy())
+    assert (spec.env["PORT"], spec.env["MODEL_NAME"], spec.gpus) == ("8042", "org/custom", None)
 
 
 def test_oom_with_kv_cache_facts_sets_max_model_len_below_the_kv_capacity() -> None:
@@ -69,17 +82,15 @@ def test_oom_with_kv_cache_facts_sets_max_model_len_below_the_kv_capacity() -> N
     assert command is not None and int(arg(command, "--max-model-len") or 0) == 20224
 
 
-def test_oom_scales_out_then_lowers_memory_knobs() -> None:
+def test_oom_lowers_memory_knobs_within_the_rows_gpus() -> None:
     hw2 = HardwareProfile(gpu_count=2, model_cache_dir="/models/hf-cache")
     oom = fail(ErrorCategory.CUDA_OOM)
     first = write_command(LLAMA, hw2, [oom])
-    assert first is not None and arg(first, "--tensor-parallel-size") == "2"
+    assert first is not None and arg(first, "--tensor-parallel-size") is None, "the slot's GPUs are the row's: no scale-out"
+    assert float(arg(first, "--gpu-memory-utilization") or 1) < 0.9
+    assert int(arg(first, "--max-model-len") or 0) == 8192
     second = write_command(LLAMA, hw2, [oom, oom])
-    assert second is not None
-    assert float(arg(second, "--gpu-memory-utilization") or 1) < 0.9
-    assert int(arg(second, "--max-model-len") or 0) == 8192
-    third = write_command(LLAMA, hw2, [oom, oom, oom])
-    assert third is not None and int(arg(third, "--max-model-len") or 0) == 4096
+    assert second is not None and int(arg(second, "--max-model-len") or 0) == 4096
     # eventually nothing more to lower: the row needs a person
     assert write_command(LLAMA, hw2, [oom] * 30) is None
 
@@ -91,11 +102,13 @@ def test_trust_remote_code_is_added_once() -> None:
     assert write_command(LLAMA, HW, [trc, trc]) is None
 
 
-def test_port_in_use_moves_to_the_next_port() -> None:
-    command = write_command(LLAMA, HW, [fail(ErrorCategory.PORT_IN_USE, port="8000")])
-    assert command is not None and arg(command, "--port") == "8001"
-    again = write_command(LLAMA, HW, [fail(ErrorCategory.PORT_IN_USE), fail(ErrorCategory.PORT_IN_USE)])
-    assert again is not None and arg(again, "--port") == "8002"
+def test_port_in_use_has_no_repair_the_port_is_the_fleets() -> None:
+    assert write_command(LLAMA, HW, [fail(ErrorCategory.PORT_IN_USE, port="8000")]) is None
+
+
+def test_refused_llm_commands_do_not_change_the_offline_writers_command() -> None:
+    refused = fail(ErrorCategory.POLICY_REJECTED)
+    assert write_command(LLAMA, HW, [refused, refused]) == write_command(LLAMA, HW)
 
 
 def test_image_not_found_falls_back_to_the_runtime_default() -> None:
