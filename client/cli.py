@@ -224,8 +224,16 @@ def show_kernel(result: KernelResult, ui_url: str) -> None:
              f"({result.status.value}, {result.steps} steps"
              + (f", {result.finish_reason.value if hasattr(result.finish_reason, 'value') else result.finish_reason}" if result.finish_reason else "")
              + ")")
+    if result.op_family or result.aten_ops:
+        out.line(f"reference: {result.op_family or 'no offline template'} (aten: {', '.join(result.aten_ops) or '-'})")
+    if result.overrides:
+        out.line("sizes: " + ", ".join(f"{k}={v}" for k, v in result.overrides.items()))
     for e in result.trace:
         out.line(f"  {e.step:>3} {e.agent:<10} {'ok ' if e.ok else 'err'} {e.summary}")
+    for why in result.fallbacks:
+        out.hint(f"fallback: {why}")
+    if result.duplicates_refused:
+        out.line(f"{result.duplicates_refused} candidate(s) identical to a rejected one were not verified again")
     if result.best_candidate is not None:
         out.line("best candidate:" + artifact_line(result.best_candidate))
     if result.report is not None:
@@ -276,7 +284,10 @@ def show_needs_input(workflow_id: str, questions: list[str], ui_url: str) -> Non
 
 def show_result(result: BaseModel, ui_url: str) -> int:
     """Print a finished job's contract (JSON or human) and return its exit code."""
-    status = str(getattr(result, "status", JobStatus.COMPLETED if getattr(result, "passed", False) else JobStatus.FAILED))
+    if isinstance(result, ModelTestResult):  # a row's status is its verdict (Yes/No/Error)
+        status = str(JobStatus.COMPLETED if result.passed else JobStatus.FAILED)
+    else:
+        status = str(getattr(result, "status", JobStatus.FAILED))
     if out.json_mode():
         out.contract(result)
     elif isinstance(result, InspectResult):

@@ -3,7 +3,8 @@ server (SQLite file in the state dir, so jobs survive restarts), then run a work
 as a supervised child process.
 
 Nothing outlives it: the server and the worker are started so that the kernel sends them SIGTERM
-when `fleetforge dev` dies, however it dies (PR_SET_PDEATHSIG); a worker that crashes is restarted
+when `fleetforge dev` dies, however it dies (PR_SET_PDEATHSIG; an orphaned worker that cannot
+finish its shutdown within ORPHAN_GRACE_S exits anyway); a worker that crashes is restarted
 with a backoff, and after too many crashes in a row everything stops cleanly (exit 1).
 
 One server serves one artifact store: a server that `fleetforge dev` started records its store in
@@ -19,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -163,11 +165,30 @@ def join_verdict(recorded: str | None, ours: str, address: str) -> str:
 
 # -- the worker ------------------------------------------------------------------------------
 
+ORPHAN_GRACE_S = 10.0
+"""How long an orphaned worker may take over its graceful shutdown (with its server gone too, a
+Temporal worker's shutdown can wait on pollers that never return) before it exits anyway."""
+
+
+def exit_when_orphaned(parent: int, grace: float = ORPHAN_GRACE_S) -> None:
+    """A daemon thread: once `parent` is gone, give the SIGTERM-triggered shutdown `grace` seconds,
+    then leave without waiting (os._exit)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        time.sleep(grace)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+
+
 def worker_child() -> None:
     """Entry point of the worker process `fleetforge dev` supervises: it dies with its parent."""
     die_with_parent()  # first: a parent killed while the worker imports must still take it along
-    if str(os.getppid()) != os.environ.get(PARENT_PID_VAR, str(os.getppid())):
+    parent = os.getppid()
+    if str(parent) != os.environ.get(PARENT_PID_VAR, str(parent)):
         sys.exit(0)  # the parent died before the kernel was asked to tell us
+    exit_when_orphaned(parent)
     import worker
 
     sys.exit(worker.main(["--queues", "all"]))

@@ -18,14 +18,14 @@ import atexit
 import gc
 import secrets
 from collections.abc import Awaitable, Callable, Generator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.common import TypedSearchAttributes
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.connection import connect
 from activities.storage import ArtifactStore, open_store
@@ -223,7 +223,7 @@ class FleetforgeClient:
         update); returns ("approved" | "refused", the command decided on). A row with no command
         waiting, or waiting with another attempt, is FleetforgeError(BAD_INPUT) saying which."""
         from contracts.fleet_job import ApprovalRequest
-        from workflows.fleet import ModelTestWorkflow
+        from workflows.model_test import ModelTestWorkflow
 
         if not workflow_id.startswith("fleet/"):
             raise FleetforgeError(Err.BAD_INPUT, f"{workflow_id} is not a fleet row: give the row's id fleet/FLEET_ID/ROW "

@@ -270,7 +270,7 @@ def test_show_watch_cancel_and_artifacts_take_a_fleet_row_id(stack: Stack, tmp_p
     assert row in {j["workflow_id"] for j in json.loads(with_rows.stdout)["jobs"]}
 
     shown = ff("show", row, "--json", env=stack.env)
-    assert shown.returncode == 0, shown.stderr
+    assert shown.returncode == 0, (shown.stdout, shown.stderr)
     assert json.loads(shown.stdout)["passed"] is True and json.loads(shown.stdout)["row"] == 0
     watched = ff("watch", row, env=stack.env)
     assert watched.returncode == 0 and "row 0 first: passed" in watched.stdout, watched.stderr

@@ -79,7 +79,8 @@ def test_the_readmes_temporal_commands_work_as_written_against_fleetforge_dev(st
     assert len(commands) >= 9 and any("ExecutionStatus='Failed'" in c for c in commands)
 
     waiting = ff("convert", str(model), env=env).stdout.strip()  # no SoC/precision: it asks
-    failed_kernel = ff("kernel", str(ROOT / "examples/kernels/relu.py"), "--max-step", "1", "--wait", "--json", env=env,
+    failed_kernel = ff("kernel", str(ROOT / "examples/kernelbench/36_Cumsum.py"), "--set", "batch_size=16", "--set", "length=64",
+                       "--wait", "--json", env=env,  # no offline template: fails after its designer step
                        timeout=120)
     assert failed_kernel.returncode == 1, failed_kernel.stderr  # a FAILED job exits 1
     kernel_result = json.loads(failed_kernel.stdout)

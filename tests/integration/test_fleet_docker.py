@@ -130,7 +130,7 @@ async def test_concurrent_rows_each_get_their_own_port_and_a_never_healthy_row_i
     assert result.status is JobStatus.FAILED and (result.passed, result.failed, result.errors) == (3, 2, 0)
 
     served = children[0]
-    assert f"MODEL_NAME=org/served-0" in served.attempts[0].command, "the server names its model: the probe checks it"
+    assert "MODEL_NAME=org/served-0" in served.attempts[0].command, "the server names its model: the probe checks it"
     transcript = json.loads(file_store.get_bytes(served.attempts[0].transcript))
     assert (transcript["agent"], transcript["provider"]) == ("fleet-command-writer", "offline")
     assert transcript["response"]["content"][0]["text"] == served.attempts[0].command
@@ -178,7 +178,7 @@ async def test_llm_writer_retries_with_the_classified_error_and_log_tail(
     retry_prompt = llm.requests[1]["messages"][-1]["content"]
     assert "CRASHED: container exited with code 1" in retry_prompt
     assert "can't open '/models/org/chat/config.json'" in retry_prompt, "the log tail goes back to the LLM"
-    assert f"cat /models/org/chat/config.json" in retry_prompt, "and the failed command"
+    assert "cat /models/org/chat/config.json" in retry_prompt, "and the failed command"
     assert f"port: {port}" in llm.requests[0]["messages"][-1]["content"], "the LLM is told the row's port"
     assert "Attempt 1" not in llm.requests[0]["messages"][-1]["content"]
     assert (result.tokens.calls, result.tokens.total_tokens) == (2, 30)

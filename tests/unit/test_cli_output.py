@@ -50,3 +50,18 @@ def test_the_jobs_table_has_a_header_and_one_line_per_job_with_its_target():
     assert lines[0].split() == ["JOB", "KIND", "STATUS", "MODEL", "TARGET", "STARTED"]
     assert len(lines) == 3
     assert lines[1].split()[:5] == ["convert/r1", "convert", "COMPLETED", "tiny.onnx", "SM8550"]
+
+
+def test_a_kernel_result_says_what_the_reference_is_its_sizes_and_every_fallback(capsys):
+    from client.cli import show_kernel
+    from contracts.common import JobStatus
+    from contracts.kernel_job import KernelOutcome, KernelResult
+
+    result = KernelResult(outcome=KernelOutcome.VERIFIED, status=JobStatus.COMPLETED, steps=4,
+                          op_family="elementwise(relu)", aten_ops=["aten.relu.default"], overrides={"dim": 4096},
+                          fallbacks=["step 2 coder: 3 LLM answers refused (syntax error)"], duplicates_refused=1)
+    show_kernel(result, "http://127.0.0.1:8233/x")
+    shown = capsys.readouterr()
+    assert "reference: elementwise(relu) (aten: aten.relu.default)" in shown.out and "sizes: dim=4096" in shown.out
+    assert "1 candidate(s) identical to a rejected one" in shown.out
+    assert "fallback: step 2 coder: 3 LLM answers refused" in shown.err
