@@ -560,6 +560,8 @@ def kernel(
     max_step: Annotated[Optional[int], typer.Option("--max-step", metavar="N", min=1, help="Cap on conductor steps.")] = None,
     op_name: Annotated[Optional[str], typer.Option("--op-name", metavar="NAME", help="The op's name (default: from the file name, 19_ReLU.py -> ReLU).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="NAME=VALUE", help="Set a module-level numeric constant of the task (batch_size, dim, M, ...); repeatable.")] = None,
+    max_llm_answers: Annotated[int, typer.Option("--max-llm-answers", metavar="N", min=1, max=10, help="LLM answers per agent decision (the first and its repairs) before the offline agent answers.")] = 3,
+    llm_rejections: Annotated[int, typer.Option("--llm-rejections-before-fallback", metavar="N", min=1, max=50, help="LLM candidates the verifier may reject before the offline template's candidate is tried.")] = 3,
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
     """Write a Triton kernel for a PyTorch op and verify it against the reference."""
@@ -592,7 +594,8 @@ def kernel(
     run_id = new_run_id()
     kt = KernelTask(op_name=name, task_desc=source, task_id=f"{name}-{run_id}", arch=arch, workflow=workflow,
                     num_candidates=num_candidates, max_step=max_step, overrides=overrides, source_file=task.name)
-    request = KernelRequest(task=kt, config=config_for_task(kt))
+    request = KernelRequest(task=kt, config=config_for_task(kt), max_llm_answers=max_llm_answers,
+                            llm_rejections_before_fallback=llm_rejections)
 
     async def go() -> int:
         fc = await client_for(settings())

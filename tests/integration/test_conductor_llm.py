@@ -209,50 +209,11 @@ async def test_a_rejected_candidate_sent_again_is_not_verified_again_and_the_job
     assert len(server.requests) == 4
 
 
-AKG_YAML = """\
-agent_info:
-  designer:
-    possible_next_agent: [coder]
-    output_format:
-      parser_name: designer_parser
-      parser_definition:
-        output_fields:
-          code:
-            field_type: str
-            mandatory: true
-            field_description: "Algorithm pseudocode implementation"
-  coder:
-    possible_next_agent: [verifier]
-    output_format:
-      parser_name: coder_parser
-      parser_definition:
-        output_fields:
-          code:
-            field_type: str
-            mandatory: true
-            field_description: "Complete executable code implementation"
-  verifier:
-    possible_next_agent: [finish, coder]
-start_agent: designer
-mandatory_llm_analysis: [verifier]
-limitation_info:
-  required:
-    max_step: 20
-  optional:
-    repeat_limits:
-      single_agent:
-        coder: 2
-      sequences:
-        coder_verifier:
-          pattern: [coder, verifier]
-          max_repeats: 2
-"""
 
 
 @pytest.mark.slow
 async def test_an_akg_workflow_yaml_runs_and_its_sequence_limit_stops_the_loop(temporal_env, tmp_path, file_store):
-    path = tmp_path / "akg.yaml"
-    path.write_text(AKG_YAML)
+    path = Path(__file__).parents[2] / "examples" / "workflows" / "akg_style.yaml"
     script = [answer(json.dumps({"code": "for each block: y = max(x, 0)"})), code_answer(MASKING_BUG),
               decision("coder", "write the tail"), code_answer(OTHER_MASKING_BUG)]
     with ScriptedOpenAIServer(script) as server:

@@ -137,45 +137,7 @@ def test_repeat_limit_overrides_must_name_declared_agents():
         ConductorConfig.model_validate(data)
 
 
-AKG = """\
-# AKG's own workflow.yaml shape: parser_definition with output_fields, single_agent and sequence limits
-agent_info:
-  designer:
-    possible_next_agent: [coder]
-    output_format:
-      parser_name: designer_parser
-      parser_definition:
-        output_fields:
-          code:
-            field_type: str
-            mandatory: true
-            field_description: "Algorithm pseudocode implementation"
-  coder:
-    possible_next_agent: [verifier]
-    output_format:
-      parser_name: coder_parser
-      parser_definition:
-        output_fields:
-          code:
-            field_type: str
-            mandatory: true
-            field_description: "Complete executable code implementation"
-  verifier:
-    possible_next_agent: [finish, coder]
-start_agent: designer
-mandatory_llm_analysis: [verifier]
-limitation_info:
-  required:
-    max_step: 20
-  optional:
-    repeat_limits:
-      single_agent:
-        coder: 2
-      sequences:
-        coder_verifier:
-          pattern: [coder, verifier]
-          max_repeats: 3
-"""
+AKG = (Path(__file__).parents[2] / "examples" / "workflows" / "akg_style.yaml").read_text()
 
 
 def test_akg_workflow_yaml_keys_are_understood(tmp_path):
@@ -183,7 +145,7 @@ def test_akg_workflow_yaml_keys_are_understood(tmp_path):
     assert cfg.mandatory_analysis == ["verifier"]
     assert cfg.repeat_limit("coder") == 2 and cfg.repeat_limit("designer") == 3
     assert cfg.sequences["coder_verifier"].pattern == ["coder", "verifier"]
-    assert cfg.sequences["coder_verifier"].max_repeats == 3
+    assert cfg.sequences["coder_verifier"].max_repeats == 2
     designer = cfg.output_format("designer")
     assert designer.parser_name == "designer_parser"
     assert designer.output_fields["code"].field_description == "Algorithm pseudocode implementation"
