@@ -21,7 +21,7 @@ COMPOSE = ROOT / "docker" / "compose.yaml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 SERVICES = {"postgresql", "temporal", "temporal-ui", "temporal-search-attributes", "minio",
             "minio-create-bucket", "worker", "worker-containers"}
-WORKER_ENV = {"FLEETFORGE_TEMPORAL_ADDRESS": "temporal:7233", "FLEETFORGE_STORE_URL": "s3://fleetforge/artifacts",
+WORKER_ENV = {"TEMPORAL_ADDRESS": "temporal:7233", "FLEETFORGE_STORE_URL": "s3://fleetforge/artifacts",
               "FLEETFORGE_S3_ENDPOINT": "http://minio:9000"}
 
 
@@ -115,4 +115,4 @@ def test_docker_compose_config_accepts_the_file() -> None:
     assert out.returncode == 0, out.stderr
     config = json.loads(out.stdout)
     assert SERVICES <= set(config["services"])
-    assert config["services"]["worker"]["environment"]["FLEETFORGE_TEMPORAL_ADDRESS"] == "temporal:7233"
+    assert config["services"]["worker"]["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
