@@ -126,9 +126,9 @@ async def test_a_process_test_interrupted_by_a_worker_kill_is_stopped_then_rerun
     try:
         handle = await client.start_workflow(
             FleetTestWorkflow.run,
-            FleetTestRequest(manifest=upload_manifest(store, buf.getvalue()), runner=RunnerKind.PROCESS, concurrency=2,
+            FleetTestRequest(manifest=upload_manifest(store, buf.getvalue()), runner=RunnerKind.PROCESS, concurrency=1,
                              max_attempts=1, hardware=HardwareProfile(gpu_count=0), queues=worker.queues),
-            id=wid, task_queue=worker.queues.workflows)
+            id=wid, task_queue=worker.queues.workflows)  # one row at a time: only the first is interrupted
         await assert_eventually(lambda: runs.exists() and runs.read_text().endswith("\n"), timeout=60,
                                 message="the first run of the test started")
         first_pid = int(runs.read_text().split()[0])
