@@ -30,6 +30,7 @@ engines:
 	bash scripts/engines.sh
 
 test: setup local-llm engines
+	$(BIN)/ruff check --no-cache .
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 
 BENCHES ?= storage convert kernel kernelbench fleet llm

@@ -3,7 +3,6 @@ ModelRef. Read-only: the hub is never written; the model's bytes are copied into
 
 from __future__ import annotations
 
-import io
 import tarfile
 import tempfile
 import zipfile

@@ -127,7 +127,6 @@ def probe(task_path: str, seed: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    import json
 
     from contracts.kernel_job import ReferenceAnalysis
 

@@ -7,7 +7,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 
 from tests.e2e.test_cli import Stack, assert_one_line_error, ff
 from tests.e2e.test_cli import model, stack  # noqa: F401  (module fixtures)
