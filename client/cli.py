@@ -645,7 +645,7 @@ async def fleet_request(fc: FleetforgeClient, workflow_id: str) -> Any:
     start event of its current run's history (no worker needed)."""
     from temporalio.service import RPCError, RPCStatusCode
 
-    from contracts.fleet_job import FleetTestRequest
+    from contracts.fleet_job import FleetTestRequest, default_fleet_id
 
     if not workflow_id.startswith(JobKind.FLEET_TEST.value + "/"):
         raise FleetforgeError(Err.BAD_INPUT, f"{workflow_id} is not a fleet-test job")
@@ -653,8 +653,10 @@ async def fleet_request(fc: FleetforgeClient, workflow_id: str) -> Any:
         async for event in fc.temporal.get_workflow_handle(workflow_id).fetch_history_events():
             payloads = event.workflow_execution_started_event_attributes.input.payloads
             [req] = await fc.temporal.data_converter.decode(payloads, [FleetTestRequest])
-            # the workflow's own default when a fleet was started without a fleet id
-            return req if req.fleet_id else req.model_copy(update={"fleet_id": workflow_id.removeprefix("fleet/")})
+            # the workflow's own default when a fleet was started without a fleet id (a run continued
+            # without one began before that default's patch and keeps the old rule)
+            default = default_fleet_id(workflow_id, legacy=req.carry is not None)
+            return req if req.fleet_id else req.model_copy(update={"fleet_id": default})
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise FleetforgeError(Err.JOB_NOT_FOUND, f"no job with workflow id {workflow_id!r}") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Literal
@@ -359,6 +360,16 @@ class FleetCarry(BaseModel, frozen=True):
     tokens: TokenTotals = Field(default_factory=TokenTotals)
 
 
+def default_fleet_id(workflow_id: str, *, legacy: bool = False) -> str:
+    """The fleet id of a fleet started without one: its workflow id without the `fleet-test/` kind, any
+    other `/` or blank made `-`, so its rows' ids `fleet/<fleet id>/<row>` stay ids the tool accepts.
+    `legacy`: the rule before the "fleet-default-id" patch (only `fleet/` stripped), which fleets
+    started before it keep for their whole life."""
+    if legacy:
+        return workflow_id.removeprefix("fleet/")
+    return re.sub(r"[/\s]+", "-", workflow_id.removeprefix("fleet-test/").removeprefix("fleet/")).strip("-") or "fleet"
+
+
 class FleetTestRequest(BaseModel, frozen=True):
     manifest: ArtifactRef
     """The CSV uploaded by the client."""
@@ -371,7 +382,7 @@ class FleetTestRequest(BaseModel, frozen=True):
     llm: Literal["offline", "openai"] = "offline"
     """Who writes the docker commands (the client sets it from FLEETFORGE_LLM, like ConversionRequest.llm)."""
     fleet_id: str = ""
-    """Default: the workflow id without a leading `fleet/`."""
+    """Default: `default_fleet_id(workflow id)` (the CLI and SDK always set it; a direct Temporal start may not)."""
     continue_every: int = Field(default=500, ge=1)
     """Continue-as-new after this many completions in one run (or when Temporal suggests it)."""
     queues: TaskQueues = Field(default_factory=TaskQueues)

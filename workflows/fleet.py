@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.fleet import ErrorCategory, RowStatus, Slot
     from contracts.fleet_job import (
         FinishFleetRequest, FleetCarry, FleetPlan, FleetProgress, FleetTestRequest, FleetTestResult, ModelTestRequest,
-        ModelTestResult, PlanFleetRequest, RowVerdict, SaveVerdictsRequest,
+        ModelTestResult, PlanFleetRequest, RowVerdict, SaveVerdictsRequest, default_fleet_id,
     )
     from workflows._call_options import STORAGE
     from workflows.failures import failure_from, result_from_failure
@@ -35,6 +35,8 @@ __all__ = ["FleetTestWorkflow", "ModelTestWorkflow"]
 
 FLEET_SLOTS_PATCH = "fleet-slots"
 """Runs from here on give every row a slot (port, GPUs); runs recorded before start rows by the window only."""
+FLEET_DEFAULT_ID_PATCH = "fleet-default-id"
+"""Before it, a fleet started without a fleet id named its rows `fleet/fleet-test/X/N` (see default_fleet_id)."""
 
 
 def _cheap(summary: str) -> dict:
@@ -60,7 +62,7 @@ class FleetTestWorkflow:
 
     @workflow.run
     async def run(self, req: FleetTestRequest) -> FleetTestResult:
-        fleet_id = req.fleet_id or workflow.info().workflow_id.removeprefix("fleet/")
+        fleet_id = self._fleet_id(req)
         self._carry = req.carry or FleetCarry(started_at=workflow.now())
         self._paused = self._paused or self._carry.paused  # a pause signal may arrive before run() starts
         self._slotted = workflow.patched(FLEET_SLOTS_PATCH)
@@ -70,7 +72,7 @@ class FleetTestWorkflow:
             batches = await self._save_batch(req, fleet_id)
             if cursor < len(self._plan.pending):
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(req.model_copy(update={"carry": self._next_carry(cursor, batches)}))
+                workflow.continue_as_new(req.model_copy(update={"carry": self._next_carry(cursor, batches), "fleet_id": fleet_id}))
             return await self._finish(req, fleet_id, batches)
         except (ActivityError, asyncio.CancelledError) as e:
             if is_cancellation(e):
@@ -81,6 +83,15 @@ class FleetTestWorkflow:
             ui.details("fleet test", {"fleet": fleet_id, "step": "failed", "last error": f"{failure.code}: {failure.message}"})
             return end_failed(FleetTestResult(status=JobStatus.FAILED, fleet_id=fleet_id, failure=failure,
                                               runs=self._carry.runs + 1), failure)
+
+    @staticmethod
+    def _fleet_id(req: FleetTestRequest) -> str:
+        """The request's fleet id, else the default. A fleet keeps the rule it began with: one continued
+        without a fleet id was started before the patch (since it, every continuation carries its id)."""
+        if req.fleet_id:
+            return req.fleet_id
+        legacy = req.carry is not None or not workflow.patched(FLEET_DEFAULT_ID_PATCH)
+        return default_fleet_id(workflow.info().workflow_id, legacy=legacy)
 
     async def _load(self, req: FleetTestRequest, fleet_id: str) -> FleetPlan:
         plan = await workflow.execute_activity_method(

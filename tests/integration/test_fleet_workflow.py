@@ -21,6 +21,7 @@ from temporalio.service import RPCError
 
 from activities.containers.activities import ContainerActivities, collect_verdicts, upload_manifest
 from activities.storage import ArtifactStore
+from client.ids import candidates, kind_of
 from contracts.common import JobKind, JobStatus
 from contracts.fleet import ErrorCategory, HardwareProfile, RowStatus
 from contracts.fleet_job import (
@@ -55,13 +56,14 @@ def read_csv(store: ArtifactStore, result: FleetTestResult) -> list[dict[str, st
 
 
 async def run_fleet(client: Client, store: ArtifactStore, settings: Settings, csv_text: str, *,
-                    acts: ContainerActivities | None = None, **kw) -> tuple[FleetTestResult, FleetProgress, str]:
+                    acts: ContainerActivities | None = None, wid: str = "",
+                    **kw) -> tuple[FleetTestResult, FleetProgress, str]:
     queues = fresh_queues()
     acts = acts or ContainerActivities(store, settings)
     async with new_worker(client, workflows=[FleetTestWorkflow, ModelTestWorkflow], activities=acts.all(),
                           task_queue=queues.workflows, max_concurrent_activities=16):
         ref = upload_manifest(store, csv_text)
-        wid = f"fleet/{uuid.uuid4().hex[:8]}"
+        wid = wid or f"fleet/{uuid.uuid4().hex[:8]}"
         handle = await client.start_workflow(
             FleetTestWorkflow.run, FleetTestRequest(manifest=ref, queues=queues, **{"runner": RunnerKind.PROCESS, **kw}),
             id=wid, task_queue=queues.workflows, search_attributes=start_attributes(JobKind.FLEET_TEST))
@@ -108,14 +110,35 @@ async def test_process_fleet_records_every_row_once_with_status_and_note(tempora
     await _replays(temporal_env.client, [wid, f"{wid}/4"])  # the parent and a child that retried
 
 
-async def _replays(client: Client, workflow_ids: Sequence[str]) -> None:
+async def test_a_fleet_started_directly_without_a_fleet_id_names_its_rows_as_the_tool_expects(temporal_env, file_store,
+                                                                                                tmp_path: Path):
+    """A Temporal user's own start (id `fleet-test/X`, no fleet id, continuing as new): the fleet id is
+    X, so its rows are `fleet/X/N`, ids every command takes (before, they were `fleet/fleet-test/X/N`)."""
+    run = f"direct-{uuid.uuid4().hex[:6]}"
+    text = manifest([(f"org/ok-{i}", "", PASS) for i in range(3)])
+    result, progress, wid = await run_fleet(temporal_env.client, file_store, Settings(state_dir=tmp_path / "s"), text,
+                                            wid=f"fleet-test/{run}", concurrency=1, continue_every=2)
+
+    assert (result.status, result.fleet_id, result.passed, progress.runs) == (JobStatus.COMPLETED, run, 3, 2)
+    rows = [f"fleet/{run}/{i}" for i in range(3)]
+    assert [candidates(r) for r in rows] == [[r] for r in rows] and {kind_of(r) for r in rows} == {JobKind.MODEL_TEST}
+    for row in rows:
+        assert (await temporal_env.client.get_workflow_handle(row).describe()).status.name == "COMPLETED"
+    assert sorted(collect_verdicts(file_store, run)) == [0, 1, 2]
+    first_run = (await temporal_env.client.get_workflow_handle(wid).describe()).raw_description \
+        .workflow_execution_info.first_run_id
+    await _replays(temporal_env.client, [wid], run_id=first_run)  # the run that took the patch
+    await _replays(temporal_env.client, [wid])  # the continuation, which carries the fleet id
+
+
+async def _replays(client: Client, workflow_ids: Sequence[str], run_id: str | None = None) -> None:
     """The recorded histories replay without nondeterminism against the current code."""
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.worker import Replayer
 
     replayer = Replayer(workflows=[FleetTestWorkflow, ModelTestWorkflow], data_converter=pydantic_data_converter)
     for wid in workflow_ids:
-        history = await client.get_workflow_handle(wid).fetch_history()
+        history = await client.get_workflow_handle(wid, run_id=run_id).fetch_history()
         await replayer.replay_workflow(history)
 
 

@@ -1,6 +1,8 @@
-"""Record fleet histories for the replay tests: `python -m tests.replay.record_fleet LABEL`.
+"""Record fleet histories for the replay tests: `python -m tests.replay.record_fleet LABEL [--direct-only]`.
 
-Writes `fleet_LABEL_run1.json` / `_run2.json` (a fleet of process rows that continues as new once)
+Writes `fleet_LABEL_run1.json` / `_run2.json` (a fleet of process rows that continues as new once),
+`fleet_LABEL-noid_run1.json` / `_run2.json` (the same started as Temporal users may: id
+`fleet-test/X`, no fleet id; `--direct-only` writes just these)
 and `modeltest_LABEL_{retry,human,llm,approval}.json` (rows: a retry, a failure a person must fix,
 the LLM writer with a refused answer, a refused then approved command). Run it from a checkout of
 the code whose histories you want (the `before-slots` files came from the commit before
@@ -112,21 +114,44 @@ async def record(env: WorkflowEnvironment, tmp: Path, label: str) -> None:
             await save(client, approval_row, f"modeltest_{label}_approval")
 
 
+async def record_direct(env: WorkflowEnvironment, tmp: Path, label: str) -> None:
+    """A fleet started without a fleet id under the CLI's id scheme, continuing as new once."""
+    client = env.client
+    store = FileStore(tmp / "artifacts")
+    acts = ContainerActivities(store, Settings(state_dir=tmp / "state"))
+    queues = fresh_queues()
+    rows = manifest([("org/ok", OK), ("org/ok-2", OK), ("org/ok-3", OK)])
+    async with new_worker(client, workflows=[FleetTestWorkflow, ModelTestWorkflow], task_queue=queues.workflows,
+                          activities=acts.all()):
+        fleet = f"fleet-test/direct-{uuid.uuid4().hex[:6]}"
+        handle = await client.start_workflow(
+            FleetTestWorkflow.run, FleetTestRequest(manifest=upload_manifest(store, rows), runner=RunnerKind.PROCESS,
+                                                    concurrency=1, continue_every=2, queues=queues),
+            id=fleet, task_queue=queues.workflows, search_attributes=start_attributes(JobKind.FLEET_TEST))
+        await handle.result()
+        first_run = (await handle.describe()).raw_description.workflow_execution_info.first_run_id
+        await save(client, fleet, f"fleet_{label}-noid_run1", run_id=first_run)
+        await save(client, fleet, f"fleet_{label}-noid_run2")
+
+
 async def _waiting(handle, attempt: int) -> bool:
     return bool(await handle.query(ModelTestWorkflow.pending_command)) and \
         str(attempt) in (await handle.query(ModelTestWorkflow.pending_command) or "")
 
 
-async def main(label: str) -> None:
+async def main(label: str, direct_only: bool = False) -> None:
     env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(),
                                                 search_attributes=SEARCH_ATTRIBUTES,
                                                 data_converter=pydantic_data_converter, dev_server_log_level="error")
     try:
         with tempfile.TemporaryDirectory() as d:
-            await record(env, Path(d), label)
+            if not direct_only:
+                await record(env, Path(d), label)
+            await record_direct(env, Path(d), label)
     finally:
         await env.shutdown()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "slots"))
+    args = [a for a in sys.argv[1:] if a != "--direct-only"]
+    asyncio.run(main(args[0] if args else "slots", direct_only="--direct-only" in sys.argv))

@@ -10,6 +10,7 @@ from client.ids import candidates, kind_of, run_id_for, run_id_of
 from client.jobs import STATUS_QUERY, list_query, status_of
 from contracts.common import JobKind, JobStatus
 from contracts.errors import Err, FleetforgeError
+from contracts.fleet_job import default_fleet_id
 from workflows._visibility import STATUS, normalise_target, web_ui_link
 
 
@@ -92,3 +93,16 @@ def test_a_rerun_takes_the_run_id_in_any_form_the_tool_printed_but_only_of_its_k
     with pytest.raises(FleetforgeError) as e:
         run_id_for(JobKind.CONVERT, "kernel/20261122-140512-3f9a")
     assert e.value.code is Err.BAD_INPUT and "not a convert job" in e.value.message
+
+
+@pytest.mark.parametrize("workflow_id, fleet_id", [
+    ("fleet-test/20261122-140512-3f9a", "20261122-140512-3f9a"),
+    ("fleet/nightly", "nightly"),
+    ("nightly run/2026 11", "nightly-run-2026-11"),
+    ("fleet-test/", "fleet"),
+])
+def test_a_fleet_started_without_an_id_gets_one_its_rows_can_be_named_by(workflow_id: str, fleet_id: str) -> None:
+    assert default_fleet_id(workflow_id) == fleet_id
+    assert candidates(f"fleet/{fleet_id}/3") == [f"fleet/{fleet_id}/3"]
+    assert kind_of(f"fleet/{fleet_id}/3") is JobKind.MODEL_TEST
+    assert default_fleet_id("fleet-test/X", legacy=True) == "fleet-test/X", "fleets started before the patch keep it"
