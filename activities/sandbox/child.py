@@ -205,10 +205,11 @@ def unavailable() -> str | None:
 
 
 def _probe() -> str | None:
-    """None when bubblewrap can start a sandbox here, else why not (checked once per configuration)."""
+    """None when bubblewrap can start a sandbox here, else why not. A success is remembered for the
+    configuration; a failure is not (a loaded machine can fail one start), so the next child asks again."""
     with _LOCK:
-        if _CONFIG.probed:
-            return _CONFIG.probe
+        if _CONFIG.probed and _CONFIG.probe is None:
+            return None
         reason = None
         missing = [tool for tool in ("bwrap", "prlimit", "setpriv") if shutil.which(tool) is None]
         if missing:
@@ -221,7 +222,8 @@ def _probe() -> str | None:
             try:
                 done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
                 if done.returncode != 0:
-                    reason = f"bubblewrap failed: {done.stderr.decode(errors='replace').strip()[:300]}"
+                    said = done.stderr.decode(errors="replace").strip()[:300]
+                    reason = f"bubblewrap failed ({exit_description(done.returncode)}){': ' + said if said else ''}"
             except (OSError, subprocess.TimeoutExpired) as e:
                 reason = f"bubblewrap failed: {e}"
         _CONFIG.probe, _CONFIG.probed = reason, True
@@ -444,6 +446,10 @@ def wait_children(children: Mapping[str, Child], *, timeout_s: float, beat: Call
             for name, child in list(pending.items()):
                 code = child.poll()
                 if code is not None:
+                    if code != 0 and child.confined and (said := _sandbox_setup_error(child)):
+                        # never the candidate's or the model's failure; bubblewrap's own can be a loaded machine's
+                        raise FleetforgeError(Err.SANDBOX_UNAVAILABLE, f"the sandbox did not start ({said})",
+                                              retryable=said.startswith("bwrap: "))
                     child.finish(code, None if code == 0 else exit_reason(code, child))
                     del pending[name]
                 elif child.over_disk_budget():
@@ -470,6 +476,14 @@ def wait_children(children: Mapping[str, Child], *, timeout_s: float, beat: Call
     finally:
         for child in children.values():
             child.kill()  # also an exited one: what it left running in its namespace goes now
+
+
+def _sandbox_setup_error(child: Child) -> str:
+    """What bubblewrap, prlimit or setpriv said when they failed before the command started ("" otherwise)."""
+    first = log_lines(child.log)[:1]
+    if first and first[0].startswith(("bwrap: ", "prlimit: ", "setpriv: ")):
+        return first[0][:300]
+    return ""
 
 
 def exit_description(code: int) -> str:
