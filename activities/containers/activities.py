@@ -97,7 +97,7 @@ class ContainerActivities:
         markers = settings.state_dir.resolve() / "fleet-rows"
         default: dict[RunnerKind, Runner] = {
             RunnerKind.PROCESS: ProcessRunner(store, self.process_programs, marker_dir=markers),
-            RunnerKind.DOCKER: DockerRunner(store),
+            RunnerKind.DOCKER: DockerRunner(store, marker_dir=markers),
             RunnerKind.SCRIPT: ScriptRunner(store, script or Path("test_models.sh").resolve(), marker_dir=markers),
         }
         self.runners: dict[RunnerKind, Runner] = {**default, **(runners or {})}

@@ -41,13 +41,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from activities.containers._marker import RowMarker
+from activities.containers._marker import TAG_VAR, Intent, RowMarker, StartIntents
 from activities.containers._ports import listening_pids, port_taken
 from activities.containers.offline_writer import writer_policy
 from activities.containers.policy import check_command, container_name, declared_ports, render_argv, run_labels
 from activities.storage import ArtifactStore
 from contracts.errors import Err, FleetforgeError
-from contracts.fleet import CommandPolicy, HardwareProfile, Slot, TestPhase
+from contracts.fleet import CommandPolicy, DockerRunSpec, HardwareProfile, Slot, TestPhase
 from contracts.fleet_job import RunTestRequest, TestOutcome
 
 Heartbeat = Callable[[str], None]
@@ -226,10 +226,11 @@ class _Marked(_Base):
         async with marker.held(heartbeat):
             leftovers = await marker.stop_leftovers(heartbeat)
             killed = sum(1 for lo in leftovers if lo.killed)
+            tag = marker.intend(req.attempt)  # durable before the spawn: a crash around it stays findable
             try:
                 code, out = await _run_argv(argv, timeout_s, heartbeat, f"row {req.row}", cwd=cwd,
-                                            env=slot_env(req.slot),
-                                            on_start=lambda pid: marker.started(pid, req.attempt))
+                                            env={**slot_env(req.slot), TAG_VAR: tag},
+                                            on_start=lambda pid: marker.started(pid, req.attempt, tag))
             finally:
                 marker.finished()
         what = f"{killed} still running and killed first" if killed else "none still running"
@@ -261,12 +262,16 @@ class ProcessRunner(_Marked):
 
 class DockerRunner(_Base):
     def __init__(self, store: ArtifactStore, *, policy_for: Callable[[HardwareProfile], CommandPolicy] = writer_policy,
-                 docker: str = "docker", health_path: str = "/health", poll_s: float = 2.0):
+                 docker: str = "docker", health_path: str = "/health", poll_s: float = 2.0,
+                 marker_dir: Path | None = None):
         super().__init__(store)
         self.policy_for = policy_for
         self.docker = docker
         self.health_path = health_path
         self.poll_s = poll_s
+        self.marker_dir = marker_dir
+        """Where the row locks and start intents live (None: no intents; a rerun is seen only by the
+        leftover container of the same name)."""
 
     async def _docker(self, *args: str, timeout_s: float = 120.0, heartbeat: Heartbeat = lambda _: None) -> tuple[int | None, str]:
         return await _run_argv([self.docker, *args], timeout_s, heartbeat, f"docker {args[0]}")
@@ -275,42 +280,100 @@ class DockerRunner(_Base):
         verdict = check_command(req.command, self.policy_for(req.hardware), req.slot, req.hardware.gpu_count)
         if not verdict.accepted or verdict.spec is None:  # checked again: never trust the caller
             raise FleetforgeError(Err.POLICY_REJECTED, verdict.reason)
-        spec = verdict.spec
+        if self.marker_dir is None:
+            return await self._run(req, verdict.spec, heartbeat, None)
+        async with RowMarker(self.marker_dir, req.fleet_id, req.row).held(heartbeat):
+            return await self._run(req, verdict.spec, heartbeat, StartIntents(self.marker_dir, req.fleet_id, req.row))
+
+    async def _run(self, req: RunTestRequest, spec: DockerRunSpec, heartbeat: Heartbeat,
+                   intents: StartIntents | None) -> TestOutcome:
+        """The test under the row's lock. With intents: the container's name is recorded before `docker run`
+        and kept; a retry that finds one kills the earlier `docker run` client and container, runs its own under
+        a new name (`-r2`, ...), then counts the earlier starts from the engine's events."""
         slot = req.slot or Slot(port=(declared_ports(spec) or [8000])[0])  # no slot: a row started before slots
-        name = container_name(req.fleet_id, f"{req.row}-{req.model_name}", req.attempt)
+        base = container_name(req.fleet_id, f"{req.row}-{req.model_name}", req.attempt)
         labels = run_labels(req.fleet_id, key=str(req.row), attempt=req.attempt)
+        earlier = intents.earlier(req.attempt) if intents else []
+        name = base if not earlier else f"{base}-r{len(earlier) + 1}"  # never the name a late start may still take
         started = time.monotonic()
         code, out = await self._docker("image", "inspect", "--format", "{{.Id}}", spec.image, heartbeat=heartbeat)
         if code != 0:
             log = out if "No such image" in out or "daemon" in out else f"No such image: {spec.image}\n{out}"
             return await self._outcome(req, started, log, passed=False, phase=TestPhase.START)
-        _, removed = await self._docker("rm", "-f", name, heartbeat=heartbeat)  # a crashed earlier run's container
-        runs = 2 if removed.strip() == name else 1
-        note = _rerun_note(runs - 1, "its container was removed")
+        if earlier:  # an earlier run of this attempt was about to start a container: stop what is left of it
+            await asyncio.to_thread(_kill_docker_clients, [i.name for i in earlier])
+            await self._remove_labelled(labels, heartbeat)
+            runs = 1
+        else:
+            _, removed = await self._docker("rm", "-f", name, heartbeat=heartbeat)  # a crashed run without intents
+            runs = 2 if removed.strip() == name else 1
         if await asyncio.to_thread(port_taken, slot.port):
+            note, runs = await self._runs(labels, earlier, runs, heartbeat)
             return await self._outcome(
                 req, started, note + f"[fleetforge] address already in use: 127.0.0.1:{slot.port}, this row's port, "
                 "is held by another process before the container started", passed=False, phase=TestPhase.START,
                 test_runs=runs)
+        if intents is not None:
+            intents.intend(req.attempt, name)  # durable before `docker run`: a retry will ask the engine
+        passed, phase, exit_code, logs, ours = False, TestPhase.START, None, "", ""
         try:
             code, out = await self._docker(*render_argv(spec, name, labels)[1:], heartbeat=heartbeat)
+            ours = out.strip().splitlines()[-1] if code == 0 and out.strip() else ""  # the container id
             if code != 0:
-                return await self._outcome(req, started, note + out, passed=False, phase=TestPhase.START,
-                                           exit_code=code, test_runs=runs)
-            phase, exit_code = await self._wait_healthy(name, slot.port, started + req.timeout_s, heartbeat)
-            problem = ""
-            if phase is TestPhase.PROBE:
-                phase, problem = await self._probe(name, slot.port, req, heartbeat)
-            logs = note + await self._docker_logs(name, heartbeat)
-            if phase is TestPhase.PROBE and not problem:
-                return await self._outcome(req, started, logs, passed=True, phase=TestPhase.PROBE, exit_code=0,
-                                           test_runs=runs)
-            if phase is TestPhase.HEALTH:
-                logs += f"\n[fleetforge] not healthy within {req.timeout_s:g}s (--test-timeout) on port {slot.port}"
-            return await self._outcome(req, started, logs + (f"\n[fleetforge] probe: {problem}" if problem else ""),
-                                       passed=False, phase=phase, exit_code=exit_code, test_runs=runs)
+                logs, exit_code = f"{out}\n{DOCKER_REFUSED.format(code=code)}", code
+            else:
+                phase, exit_code = await self._wait_healthy(name, slot.port, started + req.timeout_s, heartbeat)
+                problem = ""
+                if phase is TestPhase.PROBE:
+                    phase, problem = await self._probe(name, slot.port, req, heartbeat)
+                logs = await self._docker_logs(name, heartbeat)
+                passed = phase is TestPhase.PROBE and not problem
+                if phase is TestPhase.PROBE and passed:
+                    exit_code = 0
+                if phase is TestPhase.HEALTH:
+                    logs += f"\n[fleetforge] not healthy within {req.timeout_s:g}s (--test-timeout) on port {slot.port}"
+                if problem:
+                    logs += f"\n[fleetforge] probe: {problem}"
         finally:
             await asyncio.shield(self._docker("rm", "-f", name, timeout_s=60.0))  # also on cancel/timeout
+        note, runs = await self._runs(labels, earlier, runs, heartbeat, ours)
+        return await self._outcome(req, started, note + logs, passed=passed, phase=phase, exit_code=exit_code,
+                                   test_runs=runs)
+
+    async def _runs(self, labels: Mapping[str, str], earlier: Sequence[Intent], runs: int,
+                    heartbeat: Heartbeat, ours: str = "") -> tuple[str, int]:
+        """(log note, test runs). After an interrupted run (intents recorded): the starts the engine recorded
+        for this (row, attempt) since the first intent, at least 1 (a run killed before docker started its
+        container is no rerun); anything of theirs still there (a start that landed late) is removed. Without
+        intents: `runs` as the leftover container of the same name told."""
+        if not earlier:
+            return _rerun_note(runs - 1, "its container was removed"), runs
+        starts = await self._engine_starts(labels, since=min(i.at for i in earlier) - 2.0, heartbeat=heartbeat)
+        await self._remove_labelled(labels, heartbeat)
+        earlier_starts = len([cid for cid in starts if cid != ours])
+        if not earlier_starts:
+            return (f"[fleetforge] {len(earlier)} earlier run(s) of this test were interrupted before docker started "
+                    "their container (the engine recorded no earlier start)\n"), 1
+        return _rerun_note(earlier_starts, "the engine recorded its container's start; what was left was removed"), \
+            1 + earlier_starts
+
+    async def _engine_starts(self, labels: Mapping[str, str], since: float, heartbeat: Heartbeat) -> list[str]:
+        """Container ids the engine started with exactly these labels since `since` (Unix seconds)."""
+        args = ["events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}", "--filter", "type=container",
+                "--filter", "event=start", "--format", "{{.ID}}"]
+        for key in sorted(labels):
+            args += ["--filter", f"label={key}={labels[key]}"]
+        code, out = await self._docker(*args, timeout_s=60.0, heartbeat=heartbeat)
+        return out.split() if code == 0 else []
+
+    async def _remove_labelled(self, labels: Mapping[str, str], heartbeat: Heartbeat) -> None:
+        """Remove every container (running, exited or created) that carries exactly these labels."""
+        args = ["ps", "-aq"]
+        for key in sorted(labels):
+            args += ["--filter", f"label={key}={labels[key]}"]
+        code, out = await self._docker(*args, timeout_s=60.0, heartbeat=heartbeat)
+        if code == 0 and out.split():
+            await self._docker("rm", "-f", *out.split(), timeout_s=60.0, heartbeat=heartbeat)
 
     async def _probe(self, name: str, port: int, req: RunTestRequest, heartbeat: Heartbeat) -> tuple[TestPhase, str]:
         """(phase, what is wrong) of the healthy server's answers ("" = it serves and it is ours): the
@@ -363,6 +426,31 @@ class DockerRunner(_Base):
     async def _docker_logs(self, name: str, heartbeat: Heartbeat) -> str:
         _, out = await self._docker("logs", name, timeout_s=60.0, heartbeat=heartbeat)
         return out
+
+
+DOCKER_REFUSED = "[fleetforge] the docker engine refused to start the container (docker run exit {code})"
+"""The line the runner adds when `docker run` itself failed (not the container): the taxonomy reads it as the
+engine's failure, never the model's."""
+
+
+def _kill_docker_clients(names: Sequence[str]) -> list[int]:
+    """SIGKILL every `docker run` client still alive for one of these container names (a dead worker's
+    client, in its own session, outlives it and could start the container after the retry looked)."""
+    wanted = {n.encode() for n in names}
+    killed = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"run" in argv and any(a == b"--name" and i + 1 < len(argv) and argv[i + 1] in wanted
+                                  for i, a in enumerate(argv)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
 
 
 def _json(body: str) -> object:

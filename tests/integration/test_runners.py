@@ -221,6 +221,31 @@ async def test_process_runner_kills_an_interrupted_earlier_run_of_the_row_before
             os.killpg(orphan.pid, signal.SIGKILL)
 
 
+async def test_process_runner_finds_a_run_whose_worker_died_between_intent_and_pid_by_its_tag(tmp_path: Path):
+    """The marker records the intent (a tag the child carries in FLEETFORGE_RUN_TAG) before the spawn; a
+    worker killed before it wrote the pid leaves an intent only. The retry finds the run by its tag in
+    /proc/PID/environ, kills it, and counts the rerun."""
+    import os
+    import signal
+    import sys
+
+    from activities.containers._marker import TAG_VAR, RowMarker
+
+    markers = tmp_path / "fleet-rows"
+    tag = RowMarker(markers, "crashy", 4).intend(attempt=1)
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
+                              env={**os.environ, TAG_VAR: tag})
+    try:
+        out = await ProcessRunner(FileStore(tmp_path / "a"), marker_dir=markers).run(
+            request('python -c "print(42)"', fleet_id="crashy", row=4), print)
+        assert orphan.wait(timeout=10) == -signal.SIGKILL, "the run found by its tag was killed"
+        assert out.passed and out.test_runs == 2, out.log_tail
+        assert "(1 still running and killed first)" in out.log_tail
+    finally:
+        if orphan.poll() is None:
+            os.killpg(orphan.pid, signal.SIGKILL)
+
+
 async def test_process_runner_leaves_no_process_of_the_test_behind(tmp_path: Path, file_store):
     """A test that starts a background server and exits: the whole process group goes with it."""
     pid_file = tmp_path / "child.pid"
