@@ -113,17 +113,28 @@ class ErrorCategory(StrEnum):
     """The server answering on the row's port is not provably the row's own."""
     RUNNER_UNAVAILABLE = "RUNNER_UNAVAILABLE"
     TRANSIENT = "TRANSIENT"
-    """Infrastructure hiccup (docker daemon unreachable, registry rate limit, a worker lost)."""
+    """Infrastructure hiccup (registry rate limit, a connection reset, a worker lost)."""
+    DOCKER_UNREACHABLE = "DOCKER_UNREACHABLE"
+    """The containers worker cannot talk to the docker daemon (not running, wrong DOCKER_HOST, no permission)."""
+    DOCKER_ENGINE = "DOCKER_ENGINE"
+    """The engine refused to create or start the container (`docker run` exit 125/126/127: OCI runtime error,
+    name conflict, invalid option): the model never ran."""
+    GPU_UNAVAILABLE = "GPU_UNAVAILABLE"
+    """The row asked for GPUs the docker host cannot give (no GPU, no NVIDIA runtime or device)."""
+    HOST_LIMIT = "HOST_LIMIT"
+    """A limit of the host, not of the model: no space left, no memory for the engine, no more processes."""
     UNKNOWN = "UNKNOWN"
 
 
 HARNESS_CATEGORIES = frozenset({
     ErrorCategory.POLICY_REJECTED, ErrorCategory.NO_COMMAND, ErrorCategory.FOREIGN_SERVER,
     ErrorCategory.RUNNER_UNAVAILABLE, ErrorCategory.TRANSIENT, ErrorCategory.AUTH, ErrorCategory.IMAGE_NOT_FOUND,
-    ErrorCategory.PORT_IN_USE, ErrorCategory.UNKNOWN,
+    ErrorCategory.PORT_IN_USE, ErrorCategory.UNKNOWN, ErrorCategory.DOCKER_UNREACHABLE, ErrorCategory.DOCKER_ENGINE,
+    ErrorCategory.GPU_UNAVAILABLE, ErrorCategory.HOST_LIMIT,
 })
 """Failures that say we could not test the model (no usable command, policy, runner, credentials, the
-image missing on the host, the row's port held by someone else, an unexplained failure): the row ends
+image missing on the host, the row's port held by someone else, the docker engine or the host refusing,
+an unexplained failure): the row ends
 `Error` and the next run on the CSV tests it again. Every other category is the model's own failure
 (`No`): it did not deploy, crashed, never became healthy, did not answer, or did not finish in time."""
 
