@@ -623,7 +623,7 @@ def load_hardware(path: Path | None) -> Any:
     if not isinstance(data, dict):
         raise FleetforgeError(Err.BAD_INPUT, f"{path}: expected a mapping of hardware fields")
     try:
-        return HardwareProfile(**data)
+        return HardwareProfile(**{"source": str(path), **data})
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "profile"
@@ -747,6 +747,15 @@ def fleet_test(
         if runner is RunnerKind.PROCESS:
             require_commands(rows)
     profile = load_hardware(hardware)
+    if resume is None:  # the host as it is: its GPUs, and nothing that asks for more (exit 2 before any row starts)
+        from activities.containers.host import discover_gpus, gpu_problems, host_profile
+
+        host = discover_gpus()
+        profile = profile if hardware is not None else host_profile(host, profile)
+        out.hint(f"hardware: {profile.gpu_count} GPU(s), {profile.gpu_memory_gb} GB each, ports "
+                 f"{profile.port_range[0]}-{profile.port_range[1]} ({profile.source or hardware})")
+        if problems := gpu_problems(profile, host, rows, str(hardware or "the profile")):
+            raise FleetforgeError(Err.HOST_LACKS_GPUS, "; ".join(problems))
 
     async def go() -> int:
         s = settings()

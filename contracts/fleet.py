@@ -189,6 +189,9 @@ class HardwareProfile(BaseModel, frozen=True):
     """Host directory mounted as the Hugging Face cache (must be inside a policy mount root)."""
     port_range: tuple[int, int] = (8000, 8999)
     """Loopback ports the fleet hands out, one per running row (inclusive); also a cap on concurrency."""
+    source: str = ""
+    """Where the GPU figures come from: `discovered on HOST (nvidia-smi: ...)` for the default profile, a
+    file's path, or empty (a profile built in code)."""
 
     @model_validator(mode="after")
     def _ports_in_order(self) -> "HardwareProfile":
