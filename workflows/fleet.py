@@ -150,7 +150,8 @@ class FleetTestWorkflow:
     async def _child(self, req: FleetTestRequest, fleet_id: str, row: int, slot: Slot | None) -> None:
         child = ModelTestRequest(fleet_id=fleet_id, manifest=req.manifest, row=row, hardware=req.hardware,
                                  runner=req.runner, max_attempts=req.max_attempts, require_approval=req.require_approval,
-                                 test_timeout_s=req.test_timeout_s, llm=req.llm, queues=req.queues, slot=slot)
+                                 test_timeout_s=req.test_timeout_s, llm=req.llm, queues=req.queues, slot=slot,
+                                 require_tier=req.require_tier)
         try:
             result = await workflow.execute_child_workflow(
                 ModelTestWorkflow.run, child, id=f"fleet/{fleet_id}/{row}", task_queue=req.queues.workflows,
@@ -197,7 +198,8 @@ class FleetTestWorkflow:
 
     async def _finish(self, req: FleetTestRequest, fleet_id: str, batches: list[ArtifactRef]) -> FleetTestResult:
         done = await workflow.execute_activity_method(
-            ContainerActivities.finish_fleet, FinishFleetRequest(fleet_id=fleet_id, manifest=req.manifest, batches=batches),
+            ContainerActivities.finish_fleet, FinishFleetRequest(fleet_id=fleet_id, manifest=req.manifest, batches=batches,
+                                                             evidence_columns=req.evidence_columns),
             task_queue=req.queues.containers, **_cheap("write the results CSV"))
         status = JobStatus.FAILED if done.failed or done.errors else JobStatus.COMPLETED
         self._show(fleet_id, step=status.value.lower())

@@ -221,7 +221,7 @@ class ContainerActivities:
             for v in _jsonl(self.store.get_bytes(ref)):
                 verdicts[v.row] = v
         passed, failed, errors, categories = fleet_counts(verdicts.values())
-        csv_text = apply_verdicts(text, verdicts.values())
+        csv_text = apply_verdicts(text, verdicts.values(), req.evidence_columns)
         ref = self.store.put_bytes(csv_text.encode("utf-8"), media_type=CSV_MEDIA,
                                    name=f"fleet/{req.fleet_id}/results.csv")
         table = self.store.put_bytes(model_table(sorted(verdicts.values(), key=lambda v: v.row)).encode("utf-8"),

@@ -62,6 +62,8 @@ ENGINE_RULES: tuple[Rule, ...] = (
           r"OCI runtime (?:create|exec) failed[^\n]*(?:executable file not found|no such file or directory|"
           r"permission denied)", r"OCI runtime attempted to invoke a command that was not found",
           r"executable file not found in \$PATH"),
+    _rule(C.TIER_UNPROVABLE, R.HUMAN, f"the required tier cannot be shown for this row: give it a reference answer "
+          f"or lower --require-tier, {RERUN}", r"\[fleetforge\] tier unprovable"),
     _rule(C.DOCKER_ENGINE, R.NEW_COMMAND, "the docker engine refused the command's options",
           r"invalid argument \"[^\"]*\" for \"--?[\w-]+\" flag", r"Minimum memory limit allowed is",
           r"unknown flag: --[\w-]+"),

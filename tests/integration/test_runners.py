@@ -184,7 +184,7 @@ async def test_docker_runner_probes_models_then_a_one_token_completion_or_the_ro
     assert served.passed and served.phase is TestPhase.PROBE, served.log_tail
     assert "GET /v1/models -> 200 OK" in served.log_tail and "POST /v1/completions -> 200 OK" in served.log_tail
     assert not broken.passed and broken.phase is TestPhase.PROBE
-    assert "POST /v1/completions (model org/m, 1 token): HTTP 500" in broken.log_tail
+    assert "POST /v1/completions (model org/m): reached BOOTS" in broken.log_tail and "HTTP 500" in broken.log_tail
     assert "the engine failed to generate" in broken.log_tail, "the server's own error goes into the log"
     verdict = classify(broken.exit_code, broken.log_tail, broken.phase)
     assert verdict.category is ErrorCategory.PROBE_FAILED, verdict
