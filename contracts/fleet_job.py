@@ -76,6 +76,11 @@ class ManifestRow(BaseModel, frozen=True):
             cells["reference"] = self.reference
         return hashlib.sha256(json.dumps(cells, sort_keys=True).encode()).hexdigest()[:16]
 
+    def family_key(self) -> str:
+        """The row's family for fair sharing: its `family` cell, else the model name's organisation
+        (`meta-llama/Llama-3.1-8B` -> `meta-llama`), else the whole name."""
+        return (self.family or self.model_name.split("/", 1)[0]).strip() or self.model_name
+
     def model_row(self) -> ModelRow:
         return ModelRow(model_name=self.model_name, runtime=self.runtime, image=self.image, gpus=self.gpus,
                         port=self.port, max_model_len=self.max_model_len)
@@ -176,6 +181,8 @@ class PlanFleetRequest(BaseModel, frozen=True):
     fleet_id: str
     manifest: ArtifactRef
     hardware: HardwareProfile = Field(default_factory=HardwareProfile)
+    families: bool = False
+    """Also return each pending row's family (only a fleet with `max_per_family` needs them)."""
 
 
 class FleetPlan(BaseModel, frozen=True):
@@ -187,6 +194,10 @@ class FleetPlan(BaseModel, frozen=True):
     """GPUs a pending row needs, only for rows that differ from the host's default (sparse: history stays small)."""
     default_gpus: int = 0
     """GPUs every other pending row needs (1 on a GPU host, 0 without GPUs)."""
+    families: list[str] = Field(default_factory=list)
+    """Distinct families of the pending rows (only when asked)."""
+    family_of: dict[int, int] = Field(default_factory=dict)
+    """Pending row -> index into `families` (only when asked)."""
 
 
 class RowRequest(BaseModel, frozen=True):
@@ -386,6 +397,8 @@ class FleetCarry(BaseModel, frozen=True):
     runs: int = 0
     paused: bool = False
     tokens: TokenTotals = Field(default_factory=TokenTotals)
+    ahead: list[int] = Field(default_factory=list)
+    """Positions in FleetPlan.pending past `cursor` whose rows already ran (a family cap let them start early)."""
 
 
 def default_fleet_id(workflow_id: str, *, legacy: bool = False) -> str:
@@ -420,6 +433,9 @@ class FleetTestRequest(BaseModel, frozen=True):
     """The tier a row must reach to be Yes (`--require-tier`)."""
     evidence_columns: bool = False
     """Add `tier` and `evidence` columns to the CSV (`--evidence-columns`); the per-model table always has them."""
+    max_per_family: int = Field(default=0, ge=0)
+    """At most this many rows of one family run at once (0: no cap); rows of other families further down
+    the CSV start meanwhile (`--max-per-family`)."""
 
 
 class FleetProgress(BaseModel, frozen=True):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from temporalio import workflow
+from temporalio.common import Priority
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -41,6 +42,10 @@ with workflow.unsafe.imports_passed_through():
         Finish, Retry, harness_failure, model_result, next_after_attempt, rejection, render_fixed, writer_gave_up,
     )
     from workflows.model_test_v1 import ROW_SLOTS_PATCH, RowBeforeSlots
+
+FAIRNESS_PATCH = "fleet-fairness"
+"""From here on a row's test activity carries a priority (first attempt before retries) and its family as
+the fairness key; rows recorded before schedule it without."""
 
 _SOURCES = {AnswerSource.LLM: CommandSource.LLM, AnswerSource.OFFLINE: CommandSource.OFFLINE,
             AnswerSource.FALLBACK: CommandSource.FALLBACK}
@@ -79,6 +84,7 @@ class ModelTestWorkflow(RowBeforeSlots):
         self._awaiting: tuple[int, str] | None = None
         self._approval: ApprovalRequest | None = None
         self._model = ""
+        self._family = ""
         self._llm_calls: list[ChatResult] = []
         self._offline_answers = 0
         """Offline writer decisions that gave an attempt's command (recorded like LLM answers, 0 tokens)."""
@@ -119,6 +125,7 @@ class ModelTestWorkflow(RowBeforeSlots):
             ContainerActivities.read_row, RowRequest(manifest=req.manifest, row=req.row),
             **_local(f"row {req.row}: read the manifest row"))
         self._model = row.model_name
+        self._family = row.family_key()
         ui.set_model(row.model_name)
         return row
 
@@ -217,6 +224,9 @@ class ModelTestWorkflow(RowBeforeSlots):
     async def _run(self, req: ModelTestRequest, attempt: int, command: str, probe_url: str | None, slot: Slot,
                    reference: str | None = None) -> TestOutcome:
         self._show(f"testing on port {slot.port}, attempt {attempt}")
+        fair = {}
+        if workflow.patched(FAIRNESS_PATCH):  # first attempts before retries, families dispatched fairly
+            fair["priority"] = Priority(priority_key=2 if attempt == 1 else 4, fairness_key=self._family or None)
         return await workflow.execute_activity_method(
             ContainerActivities.run_test,
             RunTestRequest(fleet_id=req.fleet_id, row=req.row, model_name=self._model, attempt=attempt, command=command,
@@ -226,7 +236,7 @@ class ModelTestWorkflow(RowBeforeSlots):
             start_to_close_timeout=max(CONTAINER.start_to_close, timedelta(seconds=req.test_timeout_s + 300)),
             heartbeat_timeout=CONTAINER.heartbeat, retry_policy=CONTAINER.retry,
             # a cancelled row ends only after the runner removed its container
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED, **fair)
 
     async def _await_approval(self, attempt: int, command: str) -> ApprovalRequest:
         """Durable wait for `approve_command` (no timer: the fleet waits for a person)."""

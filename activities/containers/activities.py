@@ -131,8 +131,15 @@ class ContainerActivities:
         pending = pending_rows(rows)
         default = req.hardware.gpus_for(None)
         gpus = {i: n for i in pending if (n := req.hardware.gpus_for(rows[i].gpus)) != default}
+        families: list[str] = []
+        family_of: dict[int, int] = {}
+        if req.families:
+            index: dict[str, int] = {}
+            for i in pending:
+                family_of[i] = index.setdefault(rows[i].family_key(), len(index))
+            families = list(index)
         return FleetPlan(total=len(rows), pending=pending, skipped=len(rows) - len(pending), gpus=gpus,
-                         default_gpus=default)
+                         default_gpus=default, families=families, family_of=family_of)
 
     @activity.defn(name="containers.read_row")
     def read_row(self, req: RowRequest) -> ManifestRow:
