@@ -737,6 +737,7 @@ def fleet_test(
     resume: Annotated[Optional[str], typer.Option("--resume", metavar="JOB_ID", help="Follow an existing fleet-test job instead of starting one; writes its finished rows back.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Write the verdicts back even into a CSV that is not the fleet's manifest (merged by model name).")] = False,
     require_tier: Annotated[Tier, typer.Option("--require-tier", help="The tier a row must reach to be Yes: BOOTS (healthy), SERVES (lists its model, answers every request), SENSIBLE (non-degenerate answers in time), MATCHES (greedy answer = the row's reference).")] = Tier.SERVES,
+    max_per_family: Annotated[int, typer.Option("--max-per-family", metavar="N", min=0, help="At most N rows of one family (the family column, else the model's organisation) run at once; 0: no cap.")] = 0,
     evidence_columns: Annotated[bool, typer.Option("--evidence-columns", help="Also write tier and evidence columns into the CSV (the per-model table always has them).")] = False,
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
@@ -750,6 +751,9 @@ def fleet_test(
         rows = parse_manifest(csv_text)
         if runner is RunnerKind.PROCESS:
             require_commands(rows)
+    if require_tier is Tier.NONE:
+        raise FleetforgeError(Err.BAD_INPUT, "--require-tier NONE would pass a model that never became healthy: "
+                              "use BOOTS, SERVES, SENSIBLE or MATCHES")
     profile = load_hardware(hardware)
     if resume is None:  # the host as it is: its GPUs, and nothing that asks for more (exit 2 before any row starts)
         from activities.containers.host import discover_gpus, gpu_problems, host_profile
@@ -775,7 +779,7 @@ def fleet_test(
             handle = await fc.start_fleet_test(
                 csv_text, name=csv_file.name, store=store, concurrency=concurrency, runner=runner, hardware=profile,
                 max_attempts=max_attempts, test_timeout_s=test_timeout, require_approval=require_approval,
-                require_tier=require_tier, evidence_columns=evidence_columns)
+                require_tier=require_tier, evidence_columns=evidence_columns, max_per_family=max_per_family)
             request = await fleet_request(fc, handle.id)
         if not wait:
             if resume is not None:

@@ -430,7 +430,7 @@ class FleetTestRequest(BaseModel, frozen=True):
     carry: FleetCarry | None = None
     """Set only by the workflow itself when it continues as new."""
     require_tier: Tier = Tier.SERVES
-    """The tier a row must reach to be Yes (`--require-tier`)."""
+    """The tier a row must reach to be Yes (`--require-tier`; never NONE: that would pass a dead server)."""
     evidence_columns: bool = False
     """Add `tier` and `evidence` columns to the CSV (`--evidence-columns`); the per-model table always has them."""
     max_per_family: int = Field(default=0, ge=0)

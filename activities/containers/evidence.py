@@ -54,7 +54,8 @@ def tier_of(ev: Evidence) -> Tier:
 
 
 def meets(tier: Tier, required: Tier) -> bool:
-    return tier.rank >= required.rank
+    """`tier` is at least `required`; nothing that never became healthy passes (a required NONE counts as BOOTS)."""
+    return tier is not Tier.NONE and tier.rank >= required.rank
 
 
 UNPROVABLE = "[fleetforge] tier unprovable"
