@@ -69,18 +69,21 @@ TAG_VAR = "FLEETFORGE_RUN_TAG"
 
 
 def tagged_processes(tag: str) -> list[int]:
-    """Live processes whose environment holds FLEETFORGE_RUN_TAG=tag (a process of another user is not
-    readable: not found, never guessed)."""
+    """Live processes whose environment holds FLEETFORGE_RUN_TAG=tag, or that set it for their child (the
+    sandbox's `bwrap --setenv FLEETFORGE_RUN_TAG tag`); a process of another user is not readable: not
+    found, never guessed."""
     needle = f"{TAG_VAR}={tag}".encode()
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
-            env = Path(f"/proc/{entry.name}/environ").read_bytes()
+            env = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if needle in env.split(b"\0") and (fields := _stat(int(entry.name))) and fields[0] != "Z":
+        setenv = any(a == TAG_VAR.encode() and argv[i + 1:i + 2] == [tag.encode()] for i, a in enumerate(argv))
+        if (needle in env or setenv) and (fields := _stat(int(entry.name))) and fields[0] != "Z":
             found.append(int(entry.name))
     return found
 
@@ -180,7 +183,11 @@ class RowMarker:
         pids = tagged_processes(tag) if tag else []
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(os.getpgid(pid), signal.SIGKILL)
+                group = os.getpgid(pid)
+                if group == os.getpgid(0):  # never our own group: only that process
+                    os.kill(pid, signal.SIGKILL)
+                else:
+                    os.killpg(group, signal.SIGKILL)
         deadline = time.monotonic() + KILL_WAIT_S
         while tag and tagged_processes(tag) and time.monotonic() < deadline:
             heartbeat(f"stopping the interrupted earlier run (tag {tag})")
