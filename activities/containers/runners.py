@@ -384,19 +384,20 @@ class DockerRunner(_Base):
                 if problem:
                     logs += f"\n{problem}" if problem.startswith(UNPROVABLE) else f"\n[fleetforge] probe: {problem}"
         finally:
-            await asyncio.shield(self._remove(name))  # also on cancel/timeout
+            await asyncio.shield(self._remove(name, heartbeat))  # also on cancel/timeout
         note, runs = await self._runs(labels, earlier, runs, heartbeat, ours)
         return await self._outcome(req, started, note + logs, passed=passed, phase=phase, exit_code=exit_code,
                                    test_runs=runs, evidence=evidence)
 
-    async def _remove(self, name: str, patience_s: float = 30.0) -> None:
+    async def _remove(self, name: str, heartbeat: Heartbeat, patience_s: float = 30.0) -> None:
         """`docker rm -f name`, tried again while the daemon does not answer (a restart mid-test): a container
         left running would hold the row's port for every later row of that slot."""
         deadline = time.monotonic() + patience_s
         while True:
-            code, out = await self._docker("rm", "-f", name, timeout_s=60.0)
+            code, out = await self._docker("rm", "-f", name, timeout_s=60.0, heartbeat=heartbeat)
             if code == 0 or "No such container" in out or time.monotonic() > deadline:
                 return
+            heartbeat(f"removing container {name}: the docker daemon does not answer")
             await asyncio.sleep(1.0)
 
     async def _runs(self, labels: Mapping[str, str], earlier: Sequence[Intent], runs: int,
