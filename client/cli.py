@@ -831,7 +831,15 @@ def watch(job_id: JobIdArg, json_: JsonOpt = False) -> int:
         summary = await handle.summary()
         if summary.status == CANCELLED:
             raise JobCancelled(handle.id)
-        return show_result(await follow(fc, handle, stop_at_input=False), await handle.ui_url())
+        from client.events_view import print_events
+
+        events = asyncio.ensure_future(print_events(handle))  # live events as they happen, beside the timeline
+        try:
+            result = await follow(fc, handle, stop_at_input=False)
+            await asyncio.wait({events}, timeout=5.0)  # the job's last events, read once it has closed
+        finally:
+            events.cancel()
+        return show_result(result, await handle.ui_url())
 
     return run_sync(go())
 

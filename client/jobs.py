@@ -8,6 +8,7 @@ are one mapping: the execution status decides once the job is closed, Fleetforge
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -26,6 +27,7 @@ from client.ids import kind_of
 from contracts.common import ArtifactRef, JobKind, JobStatus
 from contracts.convert_job import ConversionProgress, ProvideInput
 from contracts.errors import Err, FleetforgeError
+from contracts.events import EVENTS_TOPIC, JobEvent
 from contracts.fleet_job import AttemptRecord, FleetProgress
 from contracts.kernel_job import TraceEntry
 from workflows import _visibility as vis
@@ -120,6 +122,12 @@ def status_of(execution_status: WorkflowExecutionStatus | None, attrs: TypedSear
         case WorkflowExecutionStatus.COMPLETED:  # FAILED: a job recorded before failures failed the execution
             return recorded if recorded in (JobStatus.COMPLETED, JobStatus.FAILED) else JobStatus.COMPLETED.value
     return recorded
+
+
+def _unknown_handler(e: Exception) -> bool:
+    """A workflow without the events stream's handlers (one from before events, a fleet row)."""
+    text = f"{e} {getattr(e, 'cause', '')}".lower()
+    return "unknown" in text or "not found" in text or "no handler" in text
 
 
 def _not_found(e: RPCError) -> bool:
@@ -289,6 +297,22 @@ class JobHandle(Generic[ResultT]):
             return list(await self._handle.query(ConductorWorkflow.trace, rpc_timeout=_QUERY_TIMEOUT))
         except _QUERY_ERRORS:
             return []
+
+    async def events(self, *, from_offset: int = 0) -> AsyncIterator[JobEvent]:
+        """The job's live events (contracts/events.py) as they happen: steps, agents' tool calls and
+        answers, LLM token deltas, status changes. Starts at the job's first event (`from_offset`: a
+        later one); follows continue-as-new; ends once the job has closed and its last events are
+        read. A job whose workflow publishes no events (one started before they existed, a fleet row)
+        ends at once. Transport errors raise."""
+        from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
+        stream = WorkflowStreamClient.create(self._fc.temporal, self.id)
+        try:
+            async for item in stream.subscribe([EVENTS_TOPIC], from_offset, result_type=JobEvent):
+                yield item.data
+        except (WorkflowUpdateFailedError, WorkflowQueryFailedError) as e:
+            if not _unknown_handler(e):
+                raise
 
     async def cancel(self) -> None:
         """Request cancellation. JobFinished when the job has already ended (nothing to cancel)."""
