@@ -9,6 +9,7 @@ sha256 checked. Nothing about a job is kept here: every answer comes from Tempor
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Annotated, Any
 from urllib.parse import quote, unquote
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pydantic import BaseModel
 
 from client.jobs import CANCELLED, JobHandle
@@ -153,6 +155,19 @@ class Backend:
         await (await self.job(job_id)).cancel()
 
 
+def said(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """A fleetforge error reaches the MCP client as the tool's error text: its code, what was wrong and
+    what to do (not the SDK's bare "Error executing tool")."""
+    @functools.wraps(fn)
+    async def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except FleetforgeError as e:
+            raise ToolError(f"[{e.code}] {e}") from None
+
+    return wrapped
+
+
 def _tool(model: type[BaseModel], call: Callable[[Any, Context], Awaitable[Any]], name: str,
           returns: Any) -> Callable[..., Awaitable[Any]]:
     """A tool function whose parameters are `model`'s fields (types, defaults, bounds, descriptions),
@@ -163,12 +178,15 @@ def _tool(model: type[BaseModel], call: Callable[[Any, Context], Awaitable[Any]]
     params.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context))
 
     async def tool(ctx: Context, **kw: Any) -> Any:
-        return await call(model.model_validate(kw), ctx)
+        try:
+            return await call(model.model_validate(kw), ctx)
+        except FleetforgeError as e:
+            raise ToolError(f"[{e.code}] {e}") from None
 
     tool.__signature__ = inspect.Signature(params, return_annotation=returns)  # type: ignore[attr-defined]
     tool.__name__ = name
     tool.__doc__ = model.__doc__
-    tool.__annotations__ = {"return": returns}
+    tool.__annotations__ = {**{p.name: p.annotation for p in params}, "return": returns}
     return tool
 
 
@@ -196,6 +214,7 @@ def build_server(settings: Settings | None = None, backend: Backend | None = Non
 
     @server.tool(description="Where a job is: status, current step, questions it waits on, and once it has "
                              "ended its result contract and its artifacts as MCP resources (sha256 given).")
+    @said
     async def show(job_id: str) -> JobView:
         handle = await be.job(job_id)
         state = await be.state(job_id)
@@ -215,11 +234,13 @@ def build_server(settings: Settings | None = None, backend: Backend | None = Non
 
     @server.tool(description="Approve (or refuse) a fleet row's pending command: row id fleet/FLEET_ID/ROW, "
                              "the attempt it waits on (see list_jobs with status AWAITING_APPROVAL).")
+    @said
     async def approve(row_id: str, attempt: int, approved: bool = True, reason: str = "") -> dict[str, str]:
         verdict, command = await (await be.client()).approve(row_id, attempt, approved=approved, reason=reason)
         return {"row_id": row_id, "verdict": verdict, "command": command}
 
     @server.tool(description="Cancel a running job (a finished one says so).")
+    @said
     async def cancel(job_id: str) -> dict[str, str]:
         handle = await be.job(job_id)
         await handle.cancel()
@@ -227,6 +248,7 @@ def build_server(settings: Settings | None = None, backend: Backend | None = Non
 
     @server.tool(description="Follow a job's live events (steps, agent tool calls, LLM tokens, status) as "
                              "progress notifications until it ends or `seconds` pass; returns its status.")
+    @said
     async def watch(job_id: str, ctx: Context, seconds: float = 60.0) -> dict[str, Any]:
         handle = await be.job(job_id)
         seen = 0
@@ -247,10 +269,13 @@ def build_server(settings: Settings | None = None, backend: Backend | None = Non
                      description="A finished job's output by workspace name (job id and name URL-encoded); "
                                  "the bytes are checked against their sha256 before they are sent.")
     async def artifact(job: str, name: str) -> bytes:
-        handle = await be.job(unquote(job))
-        ref = _named(await handle.artifacts(), unquote(name))
-        fc = await be.client()
-        return await asyncio.to_thread(fc.store.get_bytes, ref)  # raises INTEGRITY_ERROR on a sha256 mismatch
+        try:
+            handle = await be.job(unquote(job))
+            ref = _named(await handle.artifacts(), unquote(name))
+            fc = await be.client()
+            return await asyncio.to_thread(fc.store.get_bytes, ref)  # INTEGRITY_ERROR on a sha256 mismatch
+        except FleetforgeError as e:
+            raise ResourceError(f"[{e.code}] {e}") from None
 
     return server
 
