@@ -5,8 +5,9 @@ another that finishes the task."""
 
 from __future__ import annotations
 
-import hashlib
 import base64
+import hashlib
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -131,3 +132,33 @@ def test_binding_beyond_loopback_without_a_token_is_refused(stack: Stack):  # no
                           env={k: v for k, v in stack.env.items() if k != "FLEETFORGE_MCP_TOKEN"},
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "FLEETFORGE_MCP_TOKEN" in done.stderr, done.stderr
+
+
+def inspector(stack: Stack, *args: str) -> dict:  # noqa: F811
+    """The MCP Inspector CLI (npm, scripts/mcp_inspector.sh) driving `fleetforge mcp` over stdio."""
+    exe = subprocess.run(["bash", str(ROOT / "scripts/mcp_inspector.sh")], capture_output=True, text=True,
+                         timeout=600, check=True).stdout.strip()
+    passed = [arg for k, v in stack.env.items() if k.startswith(("FLEETFORGE_", "TEMPORAL_")) or k == "PYTHONPATH"
+              for arg in ("-e", f"{k}={v}")]  # the Inspector starts its server with a bare environment
+    done = subprocess.run([exe, "--cli", "--connect-timeout", "120000", *passed, FLEETFORGE, "mcp", *args],
+                          capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    return json.loads(done.stdout)
+
+
+def test_the_mcp_inspector_cli_lists_and_calls_the_tools(stack: Stack, model: Path):  # noqa: F811
+    tools = {t["name"]: t for t in inspector(stack, "--method", "tools/list")["tools"]}
+    assert {"convert", "kernel", "fleet_test", "inspect", "list_jobs", "show", "answer", "approve", "cancel",
+            "watch"} <= set(tools)
+    assert tools["convert"]["inputSchema"]["properties"]["precision"]["anyOf"][0]["$ref"].endswith("Precision")
+
+    started = inspector(stack, "--method", "tools/call", "--tool-name", "convert", "--tool-arg", f"model={model}",
+                        "--tool-arg", "soc=sm8550", "--tool-arg", "precision=fp16")
+    job_id = started["structuredContent"]["job_id"]  # a client without tasks gets the job id at once
+    assert job_id.startswith("convert/") and not started.get("isError"), started
+
+    listed = inspector(stack, "--method", "tools/call", "--tool-name", "list_jobs", "--tool-arg", "kind=convert")
+    assert job_id in {j["workflow_id"] for j in listed["structuredContent"]["result"]}
+    shown = inspector(stack, "--method", "tools/call", "--tool-name", "show", "--tool-arg", f"job_id={job_id}")
+    assert shown["structuredContent"]["job_id"] == job_id and shown["structuredContent"]["status"] in (
+        "RUNNING", "COMPLETED"), shown
