@@ -166,9 +166,18 @@ class ModelHub:
             artifact = self.store.put_file(path, media_type=f"application/{fmt.value}", name=path.name)
             filename = path.name
         return ModelRef(
-            name=name, source=reference, format=fmt, sha256=artifact.sha256, size=artifact.size,
+            name=name, source=_source(self.store, reference), format=fmt, sha256=artifact.sha256, size=artifact.size,
             artifact=artifact, filename=filename, onnx=info,
         )
+
+
+def _source(store: ArtifactStore, reference: str) -> str:
+    """The reference as the user gave it: a shipped input's path on the client."""
+    if not reference.startswith(f"{UPLOAD_SCHEME}://"):
+        return reference
+    from activities.uploads import shipped_source
+
+    return shipped_source(store, reference)
 
 
 class ModelHubActivities:

@@ -49,3 +49,15 @@ def fetch_upload(store: ArtifactStore, cache_dir: Path, uri: str) -> Path:
                 raise not_shared(uri, store, manifest) from None
             raise
     return folder if manifest.entry == "." else safe_join(folder, manifest.entry)
+
+
+def shipped_source(store: ArtifactStore, uri: str) -> str:
+    """Where the client read a shipped input (its path there, for people), else `uri` itself."""
+    parsed = parse_upload_uri(uri)
+    if parsed is None:
+        return uri
+    try:
+        manifest = UploadManifest.model_validate_json(store.get_bytes(ArtifactRef(uri=uri, sha256=parsed[0], size=0)))
+    except FleetforgeError:
+        return uri
+    return manifest.source or uri

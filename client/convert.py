@@ -94,6 +94,22 @@ def check_calibration(value: str, model: Path | None, cwd: Path | None = None) -
         raise
 
 
+def convert_request(
+    model: str, *, settings: Settings, soc: str | None = None, precision: str | None = None,
+    calibration: str | None = None, cwd: Path | None = None, **fields: Any,
+) -> ConversionRequest:
+    """A checked ConversionRequest (local paths not yet shipped), without any connection, so a front
+    door can refuse bad input before it connects: BAD_INPUT for an unknown SoC, a combination no plan
+    can satisfy or calibration data that does not fit the model; MODEL_NOT_FOUND, MODEL_INVALID."""
+    check_soc(soc)
+    request = ConversionRequest(model=model, target_soc=soc, precision=precision, calibration=calibration, **fields)
+    check_request(request)
+    local = check_model(model, settings, cwd)
+    if calibration is not None:
+        check_calibration(calibration, local, cwd)
+    return request
+
+
 def shipped_request(request: ConversionRequest, uploader: Uploader, cwd: Path | None = None) -> ConversionRequest:
     """The request with its local model and calibration uploaded (store references in their place)."""
     update: dict[str, Any] = {"model": uploader.ship_model(request.model, cwd)}

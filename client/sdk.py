@@ -223,13 +223,8 @@ class FleetforgeClient:
         if isinstance(model, ConversionRequest):
             request = model
         else:
-            rules.check_soc(soc)
-            request = ConversionRequest(model=model, target_soc=soc, precision=precision, calibration=calibration,
-                                        **fields)
-            rules.check_request(request)
-            local = await asyncio.to_thread(rules.check_model, model, self.settings, cwd)
-            if calibration is not None:
-                await asyncio.to_thread(rules.check_calibration, calibration, local, cwd)
+            request = await asyncio.to_thread(rules.convert_request, model, settings=self.settings, soc=soc,
+                                              precision=precision, calibration=calibration, cwd=cwd, **fields)
         return await self._start_conversion(request, cwd)
 
     async def rerun_convert(
