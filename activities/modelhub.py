@@ -18,6 +18,7 @@ from activities.storage import ArtifactStore
 from contracts.errors import Err, FleetforgeError
 from contracts.models import ModelFormat, ModelRef, OnnxInfo, TensorSpec
 from contracts.settings import Settings
+from contracts.uploads import UPLOAD_SCHEME
 
 
 class CatalogEntry(BaseModel, frozen=True):
@@ -116,6 +117,10 @@ class ModelHub:
     def locate(self, reference: str) -> tuple[str, Path]:
         """(display name, local path) of a reference; s3:// models are downloaded into the cache."""
         parsed = urlparse(reference)
+        if parsed.scheme == UPLOAD_SCHEME:  # what the client shipped (contracts/uploads.py)
+            from activities.uploads import fetch_upload
+
+            return Path(parsed.path).name or parsed.netloc, fetch_upload(self.store, self.settings.cache_dir, reference)
         if parsed.scheme == "s3":
             return Path(parsed.path).name, self._fetch_s3(parsed.netloc, parsed.path.lstrip("/"))
         if parsed.scheme == "file":
@@ -161,9 +166,18 @@ class ModelHub:
             artifact = self.store.put_file(path, media_type=f"application/{fmt.value}", name=path.name)
             filename = path.name
         return ModelRef(
-            name=name, source=reference, format=fmt, sha256=artifact.sha256, size=artifact.size,
+            name=name, source=_source(self.store, reference), format=fmt, sha256=artifact.sha256, size=artifact.size,
             artifact=artifact, filename=filename, onnx=info,
         )
+
+
+def _source(store: ArtifactStore, reference: str) -> str:
+    """The reference as the user gave it: a shipped input's path on the client."""
+    if not reference.startswith(f"{UPLOAD_SCHEME}://"):
+        return reference
+    from activities.uploads import shipped_source
+
+    return shipped_source(store, reference)
 
 
 class ModelHubActivities:

@@ -49,6 +49,8 @@ class KernelArgs(BaseModel):
     workflow: str = Field(_K["workflow"].default, description="default | coder_only | with_optimizer | akg_style")
     num_candidates: int = _K["num_candidates"]
     max_step: int | None = _K["max_step"]
+    sets: dict[str, str] = Field(default_factory=dict, description="module-level constants of the task to change, "
+                                                                  'e.g. {"batch_size": "16", "dim": "4096"}')
 
 
 class FleetTestArgs(BaseModel):

@@ -101,16 +101,11 @@ class Backend:
             case "kernel":
                 k = KernelArgs.model_validate(arguments)
                 extra = {"max_step": k.max_step} if k.max_step else {}
-                return await fc.start_kernel(Path(k.task_file), arch=k.arch, workflow=k.workflow,
+                return await fc.start_kernel(Path(k.task_file), arch=k.arch, workflow=k.workflow, sets=k.sets or None,
                                              num_candidates=k.num_candidates, **extra)
             case "fleet_test":
                 f = FleetTestArgs.model_validate(arguments)
-                path = Path(f.manifest)
-                try:
-                    text = path.read_text(encoding="utf-8")
-                except OSError as e:
-                    raise FleetforgeError(Err.BAD_INPUT, f"{path}: cannot read the manifest: {e}") from None
-                return await fc.start_fleet_test(text, name=path.name, runner=f.runner, concurrency=f.concurrency,
+                return await fc.start_fleet_test(Path(f.manifest), runner=f.runner, concurrency=f.concurrency,
                                                  require_approval=f.require_approval, test_timeout_s=f.test_timeout_s)
         raise FleetforgeError(Err.BAD_INPUT, f"{tool} is not a job tool")
 
@@ -149,7 +144,7 @@ class Backend:
         if not accepted:
             return  # declined: the job keeps waiting (it ends at its needs-input timeout)
         answers = {k: str(v) for k, v in content.items() if k in ("soc", "precision", "calibration") and v}
-        await (await self.job(state.job_id)).answer(**answers)
+        await fc.answer(state.job_id, **answers)
 
     async def cancel(self, job_id: str) -> None:
         await (await self.job(job_id)).cancel()
@@ -227,9 +222,9 @@ def build_server(settings: Settings | None = None, backend: Backend | None = Non
         return view
 
     async def answer(args: AnswerArgs, ctx: Context) -> dict[str, Any]:
-        handle = await be.job(args.job_id)
-        progress = await handle.answer(soc=args.soc, precision=args.precision, calibration=args.calibration)
-        return {"job_id": handle.id, "status": progress.status.value, "step": progress.step}
+        progress = await (await be.client()).answer(args.job_id, soc=args.soc, precision=args.precision,
+                                                    calibration=args.calibration)
+        return {"job_id": args.job_id, "status": progress.status.value, "step": progress.step}
     server.add_tool(_tool(AnswerArgs, answer, "answer", dict[str, Any]), name="answer")
 
     @server.tool(description="Approve (or refuse) a fleet row's pending command: row id fleet/FLEET_ID/ROW, "

@@ -36,6 +36,7 @@ PLAN = json.dumps({
                "required_args": {"model": "input/tiny.onnx", "soc": "sm8550", "output": CTX},
                "optional_args": {"precision": "fp16"}, "expected_outputs": [CTX], "depends_on": []}]})
 PARTS = [PLAN[i:i + 12] for i in range(0, len(PLAN), 12)]
+AGENT = "converter-planner"
 MARK = "streamed-fp16"  # a piece of the plan only the token deltas carry
 
 
@@ -100,9 +101,10 @@ async def test_watch_and_mcp_progress_show_the_planner_tokens_before_the_llm_has
                 assert watch.wait(timeout=60) == 0, seen.text
         assert chunks_when_seen < len(slow_plan.chunks)  # seen mid-stream, not after the answer
 
-    assert "[planner]" in seen.text and "step: compile" in seen.text and "status: COMPLETED" in seen.text, seen.text
+    assert f"[{AGENT}] " in seen.text and "step: compile" in seen.text and "status: COMPLETED" in seen.text, seen.text
     assert "tool list_tools" in seen.text
-    tokens = "".join(m.split("] ", 1)[1] for m in progress if m.startswith("[planner] ") and "tool " not in m[:16])
+    said = [m.split("] ", 1)[1] for m in progress if m.startswith(f"[{AGENT}] ")]
+    tokens = "".join(t for t in said if not t.startswith(("tool ", "answered (")))
     assert MARK in tokens and PLAN in tokens, progress  # every delta, in order
     assert "step: compile" in progress and "status: COMPLETED" in progress, progress
     assert result.structured_content["status"] == "COMPLETED", result
