@@ -358,6 +358,8 @@ class FleetCarry(BaseModel, frozen=True):
     runs: int = 0
     paused: bool = False
     tokens: TokenTotals = Field(default_factory=TokenTotals)
+    events_offset: int = 0
+    """Where the next run's live events continue (a follower's offsets go on across runs)."""
 
 
 def default_fleet_id(workflow_id: str, *, legacy: bool = False) -> str:

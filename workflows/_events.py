@@ -34,12 +34,17 @@ class JobEvents:
     def status(self, status: str, text: str = "") -> None:
         self.publish(JobEvent(kind=EventKind.STATUS, text=f"{status}: {text}" if text else status))
 
-    def carry(self) -> WorkflowStreamState:
-        """The state a continue-as-new run starts from: the offsets go on, the log stays behind (a
+    def next_offset(self) -> int:
+        """Where a continue-as-new run's events go on (its log starts empty: history stays small, and a
         follower that lags behind the handover reads the new run from its start)."""
         state = self._stream.get_state()
-        return WorkflowStreamState(log=[], base_offset=state.base_offset + len(state.log), publishers=state.publishers)
+        return state.base_offset + len(state.log)
 
     def detach(self) -> None:
         """Before continue-as-new: release the followers' polls so they move to the next run."""
         self._stream.detach_pollers()
+
+
+def resumed_stream(offset: int) -> WorkflowStreamState | None:
+    """The stream state a continue-as-new run starts from: an empty log at `offset`."""
+    return WorkflowStreamState(base_offset=offset) if offset else None
