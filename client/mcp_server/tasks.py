@@ -182,6 +182,10 @@ class JobTasks(Extension):
 
 
 def _declares_tasks(ctx: Any) -> bool:
+    """The client declared the extension on a protocol version that carries it (a handshake-era client
+    that advertises it anyway gets the ordinary result: a task shape cannot travel on its wire)."""
+    if getattr(ctx.session, "protocol_version", None) not in TASK_PROTOCOL_VERSIONS:
+        return False
     capabilities = getattr(ctx.session, "client_capabilities", None)
     declared = getattr(capabilities, "extensions", None) or {}
     return TASKS_EXTENSION in declared
