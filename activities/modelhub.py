@@ -83,7 +83,7 @@ def onnx_info(path: Path) -> OnnxInfo:
         raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, "reading ONNX models needs the `onnx` package: pip install 'fleetforge[toolchains]'") from e
     try:
         model = onnx.load(str(path), load_external_data=False)
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(str(path))  # by path: external data is looked up next to the model, not in the cwd
     except Exception as e:  # onnx raises DecodeError, ValidationError, ... depending on the damage
         raise FleetforgeError(Err.MODEL_INVALID, f"{path.name} is not a valid ONNX model: {str(e).splitlines()[0][:200]}") from e
     inits = {i.name for i in model.graph.initializer}
