@@ -108,3 +108,43 @@ async def test_watch_and_mcp_progress_show_the_planner_tokens_before_the_llm_has
     assert MARK in tokens and PLAN in tokens, progress  # every delta, in order
     assert "step: compile" in progress and "status: COMPLETED" in progress, progress
     assert result.structured_content["status"] == "COMPLETED", result
+
+
+async def test_a_fleets_events_follow_it_across_continue_as_new_each_row_once_in_order(temporal_env, tmp_path: Path):
+    import uuid
+
+    from activities.containers.activities import ContainerActivities, upload_manifest
+    from contracts.common import JobKind
+    from contracts.events import EventKind
+    from contracts.fleet import HardwareProfile
+    from contracts.fleet_job import FleetTestRequest, FleetTestResult, RunnerKind
+    from tests.helpers import fresh_queues, new_worker
+    from tests.integration.test_fleet_workflow import manifest
+    from workflows._visibility import start_attributes
+    from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
+
+    store = FileStore(tmp_path / "artifacts")
+    settings = Settings(state_dir=tmp_path / "s")
+    acts = ContainerActivities(store, settings, process_programs=("true",))
+    queues = fresh_queues()
+    rows = [(f"org/m-{i}", "", "true") for i in range(5)]
+    async with new_worker(temporal_env.client, workflows=[FleetTestWorkflow, ModelTestWorkflow], activities=acts.all(),
+                          task_queue=queues.workflows):
+        wid = f"fleet-test/events-{uuid.uuid4().hex[:8]}"
+        await temporal_env.client.start_workflow(
+            FleetTestWorkflow.run, FleetTestRequest(manifest=upload_manifest(store, manifest(rows)), queues=queues,
+                                                    runner=RunnerKind.PROCESS, concurrency=1, max_attempts=1,
+                                                    continue_every=2, hardware=HardwareProfile(gpu_count=0)),
+            id=wid, task_queue=queues.workflows, search_attributes=start_attributes(JobKind.FLEET_TEST))
+        handle = await FleetforgeClient(temporal_env.client, settings, store).job(wid)
+        events = [e async for e in handle.events()]  # ends once the fleet's last run has closed
+        result = await handle.result()
+
+    assert isinstance(result, FleetTestResult)
+    progress = [e for e in events if e.kind is EventKind.PROGRESS]
+    assert [e.done for e in progress] == [1, 2, 3, 4, 5] and {e.total for e in progress} == {5}, progress
+    assert sorted(e.text.split()[1] for e in progress) == ["0", "1", "2", "3", "4"], progress  # each row once
+    history_runs = 0
+    async for execution in temporal_env.client.list_workflows(f"WorkflowId = '{wid}'"):
+        history_runs += 1
+    assert history_runs >= 3, "the fleet continued as new (2 rows per run)"
