@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def stdio_client(stack: Stack) -> Client:  # noqa: F811
     return Client(StdioServerParameters(command=FLEETFORGE, args=["mcp"], env=stack.env),
-                  extensions=[TasksExtension()], read_timeout_seconds=60)
+                  extensions=[TasksExtension()], read_timeout_seconds=180)  # a kernel task is built on the meta device first (torch)
 
 
 async def test_convert_task_is_polled_to_completed_and_its_artifact_reads_back_with_its_sha256(
