@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializeAsAny
 from temporalio.client import (
     Client, WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle,
     WorkflowQueryFailedError, WorkflowQueryRejectedError, WorkflowUpdateFailedError,
@@ -95,6 +95,16 @@ class JobSummary(BaseModel):
     run_id: str = ""
     """The Temporal run id of the job's current (latest) run."""
     ui_url: str = ""
+
+
+class JobView(BaseModel):
+    """`FleetforgeClient.show`: a job's listing line, and its result contract once it has finished."""
+
+    summary: JobSummary
+    result: SerializeAsAny[BaseModel] | None = None
+    """The result contract (InspectResult, ConversionResult, ...) of a COMPLETED or FAILED job."""
+    step: str = ""
+    """What a running job is doing now (empty when no worker answers yet)."""
 
 
 class JobSnapshot(BaseModel):

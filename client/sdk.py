@@ -46,7 +46,7 @@ from client import fleet
 from client.fleet import WriteBack
 from client.ids import candidates, kind_of, run_id_for
 from client.jobs import (  # noqa: F401  (the SDK's public names live here too)
-    CANCELLED, JobCancelled, JobFailed, JobFinished, JobHandle, JobNotFound, JobSnapshot, JobSummary, ResultT,
+    CANCELLED, JobCancelled, JobFailed, JobFinished, JobHandle, JobNotFound, JobSnapshot, JobSummary, JobView, ResultT,
     _not_found, fleet_label, fleet_step, job_summary, list_query, status_of,
 )
 from client.kernel import kernel_request
@@ -69,7 +69,7 @@ from workflows.inspect import InspectModelWorkflow
 
 __all__ = [
     "FleetforgeClient", "JobHandle", "JobSummary", "JobSnapshot", "JobFailed", "JobCancelled", "JobFinished",
-    "JobNotFound", "WriteBack", "new_run_id", "kind_of",
+    "JobNotFound", "JobView", "WriteBack", "new_run_id", "kind_of",
 ]
 
 RESULT_TYPES: dict[JobKind, type[BaseModel]] = {
@@ -384,6 +384,18 @@ class FleetforgeClient:
             if _not_found(e):
                 return False
             raise
+
+    async def show(self, job_id: str) -> JobView:
+        """A job as `fleetforge show` (and an MCP `show` tool) presents it: its listing line and, once
+        it has finished, its result contract (COMPLETED or FAILED); while it runs, its current step.
+        JobCancelled for a cancelled job, JobNotFound for none."""
+        handle = await self.job(job_id)
+        summary = await handle.summary()
+        if summary.status == CANCELLED:
+            raise JobCancelled(handle.id)
+        if summary.status in (JobStatus.COMPLETED, JobStatus.FAILED):
+            return JobView(summary=summary, result=await handle.outcome())
+        return JobView(summary=summary, step=await handle.step())
 
     async def answer(self, job_id: str, **answers: str | None) -> ConversionProgress:
         """Answer a NEEDS_INPUT convert job (see JobHandle.answer)."""

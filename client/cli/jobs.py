@@ -99,18 +99,16 @@ def show(job_id: JobIdArg, wait: WaitOpt = False, json_: JsonOpt = False) -> int
 
     async def go() -> int:
         fc = await client_for(settings())
-        handle = await fc.job(job_id)
-        summary = await handle.summary()
-        if summary.status == CANCELLED:
-            raise JobCancelled(handle.id)
-        if summary.status in (JobStatus.COMPLETED, JobStatus.FAILED):
-            return show_result(await handle.outcome(), summary.ui_url)
+        view = await fc.show(job_id)
+        summary = view.summary
+        if view.result is not None:
+            return show_result(view.result, summary.ui_url)
         if wait:
-            return await finish(fc, handle, wait=True)
+            return await finish(fc, await fc.job(summary.workflow_id), wait=True)
         if json_:
             out.contract(summary)
         else:
-            out.line(f"{summary.workflow_id}  {summary.kind}  {summary.status}  step: {await handle.step() or '-'}")
+            out.line(f"{summary.workflow_id}  {summary.kind}  {summary.status}  step: {view.step or '-'}")
             out.line(f"Web UI: {summary.ui_url}")
         return 0
 
