@@ -20,7 +20,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pydantic import BaseModel
 
-from client.jobs import CANCELLED, JobHandle
+from client.jobs import CANCELLED, JobCancelled, JobHandle
 from client.mcp_server.args import (
     AnswerArgs, ConvertArgs, FleetTestArgs, InspectArgs, KernelArgs, ListArgs,
 )
@@ -55,8 +55,8 @@ class ArtifactLink(BaseModel):
     size: int
 
 
-class JobView(BaseModel):
-    """`show`: where a job is, and its result contract once it has one."""
+class ShownJob(BaseModel):
+    """`show`: the SDK's view of a job (FleetforgeClient.show), its questions, its outputs as resources."""
 
     job_id: str
     status: str
@@ -210,16 +210,20 @@ def build_server(settings: Settings | None = None, backend: Backend | None = Non
     @server.tool(description="Where a job is: status, current step, questions it waits on, and once it has "
                              "ended its result contract and its artifacts as MCP resources (sha256 given).")
     @said
-    async def show(job_id: str) -> JobView:
+    async def show(job_id: str) -> ShownJob:
         handle = await be.job(job_id)
-        state = await be.state(job_id)
-        view = JobView(job_id=handle.id, status=state.status, step=state.snapshot.step, ui_url=await handle.ui_url(),
-                       questions=state.snapshot.convert.questions if state.snapshot.convert else [],
-                       result=state.result)
-        if state.status in (JobStatus.COMPLETED, JobStatus.FAILED):
-            view.artifacts = [ArtifactLink(name=a.name, uri=artifact_uri(handle.id, a.name), sha256=a.sha256,
-                                           size=a.size) for a in await handle.artifacts()]
-        return view
+        try:
+            view = await (await be.client()).show(handle.id)
+        except JobCancelled:
+            return ShownJob(job_id=handle.id, status=CANCELLED, ui_url=await handle.ui_url())
+        shown = ShownJob(job_id=handle.id, status=view.summary.status, step=view.step, ui_url=view.summary.ui_url,
+                         result=view.result.model_dump(mode="json") if view.result is not None else None)
+        progress = await handle.progress() if view.summary.status == JobStatus.NEEDS_INPUT else None
+        shown.questions = progress.questions if progress is not None else []
+        if view.result is not None:
+            shown.artifacts = [ArtifactLink(name=a.name, uri=artifact_uri(handle.id, a.name), sha256=a.sha256,
+                                            size=a.size) for a in await handle.artifacts()]
+        return shown
 
     async def answer(args: AnswerArgs, ctx: Context) -> dict[str, Any]:
         progress = await (await be.client()).answer(args.job_id, soc=args.soc, precision=args.precision,
