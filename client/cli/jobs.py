@@ -18,6 +18,10 @@ from contracts.common import ArtifactRef, JobKind, JobStatus
 from contracts.errors import Err, FleetforgeError
 
 
+EVENTS_DRAIN_S = 30.0
+"""How long `watch` waits, once the job has closed, for its last live events (then it prints the result anyway)."""
+
+
 class JobList(BaseModel):
     jobs: list[JobSummary]
 
@@ -45,7 +49,8 @@ def watch(job_id: JobIdArg, json_: JsonOpt = False) -> int:
         events = asyncio.ensure_future(print_events(handle))  # live events as they happen, beside the timeline
         try:
             result = await follow(fc, handle, stop_at_input=False)
-            await asyncio.wait({events}, timeout=5.0)  # the job's last events, read once it has closed
+            # a closed job's last events come from a query its worker answers by replaying the history: allow it time
+            await asyncio.wait({events}, timeout=EVENTS_DRAIN_S)
         finally:
             events.cancel()
         return show_result(result, await handle.ui_url())
