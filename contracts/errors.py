@@ -18,6 +18,8 @@ class Err(StrEnum):
     INTEGRITY_ERROR = "INTEGRITY_ERROR"
     RUN_NOT_FOUND = "RUN_NOT_FOUND"
     PATH_ESCAPE = "PATH_ESCAPE"
+    STORE_NOT_SHARED = "STORE_NOT_SHARED"
+    """The client uploaded an input to a store this worker cannot see (a file:// store on another machine)."""
     # temporal / client
     TEMPORAL_UNAVAILABLE = "TEMPORAL_UNAVAILABLE"
     JOB_NOT_FOUND = "JOB_NOT_FOUND"
@@ -85,6 +87,7 @@ REMEDY: dict[Err, str] = {
     Err.CATALOG_INVALID: "fix the catalog YAML: a mapping `models: {name: {path: ...}}`",
     Err.STORE_URL_INVALID: "set FLEETFORGE_STORE_URL to file:///ABS/PATH or s3://BUCKET[/PREFIX]",
     Err.STORE_UNAVAILABLE: "check FLEETFORGE_S3_ENDPOINT and the AWS_* credentials, and that the bucket exists",
+    Err.STORE_NOT_SHARED: "give the client and every worker one shared store: FLEETFORGE_STORE_URL=s3://BUCKET/PREFIX (and FLEETFORGE_S3_ENDPOINT)",
     Err.TEMPORAL_UNAVAILABLE: "start the embedded stack with `fleetforge dev`, or set TEMPORAL_ADDRESS (or a `temporal config` profile)",
     Err.JOB_NOT_FOUND: "list jobs with `fleetforge list`",
     Err.JOB_FINISHED: "see how it ended with `fleetforge show JOB_ID`",
