@@ -103,6 +103,10 @@ class Settings(BaseSettings):
 
     qairt_sdk_root: Path | None = Field(default=None, validation_alias=AliasChoices("QAIRT_SDK_ROOT"))
 
+    cpu_slots: int | None = Field(default=None, ge=1)
+    """Activities one worker runs at once on each CPU-heavy queue (toolchain, kernels); default: the cores
+    the worker may use (worker.py `activity_slots`)."""
+
     process_programs: str = "python,python3"
     """Programs a fleet's `process` runner may start (comma-separated; a containers worker's own choice)."""
 
