@@ -107,6 +107,10 @@ class Settings(BaseSettings):
     """Activities one worker runs at once on each CPU-heavy queue (toolchain, kernels); default: the cores
     the worker may use (worker.py `activity_slots`)."""
 
+    sandbox: Literal["bwrap", "off"] = "bwrap"
+    """How children that run untrusted code are confined (activities/sandbox). `off` is an operator's explicit,
+    loud opt-out: children run unconfined and every affected job says so."""
+
     process_programs: str = "python,python3"
     """Programs a fleet's `process` runner may start (comma-separated; a containers worker's own choice)."""
 
