@@ -265,6 +265,8 @@ class Child:
         self.confined = confined
         self.started = time.monotonic()
         self._disk_base = disk_used(writable)
+        self._namespace: str | None = None
+        """The child's PID namespace (`pid:[inode]`), once seen: what `kill` waits to be empty."""
         self.error: str | None = None
         self.log_excerpt = ""
         """What the caller made of the log for a report (its own format; scrubbed)."""
@@ -278,6 +280,8 @@ class Child:
     def poll(self) -> int | None:
         """The exit code, negative for a signal (bubblewrap reports a signalled child as 128 + N)."""
         code = self.proc.poll()
+        if code is None and self.confined and self._namespace is None:
+            self._namespace = _child_namespace(self.proc.pid)
         if code is not None and self.confined and 128 < code < 128 + signal.NSIG:
             return -(code - 128)
         return code
@@ -287,8 +291,11 @@ class Child:
 
     def kill(self) -> None:
         """Kill the whole child and wait until nothing of it is left: bubblewrap, the namespace's init
-        (with it the kernel kills everything in the PID namespace), and the command (another session)."""
+        (with it the kernel kills everything in the PID namespace), and the command (another session).
+        bubblewrap may exit before its namespace is empty (a fork bomb's processes), so this waits for that."""
         tree = _descendants(self.proc.pid) if self.proc.poll() is None else []
+        if self._namespace is None and tree:
+            self._namespace = _child_namespace(self.proc.pid)
         for pid in [self.proc.pid, *tree]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -296,10 +303,15 @@ class Child:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         deadline = time.monotonic() + KILL_WAIT_S
-        while tree and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             tree = [pid for pid in tree if _alive(pid)]
-            if tree:
-                time.sleep(0.01)
+            left = self._namespace is not None and _namespace_members(self._namespace)
+            if not tree and not left:
+                return
+            for pid in left or []:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
 
     def tail(self, lines: int = 3, chars: int = 400) -> list[str]:
         """The child's last non-empty log lines, each bounded, scrubbed of the worker's secrets."""
@@ -321,6 +333,28 @@ def _stat(pid: int) -> list[str] | None:
 def _alive(pid: int) -> bool:
     fields = _stat(pid)
     return fields is not None and fields[0] != "Z"
+
+
+def _pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _child_namespace(root: int) -> str | None:
+    """The PID namespace of `root`'s descendants when it differs from ours (bubblewrap's inner init)."""
+    ours = _pid_namespace(os.getpid())
+    for pid in _descendants(root):
+        ns = _pid_namespace(pid)
+        if ns is not None and ns != ours:
+            return ns
+    return None
+
+
+def _namespace_members(namespace: str) -> list[int]:
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and _pid_namespace(int(e.name)) == namespace
+            and _alive(int(e.name))]
 
 
 def _descendants(root: int) -> list[int]:
@@ -412,8 +446,8 @@ def wait_children(children: Mapping[str, Child], *, timeout_s: float, beat: Call
             except subprocess.TimeoutExpired:
                 pass
     finally:
-        for child in pending.values():
-            child.kill()
+        for child in children.values():
+            child.kill()  # also an exited one: what it left running in its namespace goes now
 
 
 def exit_description(code: int) -> str:
