@@ -26,7 +26,8 @@ from pathlib import Path
 def summary(label: str, run) -> tuple[bool, str]:  # noqa: ANN001 - LoadRun
     internal = [j.job_id for j in run.jobs if j.failure_code == "INTERNAL"]
     retried = [f"{j.job_id}: {', '.join(j.retried)}" for j in run.jobs if j.retried]
-    wrong = [f"{j.job_id}: {j.verdict} (alone: {j.expected})" for j in run.jobs if j.verdict != j.expected]
+    wrong = [f"{j.job_id}: {j.verdict} (alone: {j.expected}) {j.failure_code} {j.failure_message}"
+             for j in run.jobs if j.verdict != j.expected]
     ends = [j.ended_s for j in run.jobs]
     waits = [j.slot_wait_s for j in run.jobs]
     ok = not internal and not retried and not wrong

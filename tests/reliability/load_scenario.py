@@ -51,6 +51,7 @@ class JobEnd:
     verdict: str
     failure_code: str
     ended_s: float
+    failure_message: str = ""
     slot_wait_s: float = 0.0
     """The longest any of its activities waited between being scheduled and being started."""
     retried: tuple[str, ...] = ()
@@ -125,6 +126,7 @@ async def _end(client: Client, handle: JobHandle, kind: str, expected: str, t0: 
     wait, retried = await _activity_waits(client, handle.id)
     return JobEnd(job_id=handle.id, kind=kind, expected=expected, verdict=verdict,
                   failure_code=str(failure.code) if failure is not None else "", ended_s=ended,
+                  failure_message=failure.message[:400] if failure is not None else "",
                   slot_wait_s=wait, retried=retried)
 
 

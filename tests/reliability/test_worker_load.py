@@ -16,7 +16,7 @@ async def test_a_worker_on_two_cores_gives_22_jobs_at_once_their_real_verdicts(t
     run = await run_load(temporal_env.client, tmp_path, cpus=2)
 
     assert len(run.jobs) == len(KERNEL_JOBS) + len(CONVERSIONS) == 22
-    assert [j.job_id for j in run.jobs if j.failure_code == "INTERNAL"] == []
+    assert [(j.job_id, j.failure_message) for j in run.jobs if j.failure_code == "INTERNAL"] == []
     assert [(j.job_id, j.retried) for j in run.jobs if j.retried] == [], "an activity was retried under load"
     assert [(j.job_id, j.verdict) for j in run.jobs if j.verdict != j.expected] == [], \
-        [(j.job_id, j.expected, j.verdict, j.failure_code) for j in run.jobs if j.verdict != j.expected]
+        [(j.job_id, j.expected, j.verdict, j.failure_code, j.failure_message) for j in run.jobs if j.verdict != j.expected]
