@@ -12,11 +12,9 @@ processes (activities/toolchains/isolate.py): a native crash fails the step, not
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hashlib
 import json
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -24,6 +22,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import is_cancelled_exception
 
+from activities.heartbeat import heartbeating
 from activities.storage import ArtifactStore, sha256_file
 from activities.toolchains.compiler import compile_plan as compile_plan_fn
 from activities.toolchains.isolate import DEFAULT_LIMITS, ChildLimits, run_isolated
@@ -41,8 +40,6 @@ from contracts.messages import ChatResult
 from contracts.runs import WorkspaceRef
 from contracts.settings import Settings
 
-HEARTBEAT_EVERY_S = 2.0
-"""Well inside TOOLCHAIN's 10 s heartbeat timeout (workflows/_call_options.py)."""
 ERROR_TAIL = 2000
 PLAN_FILE, COMPILED_FILE = "plan.json", "compiled_steps.json"
 """At the workspace root (README: `input/ converted/ logs/ metadata.json plan.json compiled_steps.json`)."""
@@ -93,29 +90,6 @@ def _relevant(step: CompiledStep, toolchain: dict[str, str]) -> dict[str, str]:
 def _cancel_probe() -> Callable[[], bool] | None:
     """`activity.is_cancelled` inside an activity (the child runner polls it), else None."""
     return activity.is_cancelled if activity.in_activity() else None
-
-
-@contextlib.contextmanager
-def heartbeating(what: str, every_s: float = HEARTBEAT_EVERY_S) -> Iterator[None]:
-    """Heartbeat from a side thread while a blocking call runs (no-op outside an activity)."""
-    if not activity.in_activity():
-        yield
-        return
-    stop = threading.Event()
-    ctx = contextvars.copy_context()
-
-    def beat() -> None:
-        while not stop.wait(every_s):
-            ctx.run(activity.heartbeat, what)
-
-    activity.heartbeat(what)
-    t = threading.Thread(target=beat, name=f"heartbeat-{what}", daemon=True)
-    t.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        t.join()
 
 
 class ToolchainActivities:

@@ -1,14 +1,15 @@
 """Golden tests: what a person reads about each job in the Web UI (static summary and details, and
 the current details a running or finished job shows).
 
-A change to `workflows/presentation.py` that changes these texts fails here with a diff; rerun
-with FLEETFORGE_UPDATE_GOLDEN=1 to accept it, and review the diff of tests/golden/*.md.
+A change to `workflows/presentation.py` that changes these texts fails here with a diff. To accept a
+deliberate change, run `pytest tests/golden --update-golden`: it rewrites the files that differ and
+fails those tests (so the option can never hide a change in CI); review `git diff tests/golden/*.md`
+and rerun without it.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,6 @@ from workflows import presentation
 
 GOLDEN = Path(__file__).resolve().parent
 ROOT = GOLDEN.parent.parent
-UPDATE = os.environ.get("FLEETFORGE_UPDATE_GOLDEN") == "1"
 MANIFEST = ArtifactRef(uri="file:///srv/fleetforge/artifacts/blobs/sha256/ab/" + "ab" * 32, sha256="ab" * 32, size=412,
                        media_type="text/csv", name="models.csv")
 QUEUES = TaskQueues()
@@ -54,18 +54,25 @@ def rendered(request: BaseModel) -> str:
     return f"<!-- summary -->\n{presentation.summary(request)}\n\n<!-- details -->\n{presentation.details(request)}\n"
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_summary_and_details_match_the_golden_text(name: str) -> None:
-    path = GOLDEN / f"{name}.md"
-    actual = rendered(CASES[name])
-    if UPDATE:
+def check_golden(path: Path, actual: str, *, update: bool) -> None:
+    """Pass only when the file holds exactly `actual`. With --update-golden a differing (or missing) file
+    is rewritten and the test still fails: an update is never a green run."""
+    expected = path.read_text() if path.exists() else None
+    if actual == expected:
+        return
+    if update:
         path.write_text(actual)
-    assert path.exists(), f"no golden file {path.name}; run with FLEETFORGE_UPDATE_GOLDEN=1 to create it"
-    expected = path.read_text()
-    if actual != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
-                                            f"golden/{path.name}", "presentation now"))
-        pytest.fail(f"what users see changed (rerun with FLEETFORGE_UPDATE_GOLDEN=1 if deliberate):\n{diff}")
+        pytest.fail(f"wrote golden/{path.name}: review `git diff {path.relative_to(ROOT)}`, then rerun without --update-golden")
+    if expected is None:
+        pytest.fail(f"no golden file golden/{path.name}; create it with `pytest tests/golden --update-golden`")
+    diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
+                                        f"golden/{path.name}", "presentation now"))
+    pytest.fail(f"what users see changed (if deliberate: `pytest tests/golden --update-golden`, review, rerun):\n{diff}")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_summary_and_details_match_the_golden_text(name: str, update_golden: bool) -> None:
+    check_golden(GOLDEN / f"{name}.md", rendered(CASES[name]), update=update_golden)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -106,18 +113,9 @@ CURRENT: dict[str, tuple[str, dict[str, object]]] = {
 
 
 @pytest.mark.parametrize("name", sorted(CURRENT))
-def test_current_details_match_the_golden_text(name: str) -> None:
+def test_current_details_match_the_golden_text(name: str, update_golden: bool) -> None:
     title, rows = CURRENT[name]
-    path = GOLDEN / f"{name}.md"
-    actual = presentation.current_details(title, rows)
-    if UPDATE:
-        path.write_text(actual)
-    assert path.exists(), f"no golden file {path.name}; run with FLEETFORGE_UPDATE_GOLDEN=1 to create it"
-    expected = path.read_text()
-    if actual != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
-                                            f"golden/{path.name}", "presentation now"))
-        pytest.fail(f"what users see changed (rerun with FLEETFORGE_UPDATE_GOLDEN=1 if deliberate):\n{diff}")
+    check_golden(GOLDEN / f"{name}.md", presentation.current_details(title, rows), update=update_golden)
 
 
 def test_table_cells_are_padded_escaped_and_one_line() -> None:

@@ -18,7 +18,7 @@ from temporalio.worker import Replayer
 
 from activities.experiments import RunStore
 from activities.storage import ArtifactStore, FileStore
-from activities.toolchains.activities import heartbeating
+from activities.heartbeat import heartbeating
 from activities.workspace import Workspace
 from contracts.common import JobKind, JobStatus, TaskQueues
 from contracts.convert import OutputKind, Precision
