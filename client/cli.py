@@ -159,7 +159,9 @@ def convert_table(result: ConversionResult) -> Any:
         t.add_row("evaluate", "cache" if ev.cached else "evaluated", f"{ev.max_abs:.4g}", f"{ev.mean_abs:.4g}", f"{ev.cosine:.6f}")
     acc = result.accuracy
     if acc is not None:
-        t.add_row("accuracy", acc.verdict.replace("_", " "), "", "", f">= {acc.min_cosine:g}")
+        from activities.toolchains.report import verdict_words
+
+        t.add_row("accuracy", verdict_words(acc), "", "", f">= {acc.min_cosine:g}")
     if result.offload is not None:
         t.add_row("offload", f"{result.offload.share:.0%} on HTP", "", "", "")
     return t
@@ -167,16 +169,27 @@ def convert_table(result: ConversionResult) -> Any:
 
 def accuracy_line(result: ConversionResult) -> str | None:
     """One line on the accuracy gate: verdict, figures, remedies; None for a run from before the gate."""
+    from activities.toolchains.report import verdict_words
+
     acc = result.accuracy
     if acc is None:
         return None
-    text = f"accuracy: {acc.verdict.replace('_', ' ')}"
+    text = f"accuracy: {verdict_words(acc)}"
     if acc.cosine is not None:
-        text += f" (worst output cosine {acc.cosine:.4f}, threshold {acc.min_cosine:g}"
+        figure = "lowest per-sample cosine" if acc.samples else "worst output cosine"
+        text += f" ({figure} {acc.cosine:.4f}, threshold {acc.min_cosine:g}"
+        text += f", {acc.samples} {acc.inputs.replace('_', '-')} samples" if acc.samples else ""
         text += f", SQNR {acc.sqnr_db:.1f} dB)" if acc.sqnr_db is not None else ")"
     if acc.remedies:
         text += " after remedies: " + ", ".join(acc.remedies)
     return text + (f"; {acc.note}" if acc.note and acc.verdict != "passed" else "")
+
+
+def precision_line(result: ConversionResult) -> str | None:
+    req, got = result.requested_precision, result.delivered_precision
+    if req is None or got is None:
+        return None
+    return f"precision: {got.value}" + (f" (requested {req.value})" if got != req else " (as requested)")
 
 
 def offload_line(result: ConversionResult) -> str | None:
@@ -198,9 +211,15 @@ def show_convert(result: ConversionResult, ui_url: str) -> None:
     ev = result.evaluation
     if ev is not None:
         out.line(f"evaluation: {ev.candidate} against {ev.reference}, {ev.samples} {ev.inputs} samples on {ev.candidate_provider}")
-    for text in (accuracy_line(result), offload_line(result)):
+    for text in (accuracy_line(result), precision_line(result), offload_line(result)):
         if text:
             out.line(text)
+    if result.report is not None:
+        from activities.toolchains.report import render_markdown
+
+        out.line("")
+        for line in render_markdown(result.report).splitlines():
+            out.line(line)
     for a in result.attempts:
         out.line(f"attempt {a.attempt}: {a.outcome}" + (f" - {a.feedback.splitlines()[0]}" if a.feedback else ""))
     for p in result.planner:
@@ -271,7 +290,10 @@ def show_model_test(result: ModelTestResult, ui_url: str) -> None:
 def answer_command(workflow_id: str, questions: list[str]) -> str:
     keys = [k for k in ("soc", "precision", "calibration") if any(k in q.lower() for q in questions)] or ["soc", "precision"]
     example = {"soc": "soc=sm8550", "precision": "precision=int8", "calibration": "calibration=calib.npz"}
-    return f"fleetforge answer {workflow_id} " + " ".join(example[k] for k in keys)
+    text = f"fleetforge answer {workflow_id} " + " ".join(example[k] for k in keys)
+    if any("synthetic_calibration" in q for q in questions):
+        text += f" (or: fleetforge answer {workflow_id} synthetic_calibration=yes)"
+    return text
 
 
 def show_needs_input(workflow_id: str, questions: list[str], ui_url: str) -> None:
@@ -421,7 +443,8 @@ def rerun_request(store: ArtifactStore, run_id: str, given: dict[str, Any], over
     if given["model"] is not None and resolve_local(given["model"]) != earlier["model"] and given["model"] != earlier["model"]:
         raise FleetforgeError(Err.BAD_INPUT, f"run {run_id} converted {earlier['model']}, not {given['model']}; "
                                              "drop MODEL or start a new conversion")
-    keep = ("model", "target_soc", "precision", "output", "toolchain", "preset", "calibration", "min_cosine")
+    keep = ("model", "target_soc", "precision", "output", "toolchain", "preset", "calibration", "min_cosine", "eval_data",
+            "eval_samples", "synthetic_calibration", "precision_fallback")
     request = {k: earlier[k] for k in keep if k in earlier}
     for arg, field in (("soc", "target_soc"), ("precision", "precision")):
         if arg in overrides:
@@ -442,14 +465,14 @@ def resolve_local(reference: str) -> str:
     return str(path.resolve()) if path.exists() else reference
 
 
-def calibration_source(value: str, model: str | None, s: Settings, store: ArtifactStore) -> str:
-    """--calibration as the worker must read it: an absolute path (or the URI as given), checked here
-    against the model's inputs when onnx is installed, so bad data is exit 2 before a job starts."""
+def calibration_source(value: str, model: str | None, s: Settings, store: ArtifactStore, option: str = "--calibration") -> str:
+    """--calibration (or --eval-data) as the worker must read it: an absolute path (or the URI as given),
+    checked here against the model's inputs when onnx is installed, so bad data is exit 2 before a job starts."""
     if urlparse(value).scheme == "s3":
         return value
     path = Path(urlparse(value).path if value.startswith("file://") else value).expanduser()
     if not path.exists():
-        raise FleetforgeError(Err.BAD_INPUT, f"--calibration {value}: no such file or folder (an .npz, or a folder of them)")
+        raise FleetforgeError(Err.BAD_INPUT, f"{option} {value}: no such file or folder (an .npz, or a folder of them)")
     if model is not None:
         try:
             from activities.modelhub import ModelHub
@@ -461,7 +484,7 @@ def calibration_source(value: str, model: str | None, s: Settings, store: Artifa
             pass  # the client lacks onnx/numpy: the worker checks
         except FleetforgeError as e:
             if e.code in (Err.CALIBRATION_INVALID, Err.CALIBRATION_NEEDED):
-                raise FleetforgeError(Err.BAD_INPUT, f"--calibration {value}: {e.message}") from None
+                raise FleetforgeError(Err.BAD_INPUT, f"{option} {value}: {e.message}") from None
             raise
     return str(path.resolve())
 
@@ -480,6 +503,17 @@ def convert(
     min_cosine: Annotated[Optional[float], typer.Option(
         "--min-cosine", metavar="COSINE", min=0.0, max=1.0, help="Accuracy gate: worst output cosine to the fp32 model (default 0.99 "
                                                                  "fp16, 0.95 int8/w8a16; 0 accepts a lossy result explicitly).")] = None,
+    eval_data: Annotated[Optional[str], typer.Option(
+        "--eval-data", metavar="FILE.npz|DIR", help="Evaluation inputs kept apart from the calibration data (default: a "
+                                                    "held-out part of --calibration, or synthetic inputs).")] = None,
+    eval_samples: Annotated[int, typer.Option("--eval-samples", metavar="N", min=1, max=4096,
+                                              help="Samples the accuracy gate grades (at most half of --calibration is held out).")] = 32,
+    synthetic_calibration: Annotated[bool, typer.Option(
+        "--synthetic-calibration", help="int8/w8a16 without --calibration: calibrate on synthetic inputs (the verdict "
+                                        "says: unverified on real data); without it the job asks for calibration data.")] = False,
+    precision_fallback: Annotated[bool, typer.Option(
+        "--precision-fallback", help="Let the planner deliver a wider precision (int8 -> w8a16) to meet the accuracy "
+                                     "gate; without it the precision is the requested one and a fallback is only proposed.")] = False,
     rerun: Annotated[Optional[str], typer.Option("--rerun", metavar="RUN_ID", help="Run id of an earlier conversion whose plan is reused.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="With --rerun: key=value step arg override (repeatable).")] = None,
     wait: WaitOpt = False, json_: JsonOpt = False,
@@ -501,7 +535,9 @@ def convert(
     if model is None and not rerun:
         raise FleetforgeError(Err.BAD_INPUT, "missing MODEL (or --rerun RUN_ID to rerun an earlier conversion)")
     fields: dict[str, Any] = {"model": model, "target_soc": soc, "precision": precision, "output": output,
-                              "toolchain": toolchain, "preset": preset, "calibration": calibration, "min_cosine": min_cosine}
+                              "toolchain": toolchain, "preset": preset, "calibration": calibration, "min_cosine": min_cosine,
+                              "eval_data": eval_data, "eval_samples": eval_samples,
+                              "synthetic_calibration": synthetic_calibration, "precision_fallback": precision_fallback}
 
     async def go() -> int:
         s = settings()
@@ -514,6 +550,8 @@ def convert(
             fields["model"] = resolve_local(str(model))
             if calibration is not None:
                 fields["calibration"] = calibration_source(calibration, fields["model"], s, store)
+            if eval_data is not None:
+                fields["eval_data"] = calibration_source(eval_data, fields["model"], s, store, "--eval-data")
         request = ConversionRequest(**fields)
         problems = request_problems(request)
         if problems:
@@ -528,12 +566,16 @@ def convert(
 def answer(
     job_id: JobIdArg,
     answers: Annotated[list[str], typer.Argument(metavar="KEY=VALUE...",
-                                                 help="Answers: soc=sm8550 precision=int8 calibration=PATH")],
+                                                 help="Answers: soc=sm8550 precision=int8 calibration=PATH eval_data=PATH "
+                                                      "synthetic_calibration=yes")],
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
     """Answer a convert job that is waiting for input (exit 2 when it has already finished)."""
     out.use_json(json_)
     parsed = parse_sets(answers)
+    for key in ("calibration", "eval_data"):  # the worker does not share this working directory
+        if parsed.get(key):
+            parsed[key] = resolve_local(parsed[key])
 
     async def go() -> int:
         fc = await client_for(settings())

@@ -428,7 +428,8 @@ class ConverterWorkflow:
         self._progress.replans += 1
         self._progress.last_error = feedback
         if remedy is not None and self._request.llm == "openai":
-            feedback = llm_planner.gate_feedback(remedy, feedback)
+            feedback = llm_planner.gate_feedback(remedy, feedback,
+                                                 allow_wider=not self._gate or self._request.precision_fallback)
         elif self._request.llm == "openai":
             feedback = llm_planner.feedback_prompt(feedback)
         return await self._plan(attempt, feedback, remedy)
@@ -629,7 +630,7 @@ class ConverterWorkflow:
             "accuracy": accuracy_row(self._accuracy, self._evaluation),
             "precision": precision_row(self._request.precision if self._req else None, self._delivered()),
             "offload": offload_row(self._offload()),
-            "evaluation": self._evaluation,
+            "evaluation": evaluation_facts(self._evaluation) if self._gate else self._evaluation,
             "accuracy per output": accuracy_rows(self._evaluation) if self._gate and self._evaluation else [],
             "op placement": placement_rows(self._report.report) if self._report else [],
             "toolchain": self._report.report.toolchain if self._report else {},
@@ -647,13 +648,19 @@ def accuracy_row(accuracy: AccuracyVerdict | None, evaluation: EvaluationReport 
     if accuracy is None:
         return f"cosine {evaluation.cosine:.4f} (not judged yet)" if evaluation is not None else ""
     words = verdict_words(accuracy)
-    if accuracy.cosine is not None:
+    if accuracy.cosine is not None and accuracy.samples:
+        words += (f": lowest per-sample cosine {accuracy.cosine:.4f} (threshold {accuracy.min_cosine:g}) on "
+                  f"{accuracy.samples} {accuracy.inputs.replace('_', '-')} samples")
+    elif accuracy.cosine is not None:
         words += f": cosine {accuracy.cosine:.4f} (threshold {accuracy.min_cosine:g})"
-        if accuracy.samples:
-            words += f" on {accuracy.samples} {accuracy.inputs.replace('_', '-')} samples"
     if accuracy.remedies:
         words += " after " + ", ".join(accuracy.remedies)
     return words
+
+
+def evaluation_facts(evaluation: EvaluationReport | None) -> dict[str, object] | None:
+    """The evaluation's scalar facts for the details (its outputs have their own table)."""
+    return evaluation.model_dump(mode="json", exclude={"outputs"}) if evaluation is not None else None
 
 
 def precision_row(requested: Precision | None, delivered: Precision | None) -> str:

@@ -474,7 +474,7 @@ def ingest_split(source: Path | None, model: Path, workspace_root: Path, *, eval
                                       "nothing; give evaluation samples that are not calibration samples")
         held_out = False
     elif stacked is not None:
-        whole, _ = _store(stacked, workspace_root, "calibration", keep=False)
+        _, whole = _store(stacked, workspace_root, "calibration", keep=False)
         stacked, evaluation = split_held_out(stacked, eval_samples, whole)
         held_out = True
     else:
