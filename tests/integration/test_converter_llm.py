@@ -240,11 +240,12 @@ async def test_the_llm_gets_the_accuracy_figures_and_its_remedy_passes_the_gate(
     store = FileStore(tmp_path / "artifacts")
     head = build_softmax_head(tmp_path / "hub" / "head.onnx")
     with ScriptedOpenAIServer([int8_plan(), int8_plan(["prob"])]) as server:
-        result, handle, _ = await convert(temporal_env.client, server, tmp_path, store, head, precision="int8")
+        result, handle, _ = await convert(temporal_env.client, server, tmp_path, store, head, precision="int8",
+                                          synthetic_calibration=True)
 
     assert result.status is JobStatus.COMPLETED, result.failure
     assert [a.outcome for a in result.attempts] == ["below_threshold", "succeeded"]
     feedback = [m["content"] for m in sent_messages(server) if m["role"] == "user" and "accuracy gate" in (m["content"] or "")]
     assert len(feedback) == 1 and "prob: cosine 0.0000" in feedback[0] and "w8a16" in feedback[0], feedback
-    assert result.accuracy.verdict == "passed" and result.accuracy.cosine >= 0.95 and result.offload.full
+    assert result.accuracy.verdict == "unverified" and result.accuracy.cosine >= 0.95 and result.offload.full
     assert [p.source for p in result.planner] == ["llm", "llm"]
