@@ -182,7 +182,9 @@ def accuracy_line(result: ConversionResult) -> str | None:
         text += f", SQNR {acc.sqnr_db:.1f} dB)" if acc.sqnr_db is not None else ")"
     if acc.remedies:
         text += " after remedies: " + ", ".join(acc.remedies)
-    return text + (f"; {acc.note}" if acc.note and acc.verdict != "passed" else "")
+    if acc.verdict == "unverified":
+        text += "; verify it on real inputs: --calibration FILE.npz (a held-out part grades it) or --eval-data FILE.npz"
+    return text + (f"; {acc.note}" if acc.note and acc.verdict not in ("passed", "unverified") else "")
 
 
 def precision_line(result: ConversionResult) -> str | None:

@@ -391,7 +391,10 @@ class PlacementRow(BaseModel, frozen=True):
     htp: int = 0
     """Inside the HTP context binary."""
     cpu: int = 0
-    """On the CPU (outside every HTP partition, or a model not compiled for a target)."""
+    """On the CPU, outside every HTP partition (a NOT_FULLY_OFFLOADED artifact has some)."""
+    io: int = 0
+    """On the CPU converting the float graph inputs/outputs (QuantizeLinear/DequantizeLinear at the
+    boundary of a QDQ model; the offload share does not count them)."""
 
 
 class ArtifactReport(BaseModel, frozen=True):

@@ -63,12 +63,25 @@ def artifact_role(name: str, model: Any | None) -> str:
 
 def placement(source: Any, context: Any) -> list[PlacementRow]:
     """Per op type of `source` (the model the HTP compiler was given): nodes, how many run inside the
-    context binary and how many on the CPU (every node of the context model outside an EPContext node,
-    the float inputs' QuantizeLinear and outputs' DequantizeLinear included)."""
+    context binary, how many on the CPU (every node of the context model outside an EPContext node), and
+    of those how many only convert the float graph inputs/outputs (as ort_qnn.offload_report counts)."""
+    inputs = {i.name for i in context.graph.input}
+    outputs = {o.name for o in context.graph.output}
+
+    def boundary(node: Any) -> bool:
+        if node.op_type == "QuantizeLinear":
+            return node.input[0] in inputs
+        return node.op_type == "DequantizeLinear" and all(o in outputs for o in node.output)
+
+    outside = [n for n in context.graph.node if n.op_type != "EPContext"]
+    cpu = Counter(n.op_type for n in outside if not boundary(n))
+    io = Counter(n.op_type for n in outside if boundary(n))
     total = Counter(n.op_type for n in source.graph.node)
-    cpu = Counter(n.op_type for n in context.graph.node if n.op_type != "EPContext")
-    return [PlacementRow(op_type=op, nodes=count, htp=max(0, count - cpu.get(op, 0)), cpu=min(count, cpu.get(op, 0)))
-            for op, count in sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))]
+    rows = []
+    for op, count in sorted(total.items(), key=lambda kv: (-kv[1], kv[0])):
+        on_cpu, on_io = min(count, cpu.get(op, 0)), min(count, io.get(op, 0))
+        rows.append(PlacementRow(op_type=op, nodes=count, htp=max(0, count - on_cpu - on_io), cpu=on_cpu, io=on_io))
+    return rows
 
 
 def complete_report(report: ConversionReport, root: Path, context_sources: dict[str, str],
@@ -109,8 +122,11 @@ def accuracy_rows(evaluation: EvaluationReport) -> list[dict[str, object]]:
 
 def placement_rows(report: ConversionReport) -> list[dict[str, object]]:
     """Every context model's placement as rows (artifact, op type, nodes, HTP, CPU)."""
-    return [{"artifact": a.name.rsplit("/", 1)[-1], "op type": r.op_type, "nodes": r.nodes, "HTP": r.htp, "CPU": r.cpu}
-            for a in report.artifacts for r in a.placement]
+    return [{"artifact": a.name.rsplit("/", 1)[-1], **_placement_cells(r)} for a in report.artifacts for r in a.placement]
+
+
+def _placement_cells(r: PlacementRow) -> dict[str, object]:
+    return {"op type": r.op_type, "nodes": r.nodes, "HTP": r.htp, "CPU": r.cpu, "CPU (float I/O conversion)": r.io}
 
 
 def _f(value: float | None) -> str:
@@ -134,7 +150,7 @@ def verdict_line(report: ConversionReport) -> str:
     if acc.cosine is not None:
         text += f" (lowest per-sample cosine {acc.cosine:.4f}, threshold {acc.min_cosine:g}"
         text += f", {ev.samples} samples of {inputs_words(ev)})" if ev is not None else ")"
-    return text + (f"; {acc.note}" if acc.note else "")
+    return text + (f"; {acc.note}" if acc.note and acc.verdict not in ("passed", "unverified") else "")
 
 
 def render_markdown(report: ConversionReport) -> str:
@@ -153,10 +169,11 @@ def render_markdown(report: ConversionReport) -> str:
                                               for a in report.artifacts])]
     for a in report.artifacts:
         if a.placement:
-            htp = sum(r.htp for r in a.placement)
+            htp, cpu, io = (sum(getattr(r, k) for r in a.placement) for k in ("htp", "cpu", "io"))
             total = sum(r.nodes for r in a.placement)
-            lines += ["", f"### Op placement: {a.name} ({htp} of {total} nodes inside the HTP context binary)", "",
-                      *_table([{"op type": r.op_type, "nodes": r.nodes, "HTP": r.htp, "CPU": r.cpu} for r in a.placement])]
+            where = f"{htp} of {total} nodes inside the HTP context binary, {cpu} on the CPU"
+            where += f", {io} converting float inputs/outputs on the CPU" if io else ""
+            lines += ["", f"### Op placement: {a.name} ({where})", "", *_table([_placement_cells(r) for r in a.placement])]
     if report.toolchain:
         lines += ["", "## Toolchain", "", *_table([{"component": k, "version": v} for k, v in report.toolchain.items()])]
     if report.warnings:

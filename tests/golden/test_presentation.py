@@ -99,8 +99,8 @@ def completed_convert() -> dict[str, object]:
     accuracy = AccuracyVerdict(verdict="unverified", min_cosine=0.95, cosine=0.99912, samples=32, inputs="synthetic",
                                offload_share=1.0, note="accuracy: unverified on real data: ...")
     ctx = ArtifactReport(name="converted/tiny_int8_sm8550_ctx.onnx", sha256="4a" * 32, size=875, role="QNN context model",
-                         placement=[PlacementRow(op_type="DequantizeLinear", nodes=9, htp=8, cpu=1),
-                                    PlacementRow(op_type="QuantizeLinear", nodes=5, htp=4, cpu=1),
+                         placement=[PlacementRow(op_type="DequantizeLinear", nodes=9, htp=8, io=1),
+                                    PlacementRow(op_type="QuantizeLinear", nodes=5, htp=4, io=1),
                                     PlacementRow(op_type="Conv", nodes=2, htp=2)])
     report = ConversionReport(run_id="r-0002", model="tiny", artifacts=[ctx], toolchain={"onnxruntime": "1.23.2"})
     return {

@@ -72,7 +72,8 @@ async def test_int8_without_calibration_data_asks_then_the_synthetic_opt_in_comp
     assert report is not None and report.accuracy.verdict == "unverified" and report.toolchain["onnxruntime-qnn"]
     (ctx,) = [a for a in report.artifacts if a.name.endswith("_ctx.onnx")]
     assert ctx.role.startswith("QNN context model") and {r.op_type for r in ctx.placement} >= {"Conv"}
-    assert all(r.htp + r.cpu == r.nodes for r in ctx.placement)
+    assert all(r.htp + r.cpu + r.io == r.nodes for r in ctx.placement) and sum(r.cpu for r in ctx.placement) == 0
+    assert sum(r.io for r in ctx.placement) == 2, "the float input's QuantizeLinear and the output's DequantizeLinear"
     by_name = {a.name: a for a in result.artifacts}
     md = store.get_bytes(by_name["report/conversion_report.md"]).decode()
     assert "unverified on real data" in md and "### Op placement" in md and "| logits | 32 |" in md, md
