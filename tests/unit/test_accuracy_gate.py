@@ -235,3 +235,28 @@ def test_int8_without_calibration_data_asks_for_it_unless_synthetic_calibration_
     assert calibration_question(bare.model_copy(update={"calibration": "/data/c.npz"})) is None
     assert calibration_question(bare.model_copy(update={"precision": Precision.FP16})) is None
     assert calibration_question(bare.model_copy(update={"output": OutputKind.ONNX_QDQ})) is not None
+
+
+def test_the_report_and_the_cli_never_word_an_unverified_result_as_a_pass():
+    from activities.toolchains.report import render_markdown
+    from client.cli import accuracy_line, precision_line
+    from contracts.convert_job import AccuracyVerdict, ArtifactReport, ConversionReport, ConversionResult, PlacementRow
+    from contracts.common import JobStatus
+
+    ev = figures(0.99, "synthetic")
+    acc = judge(ev).accuracy
+    report = ConversionReport(run_id="r1", model="m", requested_precision=Precision.INT8, delivered_precision=Precision.INT8,
+                              evaluation=ev, accuracy=acc, toolchain={"onnxruntime": "1.0"},
+                              artifacts=[ArtifactReport(name="converted/m_ctx.onnx", sha256="a" * 64, size=1, role="QNN context model",
+                                                        placement=[PlacementRow(op_type="Conv", nodes=2, htp=1, cpu=1)])])
+    md = render_markdown(report)
+    assert "accuracy: unverified on real data" in md and "passed" not in md
+    assert "| logits | 32 | 0.9900 |" in md and "1 of 2 nodes inside the HTP context binary, 1 on the CPU" in md
+    result = ConversionResult(status=JobStatus.COMPLETED, run_id="r1", accuracy=acc, requested_precision=Precision.INT8,
+                              delivered_precision=Precision.W8A16)
+    line = accuracy_line(result)
+    assert line.startswith("accuracy: unverified on real data") and "passed" not in line and "--eval-data" in line
+    assert precision_line(result) == "precision: w8a16 (requested int8)"
+    passed = result.model_copy(update={"accuracy": AccuracyVerdict(verdict="passed", min_cosine=0.95, cosine=0.99, samples=20,
+                                                                   inputs="held_out")})
+    assert accuracy_line(passed).startswith("accuracy: passed (lowest per-sample cosine 0.9900, threshold 0.95, 20 held-out")
