@@ -62,9 +62,15 @@ async def bench(temporal_env, s3_endpoint: str, tmp_path_factory: pytest.TempPat
         yield Bench(temporal_env.client, queues, store, models, settings.cache_dir, root / "downloads")
 
 
+EVAL_SAMPLES = {"light_squeezenet": 8}
+"""Fewer graded samples than the default 32 where HTP emulation of each costs seconds on a shared 2-core
+machine (light_squeezenet int8 is evaluated twice: before and after its remedy)."""
+
+
 async def convert(b: Bench, model: Path, precision: Precision) -> ConversionResult:
     req = ConversionRequest(model=str(model), target_soc="sm8550", precision=precision, queues=b.queues,
-                            run_id=uuid.uuid4().hex[:8], preset="fast", synthetic_calibration=True)
+                            run_id=uuid.uuid4().hex[:8], preset="fast", synthetic_calibration=True,
+                            eval_samples=EVAL_SAMPLES.get(model.stem, 32))
     handle = await b.client.start_workflow(
         ConverterWorkflow.run, req, id=f"convert-e2e/{req.run_id}", task_queue=b.queues.workflows,
         search_attributes=start_attributes(JobKind.CONVERT, req.model, "SM8550"))
@@ -125,7 +131,8 @@ async def test_conversion_to_sm8550_lands_in_s3_with_evaluation_and_reruns_from_
     # quantized on synthetic calibration: the figures reach the gate, but only on synthetic inputs
     verdict = "unverified" if precision is Precision.INT8 else "passed"
     assert acc is not None and acc.verdict == verdict and acc.min_cosine == threshold and ev.cosine >= threshold, acc
-    assert ev.samples == 32 and ev.inputs == "synthetic" and all(o.samples == 32 for o in ev.outputs)
+    graded = EVAL_SAMPLES.get(name, 32)
+    assert ev.samples == graded and ev.inputs == "synthetic" and all(o.samples == graded for o in ev.outputs)
     assert first.requested_precision is first.delivered_precision is precision
     assert first.report is not None and first.report.toolchain.get("onnxruntime-qnn")
     (ctx_report,) = [a for a in first.report.artifacts if a.name == f"{stem}.onnx"]
@@ -144,7 +151,9 @@ async def test_conversion_to_sm8550_lands_in_s3_with_evaluation_and_reruns_from_
     assert second.status is JobStatus.COMPLETED, second.failure
     assert second.executed_steps == [], "an identical conversion must not run any tool"
     assert second.cached_steps == tool_steps
-    assert {a.name: a.sha256 for a in second.artifacts} == {a.name: a.sha256 for a in first.artifacts}
+    converted = lambda r: {a.name: a.sha256 for a in r.artifacts if a.name.startswith("converted/")}  # noqa: E731
+    assert converted(second) == converted(first), "the same binaries (each run's report names its own run)"
+    assert {a.name for a in second.artifacts} == {a.name for a in first.artifacts}
     assert second.evaluation is not None and second.evaluation.cached and not ev.cached
     assert second.evaluation.model_dump(exclude={"cached", "seconds"}) == ev.model_dump(exclude={"cached", "seconds"})
     assert second.accuracy == first.accuracy
