@@ -270,6 +270,8 @@ def delivered_precision(steps: list[CompiledStep], requested: Precision | None) 
             found.append(Precision.FP16)
         elif isinstance(p, str) and p in {x.value for x in Precision}:
             found.append(Precision(p))
+        elif s.params.get("act_bitwidth") is not None:  # QAIRT quantizer: 16-bit activations = w8a16
+            found.append(Precision.W8A16 if str(s.params["act_bitwidth"]) == "16" else Precision.INT8)
         elif s.argv and any(a.startswith("--act_bitwidth") or a.startswith("--act_bw") for a in s.argv):
             i = next(i for i, a in enumerate(s.argv) if a.startswith("--act_bitwidth") or a.startswith("--act_bw"))
             value = s.argv[i].split("=", 1)[1] if "=" in s.argv[i] else (s.argv[i + 1] if i + 1 < len(s.argv) else "")

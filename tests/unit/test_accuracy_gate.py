@@ -260,3 +260,17 @@ def test_the_report_and_the_cli_never_word_an_unverified_result_as_a_pass():
     passed = result.model_copy(update={"accuracy": AccuracyVerdict(verdict="passed", min_cosine=0.95, cosine=0.99, samples=20,
                                                                    inputs="held_out")})
     assert accuracy_line(passed).startswith("accuracy: passed (lowest per-sample cosine 0.9900, threshold 0.95, 20 held-out")
+
+
+def test_the_delivered_precision_is_read_from_the_steps_of_every_toolchain():
+    def step(tool: str, **params: object) -> CompiledStep:
+        return CompiledStep(step_id=tool, tool_name=tool, tool_version="1", params=params)
+
+    assert delivered_precision([step("onnx.quantize_static", model="a"), step("onnx.to_ort")], Precision.INT8) is Precision.INT8
+    assert delivered_precision([step("onnx.fp16", model="a")], Precision.FP16) is Precision.FP16
+    assert delivered_precision([step("qairt-converter"), step("qairt-quantizer", act_bitwidth=16)], Precision.INT8) \
+        is Precision.W8A16
+    assert delivered_precision([step("ortqnn.context_binary", precision="fp16")], Precision.FP32) is Precision.FP16
+    assert check_precision(CompileResult(ok=True, steps=[step("ortqnn.context_binary", precision="fp16")]),
+                           INT8.model_copy(update={"precision": Precision.FP32})).ok, "fp32 on the HTP is fp16 math"
+    assert not check_precision(CompileResult(ok=True, steps=[step("ortqnn.context_binary", precision="fp16")]), INT8).ok
