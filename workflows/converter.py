@@ -605,7 +605,7 @@ class ConverterWorkflow:
 
     def _remedy_warnings(self) -> list[str]:
         acc = self._accuracy
-        if acc is None or not acc.remedies or acc.verdict not in ("passed", "accepted_lossy"):
+        if acc is None or not acc.remedies or acc.verdict not in ("passed", "unverified", "accepted_lossy"):
             return []
         return [f"the accuracy gate (cosine >= {acc.min_cosine:g}) was met only with: "
                 + ", ".join(REMEDY_WORDS.get(r, r) for r in acc.remedies)]
