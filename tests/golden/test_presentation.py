@@ -18,7 +18,9 @@ from pydantic import BaseModel
 
 from contracts.common import ArtifactRef, TaskQueues
 from contracts.convert import Precision
-from contracts.convert_job import ConversionRequest, EvaluationReport
+from contracts.convert_job import (
+    AccuracyVerdict, ArtifactReport, ConversionReport, ConversionRequest, EvaluationReport, OutputFigures, PlacementRow,
+)
 from contracts.fleet_job import FleetTestRequest, ModelTestRequest, RowVerdict, RunnerKind
 from contracts.inspect import InspectRequest
 from contracts.kernel import ConductorConfig, KernelTask
@@ -87,16 +89,43 @@ def artifact(name: str, fill: str, size: int) -> ArtifactRef:
                        size=size, name=name)
 
 
-CURRENT: dict[str, tuple[str, dict[str, object]]] = {
-    "current_convert_completed": ("convert", {
+def completed_convert() -> dict[str, object]:
+    """A finished int8 conversion's rows, built by the workflow's own row functions (synthetic
+    calibration: the verdict says unverified on real data)."""
+    from activities.toolchains.report import accuracy_rows, placement_rows
+    from workflows.converter import accuracy_row, evaluation_facts, offload_row, precision_row
+    from contracts.convert_job import OffloadReport
+
+    logits = OutputFigures(name="logits", cosine=0.99912, max_abs=0.0123, mean_abs=0.00171, sqnr_db=31.4, samples=32,
+                           cosine_p05=0.99931, cosine_median=0.99987, cosine_mean=0.99979, cosine_std=0.00018,
+                           cosine_pooled=0.999871, top1_agreement=1.0)
+    evaluation = EvaluationReport(reference="input/tiny.onnx", candidate="converted/tiny_int8_sm8550_ctx.onnx",
+                                  samples=32, max_abs=0.0123, mean_abs=0.00171, cosine=0.99912,
+                                  candidate_provider="QNNExecutionProvider", seconds=1.42, outputs=[logits],
+                                  families=["natural images", "noise"], calibration="synthetic", calibration_samples=8)
+    accuracy = AccuracyVerdict(verdict="unverified", min_cosine=0.95, cosine=0.99912, samples=32, inputs="synthetic",
+                               offload_share=1.0, note="accuracy: unverified on real data: ...")
+    ctx = ArtifactReport(name="converted/tiny_int8_sm8550_ctx.onnx", sha256="4a" * 32, size=875, role="QNN context model",
+                         placement=[PlacementRow(op_type="DequantizeLinear", nodes=9, htp=8, io=1),
+                                    PlacementRow(op_type="QuantizeLinear", nodes=5, htp=4, io=1),
+                                    PlacementRow(op_type="Conv", nodes=2, htp=2)])
+    report = ConversionReport(run_id="r-0002", model="tiny", artifacts=[ctx], toolchain={"onnxruntime": "1.23.2"})
+    return {
         "step": "completed", "run": "r-0002", "attempt": 0, "replans": 0, "target": "SM8550",
         "done": "quantize, context_binary", "questions": "", "last error": "",
-        "evaluation": EvaluationReport(reference="input/tiny.onnx", candidate="converted/tiny_int8_sm8550_ctx.onnx",
-                                       samples=4, max_abs=0.0123, mean_abs=0.00171, cosine=0.999871,
-                                       candidate_provider="QNNExecutionProvider", seconds=1.42),
+        "accuracy": accuracy_row(accuracy, evaluation), "precision": precision_row(Precision.INT8, Precision.INT8),
+        "offload": offload_row(OffloadReport(nodes_total=16, context_nodes=1, cpu_nodes=0)),
+        "evaluation": evaluation_facts(evaluation), "accuracy per output": accuracy_rows(evaluation),
+        "op placement": placement_rows(report), "toolchain": report.toolchain,
+        "report": artifact("report/conversion_report.md", "5c", 2210),
         "artifacts": [artifact("converted/tiny_int8_sm8550_ctx.onnx", "4a", 875),
-                      artifact("converted/tiny_int8_sm8550_ctx_qnn.bin", "7e", 61440)],
-    }),
+                      artifact("converted/tiny_int8_sm8550_ctx_qnn.bin", "7e", 61440),
+                      artifact("report/conversion_report.md", "5c", 2210)],
+    }
+
+
+CURRENT: dict[str, tuple[str, dict[str, object]]] = {
+    "current_convert_completed": ("convert", completed_convert()),
     "current_convert_needs_input": ("convert", {
         "step": "needs input", "run": "r-0003", "questions": "Which SoC? / Which precision?",
         "waiting for": "an answer: `fleetforge answer convert/r-0003 soc=sm8550 precision=int8`",
