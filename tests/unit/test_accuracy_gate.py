@@ -239,7 +239,7 @@ def test_int8_without_calibration_data_asks_for_it_unless_synthetic_calibration_
 
 def test_the_report_and_the_cli_never_word_an_unverified_result_as_a_pass():
     from activities.toolchains.report import render_markdown
-    from client.cli import accuracy_line, precision_line
+    from client.cli.render import accuracy_line, precision_line
     from contracts.convert_job import AccuracyVerdict, ArtifactReport, ConversionReport, ConversionResult, PlacementRow
     from contracts.common import JobStatus
 
