@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from activities.kernels import lowering
 from contracts.kernel_job import KernelDesign, KernelPlan, Operand, PlanOp, ReferenceAnalysis, TensorSpec
 
 VIEW_OPS = frozenset({"view", "_unsafe_view", "reshape", "clone", "contiguous", "alias", "detach", "lift_fresh_copy"})
@@ -53,7 +54,11 @@ def choose_plan(a: ReferenceAnalysis) -> KernelPlan | str:
     try:
         return _Reader(a).plan()
     except _NoTemplate as e:
-        return f"{e} (aten ops: {', '.join(a.aten_ops) or 'none'})"
+        template_refusal = str(e)
+    lowered = lowering.lower(a)
+    if isinstance(lowered, str):
+        return f"{lowered}; templates: {template_refusal} (aten ops: {', '.join(a.aten_ops) or 'none'})"
+    return KernelPlan(template="lowered", label=lowered.label, out_dtype="float32")
 
 
 def design(a: ReferenceAnalysis | None) -> KernelDesign | str:
@@ -69,11 +74,15 @@ def design(a: ReferenceAnalysis | None) -> KernelDesign | str:
                    "reduction, then a pass that writes per-element outputs (or one value per row)",
         "matmul": "2-D output tiles, K loop with tl.dot (ieee fp32), fp32 accumulator, masked edges; "
                   "transposes are strides, not copies",
+        "lowered": "the traced graph lowered op by op: pointwise chains fused into their consumer's kernel, "
+                   "reductions over strided rows, matmul / implicit-GEMM convolution with tl.dot, pooling and "
+                   "scans as their own kernels; torch only allocates and takes views",
     }[plan.template]
     blocks = {"matmul": {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}, "elementwise": {"BLOCK": 1024},
-              "rowwise": {"BLOCK": 1024}}[plan.template]
+              "rowwise": {"BLOCK": 1024}, "lowered": {}}[plan.template]
     grid = {"elementwise": "cdiv(numel, BLOCK)", "rowwise": "(rows,)",
-            "matmul": "(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)" + (", batch)" if plan.batched else ")")}[plan.template]
+            "matmul": "(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)" + (", batch)" if plan.batched else ")"),
+            "lowered": "one grid per kernel launch, sized from the run-time shapes"}[plan.template]
     return KernelDesign(family=plan.template, block_sizes=blocks, grid=grid, tiling=tiling,
                         notes=f"read from the traced reference: {plan.label}", plan=plan)
 
