@@ -579,6 +579,14 @@ class _Emitter:
         self.names[v] = name
         return name
 
+    def launch(self, v: int, kernel: str, helper: str) -> str:
+        """`t, grid, args, meta = helper` then the launch of `kernel` (the forward shows every launch)."""
+        name = f"t{v}"
+        self.lines += [f"{name}, grid, args, meta = {helper}", f"{kernel}[grid](*args, **meta)"]
+        self.names[v] = name
+        self.launches += 1
+        return name
+
     def tensor(self, v: int) -> str:
         """The forward variable holding node v, emitting what computes it (once)."""
         if v in self.names:
@@ -611,31 +619,26 @@ class _Emitter:
             return self.emit(v, f"torch.zeros_like({self.tensor(n.args[0])}, dtype={dtype})")
         if n.op == "matmul":
             a, b = (self.tensor(x) for x in n.args)
-            self.launches += 1
-            return self.emit(v, f"_matmul({a}, {b})")
+            return self.launch(v, "matmul_kernel", f"_matmul({a}, {b})")
         if n.op == "conv":
             t = [self.tensor(x) for x in n.args]
             name = self.kernel(blocks.conv_kernel(len(n.shape) - 2, n.attrs["transposed"]))
             bias = t[2] if len(t) > 2 else "None"
             at = n.attrs
-            self.launches += 1
-            return self.emit(v, f"_conv({name}, {t[0]}, {t[1]}, {bias}, {at['stride']}, {at['padding']}, "
-                                f"{at['dilation']}, {at['transposed']}, {at['output_padding']}, {at['groups']})")
+            return self.launch(v, name, f"_conv({t[0]}, {t[1]}, {bias}, {at['stride']}, {at['padding']}, "
+                                        f"{at['dilation']}, {at['transposed']}, {at['output_padding']}, {at['groups']})")
         if n.op == "pool":
             at = n.attrs
             name = self.kernel(blocks.pool_kernel(len(at["kernel"]), at["kind"]))
             extra = f", {at['count_include_pad']}, {at['divisor']}" if at["kind"] == "avg" else ""
-            self.launches += 1
-            return self.emit(v, f"_pool({name}, {self.tensor(n.args[0])}, {at['kernel']}, {at['stride']}, "
-                                f"{at['padding']}, {at['dilation']}, {at['ceil_mode']}{extra})")
+            return self.launch(v, name, f"_pool({self.tensor(n.args[0])}, {at['kernel']}, {at['stride']}, "
+                                        f"{at['padding']}, {at['dilation']}, {at['ceil_mode']}{extra})")
         if n.op == "scan":
             name = self.kernel(blocks.scan_kernel(n.attrs["fn"], len(n.shape) - 1))
-            self.launches += 1
-            return self.emit(v, f"_scan({name}, {self.tensor(n.args[0])}, {n.attrs['dim']}, {dtype})")
+            return self.launch(v, name, f"_scan({self.tensor(n.args[0])}, {n.attrs['dim']}, {dtype})")
         if n.op == "gather":
             x, idx = (self.tensor(a) for a in n.args)
-            self.launches += 1
-            return self.emit(v, f"_gather({x}, {idx})")
+            return self.launch(v, "gather_kernel", f"_gather({x}, {idx})")
         if n.op == "cat":
             parts = [self.tensor(a) for a in n.args]
             dim = n.attrs["dim"]
@@ -647,7 +650,9 @@ class _Emitter:
                               f"*{parts[0]}.shape[{dim % r + 1}:]], dtype={dtype}, device={parts[0]}.device)")
             self.lines.append("at = 0")
             for p in parts:
-                self.lines.append(f"_pointwise({copy}, [{p}], [], {dtype}, out={name}.narrow({dim}, at, {p}.shape[{dim}]))")
+                self.lines.append(f"_, grid, args, meta = _pointwise([{p}], [], {dtype}, out={name}.narrow({dim}, at, "
+                                  f"{p}.shape[{dim}]))")
+                self.lines.append(f"{copy}[grid](*args, **meta)")
                 self.lines.append(f"at += {p}.shape[{dim}]")
                 self.launches += 1
             self.names[v] = name
@@ -662,8 +667,7 @@ class _Emitter:
         leaves = ", ".join(var for var, _ in k.leaves)
         scalars = ", ".join(f"inputs[{i}]" for i in k.scalars)
         shape = "" if k.leaves else f", shape={tuple(n.shape)!r}"
-        self.launches += 1
-        return self.emit(v, f"_pointwise({name}, [{leaves}], [{scalars}], {dtype}{shape})")
+        return self.launch(v, name, f"_pointwise([{leaves}], [{scalars}], {dtype}{shape})")
 
     def pointwise(self, v: int, dtype: str) -> str:
         k = _Kernel(self)
@@ -682,9 +686,8 @@ class _Emitter:
         name = self.kernel(made)
         leaves = ", ".join(var for var, _ in k.leaves)
         scalars = ", ".join(f"inputs[{i}]" for i in k.scalars)
-        self.launches += 1
         corr = n.attrs.get("correction", 0.0)
-        return self.emit(v, f"_reduce({name}, [{leaves}], [{scalars}], {dims}, {n.attrs['keepdim']}, {dtype}, {corr})")
+        return self.launch(v, name, f"_reduce([{leaves}], [{scalars}], {dims}, {n.attrs['keepdim']}, {dtype}, {corr})")
 
     def view(self, v: int) -> str:
         n = self.nodes[v]

@@ -274,7 +274,8 @@ def gather_kernel(x_ptr, idx_ptr, out_ptr, R, xs0, xs1, is0, BLOCK: tl.constexpr
     tl.store(out_ptr + rows, tl.load(x_ptr + rows * xs0 + t * xs1, mask=mask, other=0.0), mask=mask)
 '''
 
-# --- the launchers the candidate's forward calls (plain Python: sizes, allocation, views, launches) -----
+# --- the launch helpers the candidate's forward calls (plain Python: sizes, allocation, views). Each returns
+# (output, grid, args, meta); the forward launches `kernel[grid](*args, **meta)` itself, in plain sight. -----
 
 LAUNCHERS = '''
 
@@ -285,8 +286,8 @@ def _state(module, name):
     return tensors[name].detach()
 
 
-def _pointwise(kernel, leaves, scalars, dtype, shape=None, out=None):
-    """Launch a pointwise kernel over the broadcast shape of its leaves (or `out`'s shape)."""
+def _pointwise(leaves, scalars, dtype, shape=None, out=None):
+    """(out, grid, args, meta) of a pointwise kernel over the broadcast shape of its leaves (or `out`'s)."""
     if out is not None:
         shape = tuple(out.shape)
     elif leaves:
@@ -295,15 +296,14 @@ def _pointwise(kernel, leaves, scalars, dtype, shape=None, out=None):
         out = torch.empty(shape, dtype=dtype, device=leaves[0].device if leaves else "cpu")
     views = [t.expand(shape) for t in leaves]
     n = out.numel()
-    if n == 0:
-        return out
     strides = [s for v in views for s in v.stride()]
-    kernel[(triton.cdiv(n, 1024),)](out, *views, *scalars, n, *shape, *out.stride(), *strides, BLOCK=1024)
-    return out
+    block = 4096 if out.device.type == "cpu" else 1024
+    return out, (max(1, triton.cdiv(n, block)),), (out, *views, *scalars, n, *shape, *out.stride(), *strides), \
+        {"BLOCK": block}
 
 
-def _reduce(kernel, leaves, scalars, dims, keepdim, dtype, correction=0):
-    """Launch a reduction kernel: rows are the kept dims, columns the reduced ones (strided, no copy)."""
+def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0):
+    """(out, grid, args, meta) of a reduction: rows are the kept dims, columns the reduced ones (strided)."""
     shape = tuple(torch.broadcast_shapes(*[t.shape for t in leaves]))
     r = len(shape)
     dims = sorted({d % r for d in dims}) if dims else list(range(r))
@@ -312,31 +312,30 @@ def _reduce(kernel, leaves, scalars, dims, keepdim, dtype, correction=0):
     R = math.prod(shape[i] for i in kept)
     C = math.prod(shape[i] for i in dims)
     out = torch.empty(R, dtype=dtype, device=leaves[0].device)
-    BC = min(128, triton.next_power_of_2(max(C, 1)))
-    BR = max(1, min(64, 2048 // BC))
+    BC = min(128 if out.device.type == "cpu" else 64, triton.next_power_of_2(max(C, 1)))
+    BR = max(1, min(256, (8192 if out.device.type == "cpu" else 2048) // BC))
     strides = [v.stride(i) for v in views for i in kept + dims]
-    kernel[(triton.cdiv(R, BR),)](out, *views, *scalars, R, C, correction, *[shape[i] for i in kept + dims],
-                                  *strides, BR=BR, BC=BC)
-    return out.reshape([1 if i in dims else shape[i] for i in range(r)] if keepdim else [shape[i] for i in kept])
+    result = out.reshape([1 if i in dims else shape[i] for i in range(r)] if keepdim else [shape[i] for i in kept])
+    return result, (max(1, triton.cdiv(R, BR)),), (out, *views, *scalars, R, C, correction,
+                                                   *[shape[i] for i in kept + dims], *strides), {"BR": BR, "BC": BC}
 
 
 def _matmul(a, b):
-    """A @ B for 2-D or 3-D (batched) strided operands."""
+    """(C, grid, args, meta) of A @ B for 2-D or 3-D (batched) strided operands."""
     batched = a.dim() == 3
     a3, b3 = (a, b) if batched else (a.unsqueeze(0), b.unsqueeze(0))
     B, M, K = a3.shape
     N = b3.shape[2]
     c = torch.empty((B, M, N), dtype=a.dtype, device=a.device)
-    BM = 64 if M > 32 else 32
+    BM = 64 if M > 32 else (32 if M > 16 else 16)
     BN = 64 if N > 32 else (32 if N > 16 else 16)
-    BK = 32
-    matmul_kernel[(triton.cdiv(M, BM), triton.cdiv(N, BN), B)](
-        a3, b3, c, M, N, K, *a3.stride(), *b3.stride(), *c.stride(), BM=BM, BN=BN, BK=BK)
-    return c if batched else c[0]
+    BK = 64 if a.device.type == "cpu" and K > 32 else 32
+    return c if batched else c[0], (triton.cdiv(M, BM), triton.cdiv(N, BN), B), \
+        (a3, b3, c, M, N, K, *a3.stride(), *b3.stride(), *c.stride()), {"BM": BM, "BN": BN, "BK": BK}
 
 
-def _conv(kernel, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    """Launch the implicit-GEMM convolution; output sizes from the input and weight shapes."""
+def _conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    """(out, grid, args, meta) of the implicit-GEMM convolution; output sizes from the input and weight."""
     d = x.dim() - 2
     NB, CI = x.shape[0], x.shape[1]
     I, K = list(x.shape[2:]), list(w.shape[2:])
@@ -350,15 +349,17 @@ def _conv(kernel, x, w, b, stride, padding, dilation, transposed, output_padding
     out = torch.empty((NB, CO_G * groups, *O), dtype=x.dtype, device=x.device)
     M = NB * math.prod(O)
     KTOT = (CI // groups) * math.prod(K)
-    BM, BN, BK = 64, max(16, min(64, triton.next_power_of_2(CO_G))), 32 if KTOT > 16 else 16
-    kernel[(triton.cdiv(M, BM), triton.cdiv(CO_G, BN), groups)](
+    cpu = x.device.type == "cpu"  # the Triton interpreter: fewer, larger tiles run faster
+    BM = 256 if cpu else 64
+    BN = max(16, min(64, triton.next_power_of_2(CO_G)))
+    BK = max(16, min(64 if cpu else 32, triton.next_power_of_2(KTOT)))
+    return out, (triton.cdiv(M, BM), triton.cdiv(CO_G, BN), groups), (
         x, w, b if b is not None else w, out, M, KTOT, CI // groups, CO_G, *I, *O, *K, *stride, *padding, *dilation,
-        *x.stride(), *w.stride(), *out.stride(), HAS_BIAS=b is not None, BM=BM, BN=BN, BK=BK)
-    return out
+        *x.stride(), *w.stride(), *out.stride()), {"HAS_BIAS": b is not None, "BM": BM, "BN": BN, "BK": BK}
 
 
-def _pool(kernel, x, kernel_size, stride, padding, dilation, ceil_mode, count_include_pad=True, divisor=0):
-    """Launch a pooling kernel over the last len(kernel_size) dims."""
+def _pool(x, kernel_size, stride, padding, dilation, ceil_mode, count_include_pad=True, divisor=0):
+    """(out, grid, args, meta) of pooling over the last len(kernel_size) dims."""
     d = len(kernel_size)
     lead, I = list(x.shape[:-d]), list(x.shape[-d:])
     O = []
@@ -371,13 +372,14 @@ def _pool(kernel, x, kernel_size, stride, padding, dilation, ceil_mode, count_in
     rows = x.reshape(-1, *I)
     out = torch.empty((rows.shape[0], *O), dtype=x.dtype, device=x.device)
     total = out.numel()
-    kernel[(triton.cdiv(total, 256),)](rows, out, total, *rows.stride(), *I, *O, *kernel_size, *stride, *padding,
-                                       *dilation, float(divisor or 0), COUNT_PAD=bool(count_include_pad), BLOCK=256)
-    return out.reshape(*lead, *O)
+    block = 4096 if x.device.type == "cpu" else 256
+    return out.reshape(*lead, *O), (triton.cdiv(total, block),), (
+        rows, out, total, *rows.stride(), *I, *O, *kernel_size, *stride, *padding, *dilation, float(divisor or 0)), \
+        {"COUNT_PAD": bool(count_include_pad), "BLOCK": block}
 
 
-def _scan(kernel, x, dim, dtype):
-    """Launch a cumulative sum / product along `dim`."""
+def _scan(x, dim, dtype):
+    """(out, grid, args, meta) of a cumulative sum / product along `dim`."""
     r = x.dim()
     dim = dim % r
     others = [i for i in range(r) if i != dim]
@@ -385,15 +387,14 @@ def _scan(kernel, x, dim, dtype):
     R = math.prod(x.shape[i] for i in others)
     C = x.shape[dim]
     BC = min(128, triton.next_power_of_2(max(C, 1)))
-    BR = max(1, min(64, 2048 // BC))
-    kernel[(triton.cdiv(R, BR),)](out, x, R, C, *[x.shape[i] for i in others], *[x.stride(i) for i in others],
-                                  *[out.stride(i) for i in others], x.stride(dim), out.stride(dim), BR=BR, BC=BC)
-    return out
+    BR = max(1, min(256, (8192 if x.device.type == "cpu" else 2048) // BC))
+    return out, (max(1, triton.cdiv(R, BR)),), (out, x, R, C, *[x.shape[i] for i in others],
+                                                *[x.stride(i) for i in others], *[out.stride(i) for i in others],
+                                                x.stride(dim), out.stride(dim)), {"BR": BR, "BC": BC}
 
 
 def _gather(x, idx):
-    """x[i, idx[i]] for a 2-D x."""
+    """(out, grid, args, meta) of x[i, idx[i]] for a 2-D x."""
     out = torch.empty(x.shape[0], dtype=x.dtype, device=x.device)
-    gather_kernel[(triton.cdiv(x.shape[0], 256),)](x, idx, out, x.shape[0], *x.stride(), idx.stride(0), BLOCK=256)
-    return out
+    return out, (triton.cdiv(x.shape[0], 256),), (x, idx, out, x.shape[0], *x.stride(), idx.stride(0)), {"BLOCK": 256}
 '''

@@ -52,10 +52,15 @@ def choose_plan(a: ReferenceAnalysis) -> KernelPlan | str:
     if a.trace_error:
         return f"the reference could not be traced ({a.trace_error})"
     try:
-        return _Reader(a).plan()
+        plan = _Reader(a).plan()
+        if plan.template != "rowwise":
+            return plan
+        template_refusal = ""
     except _NoTemplate as e:
-        template_refusal = str(e)
+        plan, template_refusal = None, str(e)
     lowered = lowering.lower(a)
+    if isinstance(lowered, str) and plan is not None:
+        return plan
     if isinstance(lowered, str):
         return f"{lowered}; templates: {template_refusal} (aten ops: {', '.join(a.aten_ops) or 'none'})"
     return KernelPlan(template="lowered", label=lowered.label, out_dtype="float32")

@@ -161,6 +161,7 @@ def test_torch_only_allocates_and_takes_views_in_the_forward(name, tmp_path):
     model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew")
     forward = next(n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
     launchers = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.decorator_list}
+    kernels = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.decorator_list}
     allowed_methods = {"reshape", "permute", "unsqueeze", "squeeze", "expand", "select", "narrow", "shape"}
     for node in ast.walk(forward):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
@@ -171,6 +172,8 @@ def test_torch_only_allocates_and_takes_views_in_the_forward(name, tmp_path):
                 assert node.func.attr in allowed_methods, ast.unparse(node)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             assert node.func.id in launchers, ast.unparse(node)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript):
+            assert ast.unparse(node.func.value) in kernels, ast.unparse(node)
 
 
 def test_pointwise_ops_are_fused_into_their_consumer(tmp_path):
