@@ -350,9 +350,9 @@ def _conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups
     M = NB * math.prod(O)
     KTOT = (CI // groups) * math.prod(K)
     cpu = x.device.type == "cpu"  # the Triton interpreter: fewer, larger tiles run faster
-    BM = 256 if cpu else 64
+    BM = max(16, min(512, triton.next_power_of_2(M))) if cpu else 64
     BN = max(16, min(64, triton.next_power_of_2(CO_G)))
-    BK = max(16, min(64 if cpu else 32, triton.next_power_of_2(KTOT)))
+    BK = max(16, min(128 if cpu else 32, triton.next_power_of_2(KTOT)))
     return out, (triton.cdiv(M, BM), triton.cdiv(CO_G, BN), groups), (
         x, w, b if b is not None else w, out, M, KTOT, CI // groups, CO_G, *I, *O, *K, *stride, *padding, *dilation,
         *x.stride(), *w.stride(), *out.stride()), {"HAS_BIAS": b is not None, "BM": BM, "BN": BN, "BK": BK}
