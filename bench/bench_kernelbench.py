@@ -308,6 +308,15 @@ def public_jobs(levels: list[int], only: str | None) -> list[Job]:
     return jobs
 
 
+def interleave(jobs: list[Job]) -> list[Job]:
+    """Level 1 and Level 2 tasks alternately, so a run stopped early covers both levels alike."""
+    levels = [[j for j in jobs if j.level == lv] for lv in sorted({j.level for j in jobs})]
+    out: list[Job] = []
+    for k in range(max((len(x) for x in levels), default=0)):
+        out += [x[k] for x in levels if k < len(x)]
+    return out
+
+
 def public_report(rows: list[Row], wall: float, csv_path: Path | None) -> bool:
     """The per-family table, the targets per level, PASS/FAIL; results.csv when asked."""
     print(f"\n{len(rows)} tasks in {wall:.0f} s wall ({sum(r.seconds for r in rows):.0f} s of job time)\n")
@@ -360,6 +369,7 @@ def main() -> None:
     ap.add_argument("--only", help="run the tasks whose file name contains this")
     ap.add_argument("--concurrency", type=int, default=2, help="jobs at a time (default 2)")
     ap.add_argument("--workdir", help="state and artifacts folder (default: a temp dir)")
+    ap.add_argument("--resume", action="store_true", help="public suite: skip the tasks WORKDIR/rows.jsonl has")
     ap.add_argument("--report-from", help="public suite: print the report from a run's WORKDIR/rows.jsonl (so far)")
     ap.add_argument("--recheck", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -371,7 +381,12 @@ def main() -> None:
         ok = public_report(sorted(rows, key=lambda r: r.name), 0.0, Path(args.csv) if args.csv else None)
         raise SystemExit(0 if ok else 1)
     if args.suite == "public":
-        jobs = public_jobs([int(x) for x in args.level.split(",")], args.only)
+        jobs = interleave(public_jobs([int(x) for x in args.level.split(",")], args.only))
+        done_rows = Path(args.workdir) / "rows.jsonl" if args.workdir else None
+        if args.resume and done_rows is not None and done_rows.exists():
+            done = {json.loads(line)["name"] for line in done_rows.read_text().splitlines() if line.strip()}
+            jobs = [j for j in jobs if j.name not in done]
+            print(f"resuming: {len(done)} tasks already in {done_rows}")
         print(f"{len(jobs)} public KernelBench tasks (shrunk: bench/kernelbench_shrink.py), offline agents, default "
               f"workflow, {args.concurrency} at a time:")
         for j in jobs:
@@ -381,6 +396,8 @@ def main() -> None:
             t0 = time.monotonic()
             rows = asyncio.run(run_all(workdir, jobs, args.concurrency))
             csv_path = Path(args.csv) if args.csv else Path("results.csv")
+            if args.resume and done_rows is not None:
+                rows = [Row(**json.loads(line)) for line in done_rows.read_text().splitlines() if line.strip()]
             ok = public_report(sorted(rows, key=lambda r: r.name), time.monotonic() - t0, csv_path)
         raise SystemExit(0 if ok else 1)
     names = sorted(n for n in SIZES if not args.only or args.only.lower() in n.lower())
