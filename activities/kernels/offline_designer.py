@@ -1,5 +1,11 @@
 """The offline designer: reads the traced reference (aten ops and their arguments, never the source
-text) and chooses and parameterises one of three templates, or says why none fits.
+text) and chooses a plan: one of two single-kernel templates when the graph is that simple, otherwise
+the general lowering (activities.kernels.lowering: the traced graph lowered op by op into fused Triton
+kernels), or says which op nothing offline can take.
+
+Order: the elementwise and matmul templates first (one fused kernel each); a rowwise graph goes to the
+lowering (many rows per program: far faster under the interpreter than the template's program per
+row), with the rowwise template kept only for a graph the lowering refuses.
 
 * elementwise: every op is pointwise on the one tensor input (relu, gelu in both forms, x*sigmoid(x),
   x/(1+|x|), A*s, ...): the plan is the op chain itself, so composed activations are covered too;
