@@ -17,7 +17,8 @@ from contracts.convert_job import ConversionRequest, ProvideInput
 from contracts.errors import Err, FleetforgeError
 from contracts.settings import Settings
 
-RERUN_KEEPS = ("model", "target_soc", "precision", "output", "toolchain", "preset", "calibration", "min_cosine")
+RERUN_KEEPS = ("model", "target_soc", "precision", "output", "toolchain", "preset", "calibration", "min_cosine", "eval_data",
+               "eval_samples", "synthetic_calibration", "precision_fallback")
 """What a rerun takes over from the earlier conversion's request."""
 
 
@@ -72,14 +73,14 @@ def check_model(reference: str, settings: Settings, cwd: Path | None = None) -> 
     return path
 
 
-def check_calibration(value: str, model: Path | None, cwd: Path | None = None) -> None:
-    """BAD_INPUT for calibration data that is missing or does not fit the model's inputs (checked
-    here when the model is local and onnx/numpy are installed; else the worker checks)."""
+def check_calibration(value: str, model: Path | None, cwd: Path | None = None, option: str = "--calibration") -> None:
+    """BAD_INPUT for calibration (or evaluation, `option` --eval-data) data that is missing or does not fit
+    the model's inputs (checked here when the model is local and onnx/numpy are installed; else the worker)."""
     if is_uri(value) and urlparse(value).scheme != "file":
         return
     path = local_path(value, cwd)
     if path is None:
-        raise FleetforgeError(Err.BAD_INPUT, f"--calibration {value}: no such file or folder (an .npz, or a folder of them)")
+        raise FleetforgeError(Err.BAD_INPUT, f"{option} {value}: no such file or folder (an .npz, or a folder of them)")
     if model is None:
         return
     try:
@@ -90,7 +91,7 @@ def check_calibration(value: str, model: Path | None, cwd: Path | None = None) -
         pass
     except FleetforgeError as e:
         if e.code in (Err.CALIBRATION_INVALID, Err.CALIBRATION_NEEDED):
-            raise FleetforgeError(Err.BAD_INPUT, f"--calibration {value}: {e.message}") from None
+            raise FleetforgeError(Err.BAD_INPUT, f"{option} {value}: {e.message}") from None
         raise
 
 
@@ -107,14 +108,17 @@ def convert_request(
     local = check_model(model, settings, cwd)
     if calibration is not None:
         check_calibration(calibration, local, cwd)
+    if request.eval_data is not None:
+        check_calibration(request.eval_data, local, cwd, "--eval-data")
     return request
 
 
 def shipped_request(request: ConversionRequest, uploader: Uploader, cwd: Path | None = None) -> ConversionRequest:
     """The request with its local model and calibration uploaded (store references in their place)."""
     update: dict[str, Any] = {"model": uploader.ship_model(request.model, cwd)}
-    if request.calibration:
-        update["calibration"] = uploader.ship_calibration(request.calibration, cwd)
+    for field in ("calibration", "eval_data"):  # user data for the worker: shipped like the calibration
+        if getattr(request, field):
+            update[field] = uploader.ship_calibration(getattr(request, field), cwd)
     return request.model_copy(update=update)
 
 

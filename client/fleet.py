@@ -10,6 +10,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
@@ -43,7 +44,8 @@ def check_manifest(csv_text: str, runner: RunnerKind) -> None:
 
 
 def host_checked_profile(csv_text: str, profile: HardwareProfile | None, where: str,
-                         require_tier: Tier | None = None) -> HardwareProfile:
+                         require_tier: Tier | None = None,
+                         show: Callable[[HardwareProfile], None] | None = None) -> HardwareProfile:
     """The host as it is: without a profile, this host's GPUs (discovered); with one, nothing in it or in the
     CSV may ask for GPUs the host lacks (HOST_LACKS_GPUS, what to change) — checked before any row starts.
     A required tier of NONE is refused too: it would pass a model that never became healthy."""
@@ -55,6 +57,8 @@ def host_checked_profile(csv_text: str, profile: HardwareProfile | None, where: 
                               "use BOOTS, SERVES, SENSIBLE or MATCHES")
     host = discover_gpus()
     resolved = profile if profile is not None else host_profile(host, HardwareProfile())
+    if show is not None:
+        show(resolved)  # before a refusal too: the user sees what the host has
     if problems := gpu_problems(resolved, host, parse_manifest(csv_text), where):
         raise FleetforgeError(Err.HOST_LACKS_GPUS, "; ".join(problems))
     return resolved

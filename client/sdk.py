@@ -405,8 +405,9 @@ class FleetforgeClient:
         kind_check = candidates(job_id)
         if len(kind_check) == 1 and kind_of(kind_check[0]) is not JobKind.CONVERT:
             raise FleetforgeError(Err.BAD_INPUT, f"{job_id} is not a convert job; only convert jobs take answers")
-        if answers.get("calibration"):
-            answers["calibration"] = await asyncio.to_thread(self.uploader().ship_calibration, str(answers["calibration"]))
+        for key in ("calibration", "eval_data"):  # the worker does not share this working directory
+            if answers.get(key):
+                answers[key] = await asyncio.to_thread(self.uploader().ship_calibration, str(answers[key]))
         return await (await self.job(job_id)).answer(**answers)
 
     async def cancel(self, job_id: str) -> None:

@@ -55,6 +55,8 @@ class Err(StrEnum):
     CALIBRATION_INVALID = "CALIBRATION_INVALID"
     NOTHING_TO_QUANTIZE = "NOTHING_TO_QUANTIZE"
     CALIBRATION_NEEDED = "CALIBRATION_NEEDED"
+    EVALUATION_NOT_HELD_OUT = "EVALUATION_NOT_HELD_OUT"
+    """An evaluation sample is also a calibration sample: a gate on in-sample data proves nothing."""
     # kernel
     KERNEL_TASK_INVALID = "KERNEL_TASK_INVALID"
     WORKFLOW_CONFIG_INVALID = "WORKFLOW_CONFIG_INVALID"
@@ -108,6 +110,7 @@ REMEDY: dict[Err, str] = {
     Err.NOTHING_TO_QUANTIZE: "the model has no float math the quantizer can take: convert it with --precision fp16",
     Err.CALIBRATION_INVALID: "--calibration takes an .npz (input name -> array) or a folder of them matching the model's inputs",
     Err.CALIBRATION_NEEDED: "give real inputs with --calibration FILE.npz (input name -> array) for the named inputs",
+    Err.EVALUATION_NOT_HELD_OUT: "give --eval-data with samples that are not in the calibration data, or more calibration samples so some can be held out",
     Err.WORKFLOW_CONFIG_INVALID: "fix the workflow.yaml named in the message",
     Err.SANDBOX_UNAVAILABLE: "install bubblewrap on the worker (apt-get install bubblewrap) and allow namespaces; "
                              "FLEETFORGE_SANDBOX=off runs untrusted code unconfined (every job then says so)",

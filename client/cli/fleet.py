@@ -60,9 +60,9 @@ def fleet_test(
         check_manifest(csv_text, runner)
     profile = load_hardware(hardware) if hardware is not None else None
     if resume is None:  # the host as it is: its GPUs, and nothing that asks for more (exit 2 before any row starts)
-        profile = host_checked_profile(csv_text, profile, str(hardware or "the profile"), require_tier)
-        out.hint(f"hardware: {profile.gpu_count} GPU(s), {profile.gpu_memory_gb} GB each, ports "
-                 f"{profile.port_range[0]}-{profile.port_range[1]} ({profile.source or hardware})")
+        profile = host_checked_profile(csv_text, profile, str(hardware or "the profile"), require_tier, show=lambda p: out.hint(
+            f"hardware: {p.gpu_count} GPU(s), {p.gpu_memory_gb} GB each, ports {p.port_range[0]}-{p.port_range[1]} "
+            f"({p.source or hardware})"))
 
     async def go() -> int:
         fc = await client_for(settings())

@@ -46,6 +46,17 @@ def convert(
     min_cosine: Annotated[Optional[float], typer.Option(
         "--min-cosine", metavar="COSINE", min=0.0, max=1.0, help="Accuracy gate: worst output cosine to the fp32 model (default 0.99 "
                                                                  "fp16, 0.95 int8/w8a16; 0 accepts a lossy result explicitly).")] = None,
+    eval_data: Annotated[Optional[str], typer.Option(
+        "--eval-data", metavar="FILE.npz|DIR", help="Evaluation inputs kept apart from the calibration data (default: a "
+                                                    "held-out part of --calibration, or synthetic inputs).")] = None,
+    eval_samples: Annotated[int, typer.Option("--eval-samples", metavar="N", min=1, max=4096,
+                                              help="Samples the accuracy gate grades (at most half of --calibration is held out).")] = 32,
+    synthetic_calibration: Annotated[bool, typer.Option(
+        "--synthetic-calibration", help="int8/w8a16 without --calibration: calibrate on synthetic inputs (the verdict "
+                                        "says: unverified on real data); without it the job asks for calibration data.")] = False,
+    precision_fallback: Annotated[bool, typer.Option(
+        "--precision-fallback", help="Let the planner deliver a wider precision (int8 -> w8a16) to meet the accuracy "
+                                     "gate; without it the precision is the requested one and a fallback is only proposed.")] = False,
     rerun: Annotated[Optional[str], typer.Option("--rerun", metavar="RUN_ID", help="Run id of an earlier conversion whose plan is reused.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="With --rerun: key=value step arg override (repeatable).")] = None,
     wait: WaitOpt = False, json_: JsonOpt = False,
@@ -63,7 +74,9 @@ def convert(
     if not rerun:  # bad input is exit 2 before anything connects
         assert model is not None
         request = convert_request(model, settings=s, soc=soc, precision=precision, calibration=calibration,
-                                  output=output, toolchain=toolchain, preset=preset, min_cosine=min_cosine)
+                                  output=output, toolchain=toolchain, preset=preset, min_cosine=min_cosine,
+                                  eval_data=eval_data, eval_samples=eval_samples,
+                                  synthetic_calibration=synthetic_calibration, precision_fallback=precision_fallback)
 
     async def go() -> int:
         fc = await client_for(s)
@@ -80,7 +93,8 @@ def convert(
 def answer(
     job_id: JobIdArg,
     answers: Annotated[list[str], typer.Argument(metavar="KEY=VALUE...",
-                                                 help="Answers: soc=sm8550 precision=int8 calibration=PATH")],
+                                                 help="Answers: soc=sm8550 precision=int8 calibration=PATH eval_data=PATH "
+                                                      "synthetic_calibration=yes")],
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
     """Answer a convert job that is waiting for input (exit 2 when it has already finished)."""

@@ -47,7 +47,9 @@ def convert_table(result: ConversionResult) -> Any:
         t.add_row("evaluate", "cache" if ev.cached else "evaluated", f"{ev.max_abs:.4g}", f"{ev.mean_abs:.4g}", f"{ev.cosine:.6f}")
     acc = result.accuracy
     if acc is not None:
-        t.add_row("accuracy", acc.verdict.replace("_", " "), "", "", f">= {acc.min_cosine:g}")
+        from activities.toolchains.report import verdict_words
+
+        t.add_row("accuracy", verdict_words(acc), "", "", f">= {acc.min_cosine:g}")
     if result.offload is not None:
         t.add_row("offload", f"{result.offload.share:.0%} on HTP", "", "", "")
     return t
@@ -55,16 +57,29 @@ def convert_table(result: ConversionResult) -> Any:
 
 def accuracy_line(result: ConversionResult) -> str | None:
     """One line on the accuracy gate: verdict, figures, remedies; None for a run from before the gate."""
+    from activities.toolchains.report import verdict_words
+
     acc = result.accuracy
     if acc is None:
         return None
-    text = f"accuracy: {acc.verdict.replace('_', ' ')}"
+    text = f"accuracy: {verdict_words(acc)}"
     if acc.cosine is not None:
-        text += f" (worst output cosine {acc.cosine:.4f}, threshold {acc.min_cosine:g}"
+        figure = "lowest per-sample cosine" if acc.samples else "worst output cosine"
+        text += f" ({figure} {acc.cosine:.4f}, threshold {acc.min_cosine:g}"
+        text += f", {acc.samples} {acc.inputs.replace('_', '-')} samples" if acc.samples else ""
         text += f", SQNR {acc.sqnr_db:.1f} dB)" if acc.sqnr_db is not None else ")"
     if acc.remedies:
         text += " after remedies: " + ", ".join(acc.remedies)
-    return text + (f"; {acc.note}" if acc.note and acc.verdict != "passed" else "")
+    if acc.verdict == "unverified":
+        text += "; verify it on real inputs: --calibration FILE.npz (a held-out part grades it) or --eval-data FILE.npz"
+    return text + (f"; {acc.note}" if acc.note and acc.verdict not in ("passed", "unverified") else "")
+
+
+def precision_line(result: ConversionResult) -> str | None:
+    req, got = result.requested_precision, result.delivered_precision
+    if req is None or got is None:
+        return None
+    return f"precision: {got.value}" + (f" (requested {req.value})" if got != req else " (as requested)")
 
 
 def offload_line(result: ConversionResult) -> str | None:
@@ -86,9 +101,15 @@ def show_convert(result: ConversionResult, ui_url: str) -> None:
     ev = result.evaluation
     if ev is not None:
         out.line(f"evaluation: {ev.candidate} against {ev.reference}, {ev.samples} {ev.inputs} samples on {ev.candidate_provider}")
-    for text in (accuracy_line(result), offload_line(result)):
+    for text in (accuracy_line(result), precision_line(result), offload_line(result)):
         if text:
             out.line(text)
+    if result.report is not None:
+        from activities.toolchains.report import render_markdown
+
+        out.line("")
+        for line in render_markdown(result.report).splitlines():
+            out.line(line)
     for a in result.attempts:
         out.line(f"attempt {a.attempt}: {a.outcome}" + (f" - {a.feedback.splitlines()[0]}" if a.feedback else ""))
     for p in result.planner:
@@ -159,7 +180,10 @@ def show_model_test(result: ModelTestResult, ui_url: str) -> None:
 def answer_command(workflow_id: str, questions: list[str]) -> str:
     keys = [k for k in ("soc", "precision", "calibration") if any(k in q.lower() for q in questions)] or ["soc", "precision"]
     example = {"soc": "soc=sm8550", "precision": "precision=int8", "calibration": "calibration=calib.npz"}
-    return f"fleetforge answer {workflow_id} " + " ".join(example[k] for k in keys)
+    text = f"fleetforge answer {workflow_id} " + " ".join(example[k] for k in keys)
+    if any("synthetic_calibration" in q for q in questions):
+        text += f" (or: fleetforge answer {workflow_id} synthetic_calibration=yes)"
+    return text
 
 
 def show_needs_input(workflow_id: str, questions: list[str], ui_url: str) -> None:

@@ -16,14 +16,16 @@ from tests.helpers import wait_until
 def test_convert_wait_json_compiles_the_tiny_model_for_sm8550_int8_then_reruns_it_at_fp16(stack: Stack, model: Path,  # noqa: F811
                                                                                          tmp_path: Path):
     own = Path(shutil.copy(model, tmp_path / "tiny8.onnx"))  # file names of its own: no cache hits across tests
-    done = ff("convert", str(own), "--soc", "sm8550", "--precision", "int8", "--wait", "--json",
+    done = ff("convert", str(own), "--soc", "sm8550", "--precision", "int8", "--synthetic-calibration", "--wait", "--json",
               env=stack.env, timeout=120)
 
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)  # the whole stdout is one JSON object
     assert result["status"] == "COMPLETED", result.get("failure")
     assert result["artifacts"] and all(len(a["sha256"]) == 64 for a in result["artifacts"])
-    assert result["evaluation"]["samples"] > 0
+    assert result["evaluation"]["samples"] == 32 and result["accuracy"]["verdict"] == "unverified"
+    assert result["requested_precision"] == result["delivered_precision"] == "int8"
+    assert {"report/conversion_report.md", "report/conversion_report.json"} <= {a["name"] for a in result["artifacts"]}
     assert result["executed_steps"] == ["quantize", "context_binary"] and result["tokens"]["calls"] == 1
 
     # the issue's own example: the int8 plan at fp16 drops the quantizer (no planner call)
@@ -51,7 +53,8 @@ def test_convert_without_soc_needs_input_then_answer_completes_it(stack: Stack, 
     bad = ff("answer", wid, "soc=sm9999", "precision=int8", env=stack.env)
     assert_one_line_error(bad, 2, "sm9999")
 
-    good = ff("answer", wid, "soc=sm8550", "precision=int8", "--wait", "--json", env=stack.env, timeout=120)
+    good = ff("answer", wid, "soc=sm8550", "precision=int8", "synthetic_calibration=yes", "--wait", "--json",
+              env=stack.env, timeout=120)
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout)["status"] == "COMPLETED"
 

@@ -109,6 +109,7 @@ def test_the_readmes_temporal_commands_work_as_written_against_fleetforge_dev(st
         "--name trace": ["designer"],
         "--name progress": ["total"],
     }
+    assert [key for key in expect if not any(key in c for c in commands)] == [], "an expectation no command checks"
     for command in commands:
         done = temporal(command, env, ids)
         assert done.returncode == 0, (command, done.stdout, done.stderr)
