@@ -108,7 +108,12 @@ class KernelActivities:
                 call = await self._offline(req.role, base, req, f"no offline template: {plan}\n")
                 return CodeResult(parsed_ok=False, reason=f"no offline template: {plan}; {NO_TEMPLATE_HINT}",
                                   rejection=Rejection.NO_TEMPLATE, call=call)
-            text = _offline_answer(await asyncio.to_thread(offline_coder.render, plan, req.task.task_desc), fmt)
+            rendered = await asyncio.to_thread(offline_coder.render, plan, req.task.task_desc, req.reference)
+            if rendered.startswith("no offline"):
+                call = await self._offline(req.role, base, req, rendered + "\n")
+                return CodeResult(parsed_ok=False, reason=f"{rendered}; {NO_TEMPLATE_HINT}",
+                                  rejection=Rejection.NO_TEMPLATE, call=call)
+            text = _offline_answer(rendered, fmt)
             call = await self._offline(req.role, base, req, text)
         else:
             sources = [await self._get_text(a.candidate) for a in req.attempts]
