@@ -184,7 +184,8 @@ class KernelActivities:
         if not req.task.on_cpu:
             _require_gpu(req.task.arch)
         report = verify(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, trials=req.trials,
-                        heartbeat=_heartbeat, gpu=not req.task.on_cpu)
+                        heartbeat=_heartbeat, gpu=not req.task.on_cpu, held_out=req.held_out,
+                        held_out_note=req.held_out_note, reference_ops=req.reference_ops, allow_mixed=req.allow_mixed)
         if report.reason.startswith("reference failed"):  # the task's failure, never the candidate's verdict
             raise FleetforgeError(Err.KERNEL_TASK_INVALID, f"the reference failed in the verifier: {report.reason}"
                                   + (f" | {report.log[-600:]}" if report.log else ""))

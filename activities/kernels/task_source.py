@@ -66,6 +66,16 @@ def numeric_constants(source: str, where: str = "<task>") -> dict[str, Number]:
     return values
 
 
+def literal_constants(source: str, where: str = "<task>") -> dict[str, Number]:
+    """The numeric constants written as numbers (`dim = 1024`, `h, w = 32, 32`), not derived from other
+    constants (`K = M * 2`): setting these changes the task, the derived ones follow."""
+    values = numeric_constants(source, where)
+    literal = {name for st in _constant_statements(_parse(source, where)) for name, node in st.pairs
+               if not any(isinstance(n, ast.Name) for n in ast.walk(node))}
+    derived = {name for st in _constant_statements(_parse(source, where)) for name, node in st.pairs} - literal
+    return {k: v for k, v in values.items() if k in literal and k not in derived}
+
+
 def parse_value(name: str, text: str) -> Number:
     """`--set NAME=VALUE`: VALUE is an int or a float literal."""
     text = text.strip()
