@@ -84,4 +84,4 @@ def choose(source: str, analysis: ReferenceAnalysis,
         if not why:
             return dict(overrides), ""
         tried.append(f"{', '.join(f'{k}={v}' for k, v in overrides.items())}: {why[:160]}")
-    return {}, f"{OWN_SHAPES_ONLY}: no held-out size set builds ({'; '.join(tried[:3])})"[:600]
+    return {}, f"{OWN_SHAPES_ONLY}: no held-out size set could be used ({'; '.join(tried[:3])})"[:600]

@@ -35,6 +35,7 @@ from activities.kernels._child import (
     LAUNCHES_FILE,
 )
 from activities.kernels._proc import MEMORY_LIMIT_BYTES, Child, kill, spawn, wait_all
+from activities.kernels.held_out import OWN_SHAPES_ONLY
 from activities.kernels.static_checks import static_check
 from activities.kernels.task_source import apply_overrides
 from activities.kernels.torch_work import torch_work
@@ -109,9 +110,10 @@ def verify(
         expected, expected_held, held_error = cached
         sizes = _sizes(held_out or {})
         if not held_source:
-            note = f"verified at its own shapes only: {held_out_note or 'no held-out sizes were given'}"
+            note = held_out_note if held_out_note.startswith(OWN_SHAPES_ONLY) else \
+                f"{OWN_SHAPES_ONLY}: {held_out_note or 'no held-out sizes were given'}"
         elif expected_held is None:
-            note = f"verified at its own shapes only: the reference failed at the held-out sizes {sizes} ({held_error})"
+            note = f"{OWN_SHAPES_ONLY}: the reference failed at the held-out sizes {sizes} ({held_error})"
         else:
             note = ""
         checked = {} if note else dict(held_out or {})

@@ -155,11 +155,6 @@ class ModelNew(nn.Module):
 '''
 
 
-def test_accepts_per_block_partial_sums_reduced_with_torch():
-    report = verify((EXAMPLES / "sum_dim.py").read_text(), PARTIAL_SUMS, timeout_s=TIMEOUT_S)
-    assert report.passed, report.reason
-
-
 @pytest.mark.parametrize(
     ("patch", "reason"),
     [
