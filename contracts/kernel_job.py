@@ -71,6 +71,8 @@ class VerifierReport(BaseModel, frozen=True):
     """The held-out sizes (task constants) the candidate was also verified at; empty when none ran."""
     shapes_note: str = ""
     """"verified at its own shapes only: <why>" when no held-out size set could run."""
+    confinement: str = ""
+    """Empty when the candidate ran in the sandbox; the operator's opt-out (FLEETFORGE_SANDBOX=off) otherwise."""
 
 
 # --- the reference, read by tracing it -------------------------------------------------------

@@ -34,7 +34,7 @@ from activities.kernels._child import (
     HELD_OUT_FILE,
     LAUNCHES_FILE,
 )
-from activities.kernels._proc import MEMORY_LIMIT_BYTES, Child, kill, spawn, wait_all
+from activities.kernels._proc import MEMORY_LIMIT_BYTES, Child, spawn, wait_all
 from activities.kernels.held_out import OWN_SHAPES_ONLY
 from activities.kernels.static_checks import static_check
 from activities.kernels.task_source import apply_overrides
@@ -92,8 +92,7 @@ def verify(
             _torch_loaded(beat)
         finally:  # an exception or a cancelled activity must not leave children running
             for child in children.values():
-                if child.proc.poll() is None:
-                    kill(child.proc)
+                child.kill()
         durations.update({k: round(c.elapsed, 3) for k, c in children.items()})
         ref_err = children["reference"].error if "reference" in children else None
         cand = children["candidate"]
@@ -154,8 +153,7 @@ def profile(task_source: str, candidate_source: str, *, timeout_s: float, seed: 
         try:
             error = wait_all({"profiler": child}, timeout_s, heartbeat or (lambda _m: None))["profiler"].error
         finally:
-            if child.proc.poll() is None:
-                kill(child.proc)
+            child.kill()
         if error:
             return None, f"speed not measured: profiler {error}"
         try:

@@ -222,16 +222,17 @@ async def test_process_runner_kills_an_interrupted_earlier_run_of_the_row_before
 
 
 async def test_process_runner_leaves_no_process_of_the_test_behind(tmp_path: Path, file_store):
-    """A test that starts a background server and exits: the whole process group goes with it."""
-    pid_file = tmp_path / "child.pid"
-    command = ('python -c "import subprocess, sys; p = subprocess.Popen([sys.executable, \'-c\', '
-               '\'import time; time.sleep(300)\']); open(sys.argv[1], \'w\').write(str(p.pid))" ' + str(pid_file))
+    """A test that starts a background server and exits: nothing of it outlives the test. The test runs in
+    the sandbox (its own PID namespace), so its folder, not a pid, identifies it from outside."""
+    from tests.unit.test_isolate import host_processes_in
+
+    command = ('python -c "import os, subprocess, sys; subprocess.Popen([sys.executable, \'-c\', '
+               '\'import time; time.sleep(300)\']); print(os.getcwd())"')
     out = await ProcessRunner(file_store, marker_dir=tmp_path / "m").run(request(command), print)
     assert out.passed, out.log_tail
-    child = int(pid_file.read_text())
-    await assert_eventually(lambda: not Path(f"/proc/{child}").exists()
-                            or Path(f"/proc/{child}/stat").read_text().split(") ")[1].startswith("Z"),
-                            timeout=10, message="the test's background child is gone")
+    folder = out.log_tail.strip()
+    assert folder.startswith("/") and "ff-row-" in folder
+    assert host_processes_in(folder) == [], "the test's background child is gone"
 
 
 async def test_the_process_runner_tells_the_test_its_slot(file_store):
