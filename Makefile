@@ -31,6 +31,7 @@ engines:
 
 test: setup local-llm engines
 	$(BIN)/ruff check --no-cache .
+	bash scripts/mcp_inspector.sh >/dev/null  # the MCP Inspector CLI (npm) for the MCP client test
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 
 BENCHES ?= storage convert kernel kernelbench fleet llm

@@ -18,6 +18,7 @@ from activities.storage import ArtifactStore
 from contracts.errors import Err, FleetforgeError
 from contracts.models import ModelFormat, ModelRef, OnnxInfo, TensorSpec
 from contracts.settings import Settings
+from contracts.uploads import UPLOAD_SCHEME
 
 
 class CatalogEntry(BaseModel, frozen=True):
@@ -82,7 +83,7 @@ def onnx_info(path: Path) -> OnnxInfo:
         raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, "reading ONNX models needs the `onnx` package: pip install 'fleetforge[toolchains]'") from e
     try:
         model = onnx.load(str(path), load_external_data=False)
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(str(path))  # by path: external data is looked up next to the model, not in the cwd
     except Exception as e:  # onnx raises DecodeError, ValidationError, ... depending on the damage
         raise FleetforgeError(Err.MODEL_INVALID, f"{path.name} is not a valid ONNX model: {str(e).splitlines()[0][:200]}") from e
     inits = {i.name for i in model.graph.initializer}
@@ -116,6 +117,10 @@ class ModelHub:
     def locate(self, reference: str) -> tuple[str, Path]:
         """(display name, local path) of a reference; s3:// models are downloaded into the cache."""
         parsed = urlparse(reference)
+        if parsed.scheme == UPLOAD_SCHEME:  # what the client shipped (contracts/uploads.py)
+            from activities.uploads import fetch_upload
+
+            return Path(parsed.path).name or parsed.netloc, fetch_upload(self.store, self.settings.cache_dir, reference)
         if parsed.scheme == "s3":
             return Path(parsed.path).name, self._fetch_s3(parsed.netloc, parsed.path.lstrip("/"))
         if parsed.scheme == "file":
@@ -161,9 +166,18 @@ class ModelHub:
             artifact = self.store.put_file(path, media_type=f"application/{fmt.value}", name=path.name)
             filename = path.name
         return ModelRef(
-            name=name, source=reference, format=fmt, sha256=artifact.sha256, size=artifact.size,
+            name=name, source=_source(self.store, reference), format=fmt, sha256=artifact.sha256, size=artifact.size,
             artifact=artifact, filename=filename, onnx=info,
         )
+
+
+def _source(store: ArtifactStore, reference: str) -> str:
+    """The reference as the user gave it: a shipped input's path on the client."""
+    if not reference.startswith(f"{UPLOAD_SCHEME}://"):
+        return reference
+    from activities.uploads import shipped_source
+
+    return shipped_source(store, reference)
 
 
 class ModelHubActivities:

@@ -19,7 +19,7 @@ NEEDS_INPUT_TIMEOUT_S = 7 * 24 * 3600
 
 class ConversionRequest(BaseModel, frozen=True):
     model: str = Field(min_length=1)
-    """Local path, file://, s3:// URI, or a catalog name."""
+    """upload:// reference (a local model the SDK uploaded), s3:// URI, catalog name, or a path on the workers' disk."""
     target_soc: str | None = None
     """e.g. "SM8550" (case-insensitive); None: the job asks (NEEDS_INPUT)."""
     precision: Precision | None = None
@@ -28,8 +28,9 @@ class ConversionRequest(BaseModel, frozen=True):
     toolchain: Toolchain = Toolchain.AUTO
     calibration: str | None = None
     """Calibration data: an .npz (input name → array, samples along a leading axis) or a folder of
-    them, as an absolute path, file:// or s3:// URI (the client resolves relative paths). The job
-    copies it into the workspace, content-addressed; None: seeded synthetic calibration."""
+    them, as an upload:// reference (the SDK uploads local data: contracts/uploads.py), an s3:// URI,
+    or an absolute path on the workers' disk. The job copies it into the workspace, content-addressed;
+    None: seeded synthetic calibration."""
     min_cosine: float | None = Field(default=None, ge=0.0, le=1.0)
     """Accuracy gate: the worst output's cosine to the fp32 model must reach this. None: the
     precision's default (converter_policy.DEFAULT_MIN_COSINE); 0: accept a lossy result explicitly."""

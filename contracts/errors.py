@@ -18,6 +18,8 @@ class Err(StrEnum):
     INTEGRITY_ERROR = "INTEGRITY_ERROR"
     RUN_NOT_FOUND = "RUN_NOT_FOUND"
     PATH_ESCAPE = "PATH_ESCAPE"
+    STORE_NOT_SHARED = "STORE_NOT_SHARED"
+    """The client uploaded an input to a store this worker cannot see (a file:// store on another machine)."""
     # temporal / client
     TEMPORAL_UNAVAILABLE = "TEMPORAL_UNAVAILABLE"
     JOB_NOT_FOUND = "JOB_NOT_FOUND"
@@ -70,6 +72,7 @@ class Err(StrEnum):
     RUNNER_UNAVAILABLE = "RUNNER_UNAVAILABLE"
     ROWS_FAILED = "ROWS_FAILED"
     MANIFEST_CHANGED = "MANIFEST_CHANGED"
+    HOST_LACKS_GPUS = "HOST_LACKS_GPUS"
     # sandbox
     SANDBOX_UNAVAILABLE = "SANDBOX_UNAVAILABLE"
     """The worker cannot confine a child (bubblewrap missing, namespaces refused): untrusted code does not run."""
@@ -84,6 +87,7 @@ REMEDY: dict[Err, str] = {
     Err.CATALOG_INVALID: "fix the catalog YAML: a mapping `models: {name: {path: ...}}`",
     Err.STORE_URL_INVALID: "set FLEETFORGE_STORE_URL to file:///ABS/PATH or s3://BUCKET[/PREFIX]",
     Err.STORE_UNAVAILABLE: "check FLEETFORGE_S3_ENDPOINT and the AWS_* credentials, and that the bucket exists",
+    Err.STORE_NOT_SHARED: "give the client and every worker one shared store: FLEETFORGE_STORE_URL=s3://BUCKET/PREFIX (and FLEETFORGE_S3_ENDPOINT)",
     Err.TEMPORAL_UNAVAILABLE: "start the embedded stack with `fleetforge dev`, or set TEMPORAL_ADDRESS (or a `temporal config` profile)",
     Err.JOB_NOT_FOUND: "list jobs with `fleetforge list`",
     Err.JOB_FINISHED: "see how it ended with `fleetforge show JOB_ID`",
@@ -110,6 +114,8 @@ REMEDY: dict[Err, str] = {
     Err.MANIFEST_INVALID: "the CSV needs a header with at least model_name,status,note",
     Err.ROWS_FAILED: "see the per-model table: No = the model failed, Error = it could not be tested; rerun the CSV to retest the Error rows",
     Err.MANIFEST_CHANGED: "give the CSV the fleet started from, or pass --force to merge the verdicts into this one by model name",
+    Err.HOST_LACKS_GPUS: "give the profile (--hardware) and the rows' gpus cells at most the GPUs this host has "
+                         "(fleet-test prints them), or start the fleet on a host that has the GPUs",
     Err.MAX_STEPS: "raise --max-step, or configure an LLM (FLEETFORGE_LLM_BASE_URL) for ops the offline coder cannot write",
     Err.NO_OFFLINE_TEMPLATE: "configure an LLM (FLEETFORGE_LLM_BASE_URL) to write kernels for these aten ops",
     Err.NO_PROGRESS: "configure an LLM (FLEETFORGE_LLM_BASE_URL), or a different workflow.yaml: the offline coder can only repeat its rejected candidate",

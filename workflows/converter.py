@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.agents import AgentProvenance, AnswerSource
     from contracts.common import ArtifactRef, Failure, JobKind, JobStatus, TokenTotals
     from contracts.convert import CompiledStep, CompileResult, ConversionPlan, PlanStatus
+    from contracts.events import EventKind, JobEvent
     from contracts.convert_job import (
         AccuracyVerdict, AttemptRecord, CalibrationRequest, CompileRequest, ConversionProgress, ConversionRequest,
         ConversionResult, EvaluateRequest, EvaluationReport, ExecuteStepRequest, OffloadReport, PlanFeedback,
@@ -38,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.runs import WorkspaceRef
     from workflows import _visibility as ui
     from workflows._call_options import TOOLCHAIN
+    from workflows._events import JobEvents
     from workflows._init_steps import RunContext, run_id_for
     from workflows._llm import ask, token_totals
     from workflows.agent_ladder import Accepted, climb
@@ -81,6 +83,8 @@ class ConverterWorkflow:
         self._accuracy: AccuracyVerdict | None = None
         self._trusted = False
         self._calibrated_from: str | None = None
+        self._events = JobEvents()
+        """Live events for followers (steps, planner tools and answers, status); not state: never read back."""
 
     @workflow.run
     async def run(self, req: ConversionRequest) -> ConversionResult:
@@ -281,6 +285,8 @@ class ConverterWorkflow:
         climbed = await climb(llm_planner.AGENT, llm=llm if req.llm == "openai" else None, offline=offline,
                               max_llm_answers=req.max_replans + 1)
         self._provenance.append(climbed.provenance)
+        self._events.publish(JobEvent(kind=EventKind.AGENT, agent=llm_planner.AGENT,
+                                      text=f"answered ({climbed.provenance.source.value})"))
         if climbed.provenance.source is AnswerSource.FALLBACK:
             self._planner_warnings.append(f"{climbed.provenance.fallback_reason}; planned with the offline planner instead")
         if climbed.value is None:  # the offline planner always answers; kept for the type
@@ -331,7 +337,7 @@ class ConverterWorkflow:
             self._messages.append(Message.user(note))
         for tick in range(req.planner_max_tool_iters):
             result = await ask(ChatRequest(messages=list(self._messages), tools=llm_planner.TOOL_DEFINITIONS,
-                                           agent=llm_planner.AGENT, temperature=0.0, stream=False),
+                                           agent=llm_planner.AGENT, temperature=0.0, stream=True, live=True),
                                queue=req.queues.llm, summary=f"planner: ask the LLM (attempt {attempt}, tick {tick + 1})")
             self._llm_calls.append(result)
             msg = result.message
@@ -351,6 +357,7 @@ class ConverterWorkflow:
             return ToolResultBlock(tool_call_id=call_id, content=llm_planner.refusal(name), is_error=True)
         assert self._workspace is not None
         self._show(f"plan: {name}", attempt=attempt)
+        self._events.publish(JobEvent(kind=EventKind.TOOL, agent=llm_planner.AGENT, text=f"{name} {arguments}"[:300]))
         out = await workflow.execute_activity_method(
             ToolchainActivities.planner_tool, PlannerToolRequest(name=name, arguments=arguments, workspace=self._workspace),
             task_queue=self._request.queues.toolchain, summary=f"planner tool {name}, attempt {attempt}",
@@ -376,6 +383,7 @@ class ConverterWorkflow:
         self._progress.status = JobStatus.NEEDS_INPUT
         self._waiting = True
         ui.set_status(JobStatus.NEEDS_INPUT)
+        self._events.status(JobStatus.NEEDS_INPUT, " / ".join(questions))
         self._show("needs input")
         try:
             timeout_s = self._request.needs_input_timeout_s
@@ -453,6 +461,7 @@ class ConverterWorkflow:
         await ctx.finish(JobStatus.COMPLETED)
         ui.set_status(JobStatus.COMPLETED)
         self._progress.status = JobStatus.COMPLETED
+        self._events.status(JobStatus.COMPLETED)
         self._show("completed")
         if self._accuracy is not None and self._accuracy.verdict == "accepted_lossy":
             self._warnings.append(self._accuracy.note)
@@ -462,6 +471,7 @@ class ConverterWorkflow:
         """End FAILED: logs/last_error.json, the run record, and (an unevaluated conversion) its artifacts."""
         self._progress.status = JobStatus.FAILED
         self._progress.last_error = f"[{failure.code}] {failure.where}: {failure.message}"
+        self._events.status(JobStatus.FAILED, self._progress.last_error)
         self._show("failed", error=self._progress.last_error)
         if attach and self._artifacts():
             result["artifacts"] = self._artifacts()
@@ -487,6 +497,7 @@ class ConverterWorkflow:
         self._progress.questions = []
         self._waiting = False
         mark_cancelled()
+        self._events.status(JobStatus.CANCELLED)
         self._show("cancelled")
 
     async def _unanswered(self, ctx: RunContext, questions: list[str]) -> ConversionResult:
@@ -525,6 +536,7 @@ class ConverterWorkflow:
 
     def _show(self, step: str, run_id: str = "", *, attempt: int | None = None, error: str = "") -> None:
         self._progress.step = step
+        self._events.step(step)
         if attempt is not None:
             self._progress.attempt = attempt
         if error:

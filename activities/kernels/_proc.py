@@ -15,6 +15,10 @@ from activities.sandbox import Child, Limits, SandboxPolicy, log_lines, scrub, s
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MEMORY_LIMIT_BYTES = 8 * 1024**3
 """The address-space limit of every child on CPU (RLIMIT_AS)."""
+DISK_BUDGET_BYTES = 2 * 1024**3
+"""What a child may write (its outputs: the task's tensors, a few hundred MiB at the verifier's size bound)."""
+PROCESS_LIMIT = 128
+"""Threads count too: torch and the interpreter need a few dozen; a fork bomb stops here."""
 LOG_LINES = 40
 LOG_CHARS = 4000
 """The bounds of a failure's log excerpt (enough to act on, small enough for a prompt and the history)."""
@@ -33,7 +37,8 @@ def child_env(gpu: bool, cpu_s: int) -> dict[str, str]:
 def spawn(module: str, workdir: Path, args: list[str], *, gpu: bool, timeout_s: float) -> Child:
     """`python -m module args` in the sandbox, `workdir` its scratch dir (no network; a GPU child gets the
     GPU's device nodes)."""
-    limits = Limits(timeout_s=timeout_s, memory_bytes=0 if gpu else MEMORY_LIMIT_BYTES, cpu_s=int(timeout_s) + 10)
+    limits = Limits(timeout_s=timeout_s, memory_bytes=0 if gpu else MEMORY_LIMIT_BYTES, cpu_s=int(timeout_s) + 10,
+                    disk_bytes=DISK_BUDGET_BYTES, processes=PROCESS_LIMIT)
     return spawn_child([sys.executable, "-m", module, *args], scratch=workdir, limits=limits,
                        policy=SandboxPolicy(gpu=gpu), env=child_env(gpu, int(timeout_s) + 10))
 

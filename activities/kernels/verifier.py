@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import tempfile
 import threading
 import time
@@ -94,6 +95,17 @@ def verify(
             for child in children.values():
                 child.kill()
         durations.update({k: round(c.elapsed, 3) for k, c in children.items()})
+        if "reference" in children and children["reference"].error and children["candidate"].error:
+            # a hostile candidate (a fork bomb) can starve its neighbour: the reference is blamed only alone
+            shutil.rmtree(ref_dir)
+            ref_dir.mkdir()
+            (ref_dir / "task.py").write_text(task_source, encoding="utf-8")
+            children["reference"] = _start(ref_dir, seed, trials, candidate=False, gpu=gpu, timeout_s=timeout_s)
+            try:
+                wait_all({"reference": children["reference"]}, timeout_s, beat)
+            finally:
+                children["reference"].kill()
+            durations["reference_alone"] = round(children["reference"].elapsed, 3)
         ref_err = children["reference"].error if "reference" in children else None
         cand = children["candidate"]
         if ref_err:

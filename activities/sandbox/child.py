@@ -205,10 +205,11 @@ def unavailable() -> str | None:
 
 
 def _probe() -> str | None:
-    """None when bubblewrap can start a sandbox here, else why not (checked once per configuration)."""
+    """None when bubblewrap can start a sandbox here, else why not. A success is remembered for the
+    configuration; a failure is not (a loaded machine can fail one start), so the next child asks again."""
     with _LOCK:
-        if _CONFIG.probed:
-            return _CONFIG.probe
+        if _CONFIG.probed and _CONFIG.probe is None:
+            return None
         reason = None
         missing = [tool for tool in ("bwrap", "prlimit", "setpriv") if shutil.which(tool) is None]
         if missing:
@@ -221,7 +222,8 @@ def _probe() -> str | None:
             try:
                 done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
                 if done.returncode != 0:
-                    reason = f"bubblewrap failed: {done.stderr.decode(errors='replace').strip()[:300]}"
+                    said = done.stderr.decode(errors="replace").strip()[:300]
+                    reason = f"bubblewrap failed ({exit_description(done.returncode)}){': ' + said if said else ''}"
             except (OSError, subprocess.TimeoutExpired) as e:
                 reason = f"bubblewrap failed: {e}"
         _CONFIG.probe, _CONFIG.probed = reason, True
@@ -265,6 +267,9 @@ class Child:
         self.confined = confined
         self.started = time.monotonic()
         self._disk_base = disk_used(writable)
+        self._namespace: str | None = None
+        """The child's PID namespace (`pid:[inode]`), once seen: what `kill` waits to be empty."""
+        self._namespace_fd: int | None = None
         self.error: str | None = None
         self.log_excerpt = ""
         """What the caller made of the log for a report (its own format; scrubbed)."""
@@ -278,6 +283,8 @@ class Child:
     def poll(self) -> int | None:
         """The exit code, negative for a signal (bubblewrap reports a signalled child as 128 + N)."""
         code = self.proc.poll()
+        if code is None and self.confined and self._namespace is None:
+            self._hold_namespace()
         if code is not None and self.confined and 128 < code < 128 + signal.NSIG:
             return -(code - 128)
         return code
@@ -287,8 +294,11 @@ class Child:
 
     def kill(self) -> None:
         """Kill the whole child and wait until nothing of it is left: bubblewrap, the namespace's init
-        (with it the kernel kills everything in the PID namespace), and the command (another session)."""
+        (with it the kernel kills everything in the PID namespace), and the command (another session).
+        bubblewrap may exit before its namespace is empty (a fork bomb's processes), so this waits for that."""
         tree = _descendants(self.proc.pid) if self.proc.poll() is None else []
+        if self._namespace is None and tree:
+            self._hold_namespace()
         for pid in [self.proc.pid, *tree]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -296,10 +306,46 @@ class Child:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         deadline = time.monotonic() + KILL_WAIT_S
-        while tree and time.monotonic() < deadline:
-            tree = [pid for pid in tree if _alive(pid)]
-            if tree:
+        try:
+            while time.monotonic() < deadline:
+                tree = [pid for pid in tree if _alive(pid)]
+                left = self._namespace is not None and _namespace_members(self._namespace)
+                if not tree and not left:
+                    return
+                for pid in left or []:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
                 time.sleep(0.01)
+        finally:
+            self._release_namespace()
+
+    def _hold_namespace(self) -> None:
+        """Remember the child's PID namespace and hold it open: while we hold it, its inode number cannot be
+        reused by another child's new namespace, so `kill` never reaches a stranger's processes."""
+        for pid in _descendants(self.proc.pid):
+            try:
+                fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY)
+            except OSError:
+                continue
+            name = _pid_namespace(pid)
+            if name is None or name == _pid_namespace(os.getpid()):
+                os.close(fd)
+                continue
+            if os.readlink(f"/proc/self/fd/{fd}") != name:  # the pid was reused between the two reads
+                os.close(fd)
+                continue
+            self._namespace, self._namespace_fd = name, fd
+            return
+
+    def _release_namespace(self) -> None:
+        if self._namespace_fd is not None:
+            os.close(self._namespace_fd)
+        self._namespace, self._namespace_fd = None, None
+
+    def __del__(self) -> None:
+        if getattr(self, "_namespace_fd", None) is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._namespace_fd)  # type: ignore[arg-type]
 
     def tail(self, lines: int = 3, chars: int = 400) -> list[str]:
         """The child's last non-empty log lines, each bounded, scrubbed of the worker's secrets."""
@@ -321,6 +367,18 @@ def _stat(pid: int) -> list[str] | None:
 def _alive(pid: int) -> bool:
     fields = _stat(pid)
     return fields is not None and fields[0] != "Z"
+
+
+def _pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _namespace_members(namespace: str) -> list[int]:
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and _pid_namespace(int(e.name)) == namespace
+            and _alive(int(e.name))]
 
 
 def _descendants(root: int) -> list[int]:
@@ -388,6 +446,10 @@ def wait_children(children: Mapping[str, Child], *, timeout_s: float, beat: Call
             for name, child in list(pending.items()):
                 code = child.poll()
                 if code is not None:
+                    if code != 0 and child.confined and (said := _sandbox_setup_error(child)):
+                        # never the candidate's or the model's failure; bubblewrap's own can be a loaded machine's
+                        raise FleetforgeError(Err.SANDBOX_UNAVAILABLE, f"the sandbox did not start ({said})",
+                                              retryable=said.startswith("bwrap: "))
                     child.finish(code, None if code == 0 else exit_reason(code, child))
                     del pending[name]
                 elif child.over_disk_budget():
@@ -412,8 +474,16 @@ def wait_children(children: Mapping[str, Child], *, timeout_s: float, beat: Call
             except subprocess.TimeoutExpired:
                 pass
     finally:
-        for child in pending.values():
-            child.kill()
+        for child in children.values():
+            child.kill()  # also an exited one: what it left running in its namespace goes now
+
+
+def _sandbox_setup_error(child: Child) -> str:
+    """What bubblewrap, prlimit or setpriv said when they failed before the command started ("" otherwise)."""
+    first = log_lines(child.log)[:1]
+    if first and first[0].startswith(("bwrap: ", "prlimit: ", "setpriv: ")):
+        return first[0][:300]
+    return ""
 
 
 def exit_description(code: int) -> str:

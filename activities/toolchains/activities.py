@@ -174,10 +174,12 @@ class ToolchainActivities:
         ws = self.workspace(req.workspace)
         ws.materialize()
         parsed = urlparse(req.source)
-        if parsed.scheme == "s3":
+        if parsed.scheme in ("s3", "upload"):  # upload: what the client shipped (contracts/uploads.py)
             try:
                 _, source = ModelHub(self.store, self.settings).locate(req.source)
             except FleetforgeError as e:
+                if e.code is Err.STORE_NOT_SHARED:
+                    raise
                 raise FleetforgeError(Err.CALIBRATION_INVALID, f"calibration data: {e.message}") from e
         else:
             source = Path(unquote(parsed.path)) if parsed.scheme == "file" else Path(req.source)

@@ -102,6 +102,22 @@ def test_convert_a_relative_path_from_another_directory(stack: Stack, model: Pat
     assert result["status"] == "COMPLETED" and result["model"]["source"] == str(tmp_path / "rel.onnx"), result
 
 
+def test_inspect_a_relative_path_from_another_directory(stack: Stack, model: Path, tmp_path: Path):  # noqa: F811
+    """One path rule for every command (issue 23): inspect resolves `sub/m.onnx` like convert does, from the
+    caller's directory (it used to go to the worker as written and fail MODEL_NOT_FOUND there)."""
+    import subprocess
+
+    from tests.e2e.test_cli import FLEETFORGE
+
+    (tmp_path / "sub").mkdir()
+    shutil.copy(model, tmp_path / "sub" / "m.onnx")
+    done = subprocess.run([FLEETFORGE, "inspect", "sub/m.onnx", "--wait", "--json"], env=stack.env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "COMPLETED" and result["model"]["source"] == str(tmp_path / "sub" / "m.onnx"), result
+
+
 def test_convert_impossible_combinations_exit_2_before_starting(model: Path, tmp_path: Path):  # noqa: F811
     from tests.e2e.test_cli import stack_env
 

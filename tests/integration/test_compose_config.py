@@ -88,6 +88,18 @@ def test_socket_mount_only_on_the_opt_in_containers_worker(compose: dict[str, An
         assert not service.get("privileged"), name
 
 
+def test_the_remote_worker_shares_only_temporal_and_the_store(compose: dict[str, Any]) -> None:
+    worker = compose["services"]["worker-remote"]
+    assert worker["profiles"] == ["remote-worker"]  # opt-in: `up` on the server machine does not start it
+    assert not worker.get("volumes") and not worker.get("depends_on")  # no files, no local server services
+    env = worker["environment"]
+    assert env["FLEETFORGE_STORE_URL"].startswith("s3://")  # a file:// store cannot be shared across machines
+    assert "${FLEETFORGE_SERVER" in env["TEMPORAL_ADDRESS"] and "${FLEETFORGE_SERVER" in env["FLEETFORGE_S3_ENDPOINT"]
+    from worker import parse_queue_kinds
+
+    assert parse_queue_kinds(worker["command"][-1])
+
+
 def test_dockerfile_installs_the_project_with_toolchains() -> None:
     text = DOCKERFILE.read_text()
     assert "FROM python:3.11-slim" in text

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import json
+import shutil
 import subprocess
 import threading
 import time
@@ -184,7 +186,7 @@ async def test_docker_runner_probes_models_then_a_one_token_completion_or_the_ro
     assert served.passed and served.phase is TestPhase.PROBE, served.log_tail
     assert "GET /v1/models -> 200 OK" in served.log_tail and "POST /v1/completions -> 200 OK" in served.log_tail
     assert not broken.passed and broken.phase is TestPhase.PROBE
-    assert "POST /v1/completions (model org/m, 1 token): HTTP 500" in broken.log_tail
+    assert "POST /v1/completions (model org/m): reached BOOTS" in broken.log_tail and "HTTP 500" in broken.log_tail
     assert "the engine failed to generate" in broken.log_tail, "the server's own error goes into the log"
     verdict = classify(broken.exit_code, broken.log_tail, broken.phase)
     assert verdict.category is ErrorCategory.PROBE_FAILED, verdict
@@ -216,6 +218,31 @@ async def test_process_runner_kills_an_interrupted_earlier_run_of_the_row_before
         again = await runner.run(request('python -c "print(42)"', fleet_id="crashy", row=3), print)
         assert again.test_runs == 1 and "interrupted" not in again.log_tail
         assert group_members(orphan.pid) == []
+    finally:
+        if orphan.poll() is None:
+            os.killpg(orphan.pid, signal.SIGKILL)
+
+
+async def test_process_runner_finds_a_run_whose_worker_died_between_intent_and_pid_by_its_tag(tmp_path: Path):
+    """The marker records the intent (a tag the child carries in FLEETFORGE_RUN_TAG) before the spawn; a
+    worker killed before it wrote the pid leaves an intent only. The retry finds the run by its tag in
+    /proc/PID/environ, kills it, and counts the rerun."""
+    import os
+    import signal
+    import sys
+
+    from activities.containers._marker import TAG_VAR, RowMarker
+
+    markers = tmp_path / "fleet-rows"
+    tag = RowMarker(markers, "crashy", 4).intend(attempt=1)
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
+                              env={**os.environ, TAG_VAR: tag})
+    try:
+        out = await ProcessRunner(FileStore(tmp_path / "a"), marker_dir=markers).run(
+            request('python -c "print(42)"', fleet_id="crashy", row=4), print)
+        assert orphan.wait(timeout=10) == -signal.SIGKILL, "the run found by its tag was killed"
+        assert out.passed and out.test_runs == 2, out.log_tail
+        assert "(1 still running and killed first)" in out.log_tail
     finally:
         if orphan.poll() is None:
             os.killpg(orphan.pid, signal.SIGKILL)
@@ -323,3 +350,27 @@ def test_listening_pids_names_the_owner_of_a_port():
         assert listening_pids(port, [1]) in (set(), None), "pid 1 does not hold it"
     assert listening_pids(port, [os.getpid()]) is None, "nobody listens any more"
     assert not port_taken(port)
+
+
+async def test_a_process_runner_command_runs_in_the_sandbox(tmp_path: Path, file_store, monkeypatch):
+    """An LLM wrote the command: it runs through the one sandbox. It shares the host's network (its server
+    must answer on 127.0.0.1) but sees no other process, none of the worker's files or secrets, and is not root."""
+    from activities import sandbox
+
+    monkeypatch.setenv("FLEETFORGE_LLM_API_KEY", "sk-planted-runner")
+    state = Path(__file__).resolve().parents[2] / "test-artifacts" / f"state-{uuid.uuid4().hex[:8]}"
+    (state / "artifacts").mkdir(parents=True)
+    (state / "artifacts" / "model.onnx").write_bytes(b"x")
+    probe = ("import json, os; h = sys.argv[1]; print(json.dumps({'uid': os.getuid(), 'env': sorted(os.environ), "
+             "'processes': len([p for p in os.listdir('/proc') if p.isdigit()]), "
+             "'hidden': os.listdir(h) if os.path.isdir(h) else 'absent'}))")
+    sandbox.configure("bwrap", hidden=[state])
+    try:
+        out = await ProcessRunner(file_store).run(request(f'python -c "import sys; {probe}" {state / "artifacts"}'), print)
+    finally:
+        sandbox.configure("bwrap")
+        shutil.rmtree(state)
+    assert out.passed, out.log_tail
+    found = json.loads(out.log_tail.strip().splitlines()[-1])
+    assert found["hidden"] in ("absent", []) and found["processes"] <= 3
+    assert found["uid"] != 0 and "FLEETFORGE_LLM_API_KEY" not in found["env"] and "PORT" not in found["env"]

@@ -130,3 +130,46 @@ def test_log_tail_prefers_the_crash_frame(tmp_path):
                    '  File "/x/onnxruntime/capi/session.py", line 406 in run\n  File "/x/evaluate.py", line 90 in evaluate\n')
     assert log_tail(log) == ["noise", "Fatal Python error: Segmentation fault",
                              'File "/x/onnxruntime/capi/session.py", line 406 in run']
+
+
+def reach_out(port: int, hidden: str) -> dict:
+    """What a crafted model parsed in the child could try: the network, the worker's files, processes, secrets."""
+    import socket
+
+    found: dict = {"uid": os.getuid(), "env": sorted(os.environ),
+                   "processes": len([p for p in os.listdir("/proc") if p.isdigit()])}
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=3)
+        found["network"] = "connected"
+    except OSError as e:
+        found["network"] = type(e).__name__
+    found["hidden"] = os.listdir(hidden) if os.path.isdir(hidden) else "absent"
+    return found
+
+
+def test_a_converter_child_is_sandboxed(monkeypatch):
+    """The toolchain's children go through the one sandbox: no network, no view of the worker's processes,
+    files or secrets, not root."""
+    import shutil
+    import socket
+    import uuid
+    from pathlib import Path
+
+    from activities import sandbox
+
+    monkeypatch.setenv("FLEETFORGE_LLM_API_KEY", "sk-planted-isolate")
+    state = Path(__file__).resolve().parents[2] / "test-artifacts" / f"state-{uuid.uuid4().hex[:8]}"
+    (state / "artifacts").mkdir(parents=True)
+    (state / "artifacts" / "model.onnx").write_bytes(b"x")
+    listener = socket.create_server(("127.0.0.1", 0))
+    sandbox.configure("bwrap", hidden=[state])
+    try:
+        found = run("reach_out", port=listener.getsockname()[1], hidden=str(state / "artifacts"))
+    finally:
+        sandbox.configure("bwrap")
+        listener.close()
+        shutil.rmtree(state)
+    assert found["network"] == "ConnectionRefusedError"
+    assert found["hidden"] in ("absent", []), "the state dir and the store are not visible"
+    assert found["processes"] <= 3, "its own PID namespace"
+    assert found["uid"] != 0 and "FLEETFORGE_LLM_API_KEY" not in found["env"]
