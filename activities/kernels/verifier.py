@@ -99,8 +99,9 @@ def verify(
             # a hostile candidate (a fork bomb) can starve its neighbour: the reference is blamed only alone
             shutil.rmtree(ref_dir)
             ref_dir.mkdir()
-            (ref_dir / "task.py").write_text(task_source, encoding="utf-8")
-            children["reference"] = _start(ref_dir, seed, trials, candidate=False, gpu=gpu, timeout_s=timeout_s)
+            _write_task(ref_dir, task_source, held_source)
+            children["reference"] = _start(ref_dir, seed, trials, candidate=False, held=bool(held_source), gpu=gpu,
+                                           timeout_s=timeout_s)
             try:
                 wait_all({"reference": children["reference"]}, timeout_s, beat)
             finally:
