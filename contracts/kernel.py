@@ -149,6 +149,11 @@ class ConductorConfig(_Strict):
         validation_alias=AliasChoices("mandatory_analysis", "mandatory_llm_analysis"),
     )
     limitation_info: LimitationInfo
+    allow_mixed_kernels: bool = False
+    """Off by default: a candidate whose forward computes part of the task with torch ops (e.g. a Triton
+    matmul followed by `torch.softmax`) is rejected, naming the op and its line. On: such mixed kernels
+    may be VERIFIED (the torch ops are still named in the report); the output must still come from a
+    Triton kernel's writes."""
 
     @model_validator(mode="after")
     def _check_graph(self) -> "ConductorConfig":

@@ -25,9 +25,27 @@ class Mismatch(BaseModel, frozen=True):
     output: int
     """Which output tensor of the forward (0 for a single tensor)."""
     index: list[int]
+    held_out: bool = False
+    """The run used the held-out sizes (VerifierReport.held_out), not the task's own."""
     expected: float | str
     got: float | str
     """Non-finite values as "nan"/"inf"/"-inf" (JSON has no NaN)."""
+
+
+class TorchOpUse(BaseModel, frozen=True):
+    """One aten op a candidate's forward ran as a torch op outside its Triton launches
+    (activities/kernels/torch_work.py says which ops are allowed there)."""
+
+    op: str
+    """The op's name without overload (`relu`, `addmm`, `_softmax`)."""
+    overload: str = ""
+    """The aten overload that ran (`aten.relu.default`)."""
+    line: int = 0
+    """The innermost line of candidate.py on the call stack (0 when no candidate frame was found)."""
+    code: str = ""
+    """That line's source."""
+    in_reference: bool = False
+    """The reference's traced graph computes this op: torch did the task's own arithmetic."""
 
 
 class VerifierReport(BaseModel, frozen=True):
@@ -46,6 +64,13 @@ class VerifierReport(BaseModel, frozen=True):
     log: str = ""
     """A bounded excerpt of the candidate's log when it crashed: the traceback frames in the candidate's
     own file (file:line and the source line) and the error, not only the last line."""
+    torch_ops: list[TorchOpUse] = Field(default_factory=list)
+    """The ops torch computed outside the candidate's Triton launches (at most 10): set when that was the
+    rejection, or when the workflow allows mixed kernels (then named, not rejected)."""
+    held_out: dict[str, Number] = Field(default_factory=dict)
+    """The held-out sizes (task constants) the candidate was also verified at; empty when none ran."""
+    shapes_note: str = ""
+    """"verified at its own shapes only: <why>" when no held-out size set could run."""
     confinement: str = ""
     """Empty when the candidate ran in the sandbox; the operator's opt-out (FLEETFORGE_SANDBOX=off) otherwise."""
 
@@ -98,6 +123,12 @@ class ReferenceAnalysis(BaseModel, frozen=True):
     param_bytes: int = 0
     trace_error: str = ""
     """Why the forward could not be traced (the offline agents then have no template; an LLM can still work)."""
+    held_out: dict[str, Number] = Field(default_factory=dict)
+    """A second size set (task constants, odd, at least one dimension changed, within the memory bound) the
+    verifier also runs reference and candidate at, so a kernel that assumes the sample's sizes fails
+    (activities/kernels/held_out.py); empty when none could be derived (`held_out_note` says why)."""
+    held_out_note: str = ""
+    """Why the task has no held-out sizes ("verified at its own shapes only: ...")."""
 
     @property
     def aten_ops(self) -> list[str]:
@@ -320,6 +351,14 @@ class VerifyRequest(BaseModel, frozen=True):
     seed: int = 0
     trials: int = Field(default=2, ge=1, le=50)
     """Trial sets; each runs the task's own inputs and the other input families (same shapes/dtypes)."""
+    held_out: dict[str, Number] = Field(default_factory=dict)
+    """Held-out sizes (ReferenceAnalysis.held_out): the candidate must also be right there."""
+    held_out_note: str = ""
+    """Why there are none (shown in the report as "verified at its own shapes only")."""
+    reference_ops: list[str] = Field(default_factory=list)
+    """The reference's traced aten ops: the ones torch must not compute in the candidate's forward."""
+    allow_mixed: bool = False
+    """The workflow.yaml allows mixed kernels (torch may do part of the work; named, not rejected)."""
 
 
 class VerifyResult(BaseModel, frozen=True):
@@ -417,3 +456,6 @@ class KernelResult(BaseModel):
     """Every offline fallback of an LLM agent, one line each (step, agent, why)."""
     duplicates_refused: int = 0
     """Candidates identical to an already-rejected one, refused without running the verifier again."""
+    shapes: str = ""
+    """Which sizes the verified candidate was proven at: the task's and the held-out ones, or "verified at
+    its own shapes only: <why>"."""

@@ -107,6 +107,7 @@ class ConductorWorkflow:
         self._attempts: list[Attempt] = []
         self._best: ArtifactRef | None = None
         self._report: VerifierReport | None = None
+        self._best_report: VerifierReport | None = None
         self._speed = ""
         self._speedup: float | None = None
         self._calls: list[AgentCall] = []
@@ -273,9 +274,11 @@ class ConductorWorkflow:
             def ask(provider: Provider, repair: list[str]) -> Awaitable[CodeResult]:
                 label = f"{go.agent} step {go.step}" + (f", candidate {i + 1}/{n}" if n > 1 else "")
                 offline = provider == "offline"
+                # the offline coder renders the offline designer's plan; only without one does it read the trace
+                needs_trace = offline and (self._design is None or self._design.plan is None)
                 return self._llm_call(KernelActivities.code, base.model_copy(update={
                     "candidate_index": i, "llm": provider, "repair": repair,
-                    "reference": self._reference if offline else None}), label + (" (offline)" if offline else ""))
+                    "reference": self._reference if needs_trace else None}), label + (" (offline)" if offline else ""))
             return ask
 
         async def one(i: int) -> tuple[CodeResult | None, AgentProvenance, list[CodeResult]]:
@@ -379,8 +382,10 @@ class ConductorWorkflow:
         self._report, self._speed = res.report, res.speed or self._speed
         if winner is not None and (self._best is None or faster(res.speedup, self._speedup)):
             self._best, self._speedup = cands[winner], res.speedup  # an optimizer's slower candidate never wins
+            self._best_report = res.report
         passed = winner is not None
-        summary = ("PASSED" + (f" ({res.speed})" if res.speed else "")) if passed else f"FAILED: {res.report.reason}"
+        notes = [n for n in (shapes_checked(res.report), res.speed) if n]
+        summary = ("PASSED" + (f" ({'; '.join(notes)})" if notes else "")) if passed else f"FAILED: {res.report.reason}"
         if len(cands) > 1:
             summary += f" [{sum(r.report.passed for r in done.values())}/{len(cands)} candidates passed]"
         return (AgentRecord(agent=go.agent, step=go.step, verifier_passed=passed, suggestion=go.suggestion,
@@ -389,9 +394,12 @@ class ConductorWorkflow:
                            candidates=cands, report=res.report, speed=res.speed))
 
     async def _verify(self, candidate: ArtifactRef, step: int, index: int, n: int) -> tuple[int, VerifyResult]:
+        ref = self._reference or ReferenceAnalysis()
         res = await workflow.execute_activity_method(
             KernelActivities.verify,
-            VerifyRequest(task=self._req.task, candidate=candidate, timeout_s=self._req.verify_timeout_s),
+            VerifyRequest(task=self._req.task, candidate=candidate, timeout_s=self._req.verify_timeout_s,
+                          held_out=ref.held_out, held_out_note=ref.held_out_note, reference_ops=ref.aten_ops,
+                          allow_mixed=self._req.config.allow_mixed_kernels),
             task_queue=self._req.queues.kernels,
             summary=f"verifier step {step}" + (f", candidate {index + 1}/{n}" if n > 1 else ""),
             start_to_close_timeout=KERNEL.start_to_close, heartbeat_timeout=KERNEL.heartbeat, retry_policy=KERNEL.retry,
@@ -414,6 +422,7 @@ class ConductorWorkflow:
     def _result(self, **fields: Any) -> KernelResult:
         base = dict(best_candidate=self._best, report=self._report, steps=self._state.step, trace=list(self._trace),
                     tokens=token_totals(self._calls), overrides=self._req.task.overrides, op_family=self._family,
+                    shapes=shapes_checked(self._best_report) if self._best_report else "",
                     aten_ops=self._reference.aten_ops if self._reference else [], fallbacks=list(self._fallbacks),
                     duplicates_refused=self._duplicates)
         return KernelResult(**{**base, **fields})
@@ -444,6 +453,15 @@ class ConductorWorkflow:
         self._show("failed", error=f"{failure.code}: {failure.message}")
         return end_failed(self._result(outcome=KernelOutcome.FAILED, status=JobStatus.FAILED, failure=failure), failure)
 
+    def _shapes(self) -> str:
+        """For the Web UI: which sizes the verified candidate holds at, or (before one) will be checked at."""
+        if self._best_report is not None:
+            return shapes_checked(self._best_report)
+        ref = self._reference
+        if ref is None:
+            return ""
+        return ref.held_out_note or (f"the task's and held-out sizes {_sizes(ref.held_out)}" if ref.held_out else "")
+
     def _show(self, step: str, error: str = "") -> None:
         self._events.step(step)
         last = self._trace[-1] if self._trace else None
@@ -451,6 +469,7 @@ class ConductorWorkflow:
             "step": step, "steps run": self._state.step,
             "reference": self._family or "-",
             "sizes": ", ".join(f"{k}={v}" for k, v in self._req.task.overrides.items()) or "as in the task file",
+            "shapes": self._shapes(),
             "last": f"{last.agent}: {last.summary}" if last else "",
             "last error": error or (self._report.reason if self._report and not self._report.passed else ""),
             "tokens": token_totals(self._calls).total_tokens,
@@ -478,6 +497,17 @@ def unverified(decision: Finish, last_verdict: str, where: str) -> Failure:
     if last_verdict and reason is not FinishReason.NO_OFFLINE_TEMPLATE:
         message += f"; last verdict: {last_verdict}"
     return Failure(code=code, message=message, where=where)
+
+
+def shapes_checked(report: VerifierReport) -> str:
+    """Which sizes a passing report proves: "verified at its own shapes only: why", or the held-out sizes too."""
+    if report.shapes_note:
+        return report.shapes_note
+    return f"also verified at held-out sizes {_sizes(report.held_out)}" if report.held_out else ""
+
+
+def _sizes(sizes: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items())
 
 
 def _by(prov: AgentProvenance) -> str:

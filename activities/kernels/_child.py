@@ -10,8 +10,12 @@ A trial set is the task's own `get_inputs()` (seeded per trial) followed by the 
 from other distributions (FAMILIES: same shapes and dtypes, floating tensors only), so a kernel cannot
 pass by relying on the task's input range (KernelBench draws with `torch.rand`: all inputs >= 0).
 
+With `--held-out HELD_TASK.py` (the task file at other sizes) it then runs HELD_OUT_TRIALS trial sets of
+HELD_OUT_FAMILIES on that task and writes HELD_OUT_FILE, so a kernel that assumes the sample's sizes fails.
+
 For a candidate it also writes LAUNCHES_FILE next to OUT.pt: which outputs do not depend on any
-storage a Triton launch received in that forward call (see `LaunchRecorder`).
+storage a Triton launch received in that forward call, and which compute ops torch ran in forward
+outside the launches, with the candidate's line (see `LaunchRecorder`, `torch_work`).
 """
 
 from __future__ import annotations
@@ -32,8 +36,16 @@ LARGE_SCALE = 100.0
 NEAR_ZERO_SCALE = 1e-3
 
 LAUNCHES_FILE = "launches.json"
-"""`{"not_kernel_derived": [[run, output], ...]}` (run = trial * len(FAMILIES) + family), written by a
-candidate child after OUT.pt."""
+"""`{"not_kernel_derived": [[run, output], ...], "held_out_not_kernel_derived": [...], "torch_ops": [...]}`
+(run = trial * len(families) + family), written by a candidate child after OUT.pt (again after the
+held-out runs)."""
+HELD_OUT_FILE = "held_out.pt"
+"""The outputs at the held-out sizes (`--held-out HELD_TASK.py`), next to OUT.pt."""
+HELD_OUT_ERROR_FILE = "held_out_error.txt"
+"""Written by the reference child when the task itself fails at the held-out sizes (then none are checked)."""
+HELD_OUT_TRIALS = 1
+HELD_OUT_FAMILIES = ("task", "signed_normal")
+"""The held-out sizes test shape generality; the value distributions were covered at the task's sizes."""
 
 
 def _load(path: str, name: str) -> ModuleType:
@@ -68,8 +80,12 @@ class LaunchRecorder:
     reduction of per-block partials pass, while a decoy that launches a kernel on a scratch buffer
     (or only reads `x`) and returns `torch.relu(x)` does not.
 
-    It proves dependence, not that a kernel did the work: `torch.relu(x) + kernel_out * 0`
-    passes, and a kernel that leaves every byte it received unchanged counts as writing nothing.
+    It also records every op outside a launch that is not allocation, a view, a cast or a copy
+    (`torch_work.ALLOWED`), with the innermost line of the candidate's file on the Python stack: that
+    is how a torch-computed result copied out by a kernel is named and rejected.
+
+    Dependence alone does not prove a kernel did the work: `torch.relu(x) + kernel_out * 0`
+    depends on a kernel (the recorded relu and add reject it), and a kernel that leaves every byte it received unchanged counts as writing nothing.
     It also runs inside the candidate's own process, so a hostile candidate can tamper with it
     (unpatch `run`, leave the mode, fill the record): it is feedback against lazy decoys, not a
     guarantee. The numeric comparison in the verifier's process stays the real guarantee.
@@ -79,7 +95,7 @@ class LaunchRecorder:
     one of these). Must be installed before the candidate is imported.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, source_file: str = "candidate.py") -> None:
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
         from triton.runtime.interpreter import InterpretedFunction
@@ -91,6 +107,12 @@ class LaunchRecorder:
                             aten.new_empty_strided, aten.new_zeros, aten.new_ones, aten.new_full}
         self._derived: dict[int, object] = {}
         self._in_launch = False
+        self._source = os.path.abspath(source_file)  # the path the candidate's code objects carry
+        self.torch_ops: dict[tuple[str, int], dict] = {}
+        """Compute ops torch ran in the candidate's forward outside any launch, by (overload, line) (see
+        torch_work.ALLOWED), each with the first run that ran it."""
+        self.run = 0
+        self.held_out = False
         recorder = self
 
         class Propagate(TorchDispatchMode):
@@ -125,7 +147,10 @@ class LaunchRecorder:
 
     def _propagate(self, func: Any, args: tuple, kwargs: dict) -> object:
         out = func(*args, **kwargs)
-        if self._in_launch or func.overloadpacket in self._value_free:
+        if self._in_launch:
+            return out
+        self._note_torch_op(func)
+        if func.overloadpacket in self._value_free:
             return out
         if any(self._is_derived(t) for t in _tensors([*args, *kwargs.values()])):
             params = func._schema.arguments
@@ -134,6 +159,28 @@ class LaunchRecorder:
                         if p.name in kwargs and p.alias_info is not None and p.alias_info.is_write]
             self._add(_tensors([out, *written]))
         return out
+
+    def _note_torch_op(self, func: Any) -> None:
+        """Record a compute op torch ran outside a launch, at the innermost line of the candidate's own
+        file on the Python stack (a helper function's line, not only forward's)."""
+        from activities.kernels.torch_work import is_allowed
+
+        name = str(func)
+        if is_allowed(name) or len(self.torch_ops) >= 100:
+            return
+        frame, line = sys._getframe(1), 0
+        while frame is not None:
+            if frame.f_code.co_filename == self._source:
+                line = frame.f_lineno
+                break
+            frame = frame.f_back
+        if (name, line) not in self.torch_ops:
+            import linecache
+
+            code = linecache.getline(self._source, line).strip() if line else ""
+            self.torch_ops[(name, line)] = {"op": name.split(".")[1] if name.startswith("aten.") else name,
+                                            "overload": name, "line": line, "code": code[:200], "run": self.run,
+                                            "held_out": self.held_out}
 
     def _add(self, tensors: list) -> None:
         for t in tensors:
@@ -235,13 +282,48 @@ def die_with_parent() -> None:
 
 
 def main(argv: list[str]) -> int:
+    held_out_path = None
+    if "--held-out" in argv:  # `--held-out HELD_TASK.py`: the same task file at other sizes
+        i = argv.index("--held-out")
+        held_out_path, argv = argv[i + 1], argv[:i] + argv[i + 2:]
     task_path, out_path, seed, trials = argv[0], argv[1], int(argv[2]), int(argv[3])
     candidate_path = argv[4] if len(argv) > 4 else None
     import torch
 
-    recorder = LaunchRecorder() if candidate_path else None
+    recorder = LaunchRecorder(candidate_path) if candidate_path else None
     task = _load(task_path, "fleetforge_task")
-    cls = getattr(_load(candidate_path, "fleetforge_candidate"), "ModelNew") if candidate_path else task.Model
+    candidate_cls = getattr(_load(candidate_path, "fleetforge_candidate"), "ModelNew") if candidate_path else None
+    folder = os.path.dirname(out_path)
+    outputs, not_derived = _runs(task, candidate_cls or task.Model, seed, trials, FAMILIES, recorder)
+    torch.save(outputs, out_path)
+    record: dict[str, Any] = {"not_kernel_derived": not_derived}
+    _write_record(folder, record, recorder)
+    if held_out_path is None:
+        return 0
+    try:
+        held = _load(held_out_path, "fleetforge_task_held_out")
+        if recorder:
+            recorder.held_out = True
+        held_outputs, held_not_derived = _runs(held, candidate_cls or held.Model, seed, HELD_OUT_TRIALS,
+                                               HELD_OUT_FAMILIES, recorder)
+    except Exception as e:  # noqa: BLE001 - the reference's failure here only means no held-out check
+        if candidate_path:
+            raise  # the candidate's crash at the held-out sizes is its verdict
+        with open(os.path.join(folder, HELD_OUT_ERROR_FILE), "w", encoding="utf-8") as f:
+            f.write(f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
+        return 0
+    torch.save(held_outputs, os.path.join(folder, HELD_OUT_FILE))
+    record["held_out_not_kernel_derived"] = held_not_derived
+    _write_record(folder, record, recorder)
+    return 0
+
+
+def _runs(task: ModuleType, cls: type, seed: int, trials: int, families: tuple[str, ...],
+          recorder: LaunchRecorder | None) -> tuple[list, list]:
+    """Every trial set's outputs (run = trial * len(families) + family) and, for a candidate, the
+    [run, output] pairs that do not derive from a kernel's writes."""
+    import torch
+
     torch.manual_seed(seed)
     model = cls(*task.get_init_inputs()).to(_device())
     outputs, not_derived = [], []
@@ -249,18 +331,25 @@ def main(argv: list[str]) -> int:
         for trial in range(trials):
             torch.manual_seed(seed + 1 + trial)
             task_inputs = _inputs(task)
-            for k, family in enumerate(FAMILIES):
+            for family in families:
+                k = FAMILIES.index(family)
                 inputs = family_inputs(task_inputs, family, seed + 1000 * (k + 1) + trial)
+                if recorder:
+                    recorder.run = len(outputs)
                 with recorder.call() if recorder else nullcontext():
                     items = _items(model(*inputs))
                 if recorder:
                     not_derived += [[len(outputs), i] for i, x in enumerate(items) if not recorder.derived(x)]
                 outputs.append(_as_list(items))
-    torch.save(outputs, out_path)
-    if recorder:
-        with open(os.path.join(os.path.dirname(out_path), LAUNCHES_FILE), "w", encoding="utf-8") as f:
-            json.dump({"not_kernel_derived": not_derived}, f)
-    return 0
+    return outputs, not_derived
+
+
+def _write_record(folder: str, record: dict, recorder: LaunchRecorder | None) -> None:
+    if recorder is None:
+        return
+    record["torch_ops"] = list(recorder.torch_ops.values())
+    with open(os.path.join(folder, LAUNCHES_FILE), "w", encoding="utf-8") as f:
+        json.dump(record, f)
 
 
 def profile(argv: list[str]) -> int:

@@ -5,6 +5,7 @@ and `get_inputs()` on the meta device (shapes and dtypes, no memory), and traces
 `make_fx` into aten ops. Parameters and buffers are traced as named inputs (`torch.func.functional_call`),
 so a template can address them by name; a Python scalar input is traced as a sentinel value and its uses
 come back as references to that input (the kernel takes it at run time, not the traced constant).
+Then it chooses the held-out sizes (`held_out`: the task at a second size set, traced the same way).
 Writes a ReferenceAnalysis (contracts.kernel_job) as JSON. Runs in a child (the task is user code):
 the same limits as the verifier's children.
 """
@@ -126,12 +127,35 @@ def probe(task_path: str, seed: int) -> dict:
     return result
 
 
+def held_out_sizes(task_path: str, analysis: Any, seed: int) -> dict:
+    """The held-out size set (`held_out.choose`), each candidate set traced here on the meta device from
+    the task file rewritten with it (written next to the task: the probe's own scratch folder)."""
+    from activities.kernels import held_out
+    from activities.kernels.task_source import apply_overrides
+    from contracts.kernel_job import ReferenceAnalysis
+
+    path = Path(task_path)
+    source = path.read_text(encoding="utf-8")
+
+    def trace(overrides: dict[str, int]) -> ReferenceAnalysis:
+        held = path.with_name("held_out_task.py")
+        held.write_text(apply_overrides(source, overrides, path.name), encoding="utf-8")
+        try:
+            return ReferenceAnalysis.model_validate(probe(str(held), seed))
+        except Exception as e:  # noqa: BLE001 - a size set the task cannot take is one not to use
+            return ReferenceAnalysis(trace_error=f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
+
+    sizes, note = held_out.choose(source, analysis, trace)
+    return {"held_out": sizes, "held_out_note": note}
+
+
 def main(argv: list[str]) -> int:
 
     from contracts.kernel_job import ReferenceAnalysis
 
     task_path, out_path, seed = argv[0], argv[1], int(argv[2])
     analysis = ReferenceAnalysis.model_validate(probe(task_path, seed))
+    analysis = analysis.model_copy(update=held_out_sizes(task_path, analysis, seed))
     Path(out_path).write_text(analysis.model_dump_json(), encoding="utf-8")
     return 0
 

@@ -195,7 +195,8 @@ class KernelActivities:
         if not req.task.on_cpu:
             _require_gpu(req.task.arch)
         report = verify(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, trials=req.trials,
-                        heartbeat=note, gpu=not req.task.on_cpu)
+                        heartbeat=note, gpu=not req.task.on_cpu, held_out=req.held_out,
+                        held_out_note=req.held_out_note, reference_ops=req.reference_ops, allow_mixed=req.allow_mixed)
         if sandbox.mode() is SandboxMode.OFF:  # the operator's choice, said in the result and the Web UI
             report = report.model_copy(update={"confinement": sandbox.confinement_note()})
         if report.reason.startswith("reference failed"):  # the task's failure, never the candidate's verdict

@@ -2,9 +2,9 @@
 
 A task is any Python file that defines `class Model`, `get_inputs()` and `get_init_inputs()`. Its
 op name comes from the file name (`19_ReLU.py` -> `ReLU`), and its module-level numeric constants
-(`batch_size = 4096`, `M = 1024 * 2`) can be set from the command line (`--set batch_size=16`): the
-value expression in the source is replaced, so constants derived from it follow, and a comment on
-the line says what was set. The file on disk is never changed.
+(`batch_size = 4096`, `M = 1024 * 2`, `height = width = 128`, `height, width = 128, 128`,
+`dim: int = 16`) can be set from the command line (`--set batch_size=16`): the value expression in the
+source is replaced, so constants derived from it follow, and a comment on the line says what was set. The file on disk is never changed.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import ast
 import operator
 import re
 from collections.abc import Callable
+from typing import NamedTuple
 
 from contracts.errors import Err, FleetforgeError
 from contracts.kernel import Number
@@ -55,14 +56,24 @@ def check_op_name(name: str) -> str:
 
 
 def numeric_constants(source: str, where: str = "<task>") -> dict[str, Number]:
-    """Module-level `NAME = <numeric expression>` assignments, evaluated in order (an expression may use
-    earlier constants: `K = M * 2`)."""
+    """Module-level numeric constants, evaluated in order (an expression may use earlier constants:
+    `K = M * 2`), in every form KernelBench writes them: `a = 1`, `a = b = 128`, `a, b = 128, 64`,
+    `a: int = 1`."""
     values: dict[str, Number] = {}
-    for name, node in _constant_assignments(_parse(source, where)):
-        value = _evaluate(node, values)
-        if value is not None:
-            values[name] = value
+    for statement in _constant_statements(_parse(source, where)):
+        found = {name: _evaluate(node, values) for name, node in statement.pairs}  # right side first, as Python
+        values.update({name: value for name, value in found.items() if value is not None})
     return values
+
+
+def literal_constants(source: str, where: str = "<task>") -> dict[str, Number]:
+    """The numeric constants written as numbers (`dim = 1024`, `h, w = 32, 32`), not derived from other
+    constants (`K = M * 2`): setting these changes the task, the derived ones follow."""
+    values = numeric_constants(source, where)
+    literal = {name for st in _constant_statements(_parse(source, where)) for name, node in st.pairs
+               if not any(isinstance(n, ast.Name) for n in ast.walk(node))}
+    derived = {name for st in _constant_statements(_parse(source, where)) for name, node in st.pairs} - literal
+    return {k: v for k, v in values.items() if k in literal and k not in derived}
 
 
 def parse_value(name: str, text: str) -> Number:
@@ -80,7 +91,8 @@ def parse_value(name: str, text: str) -> Number:
 
 def apply_overrides(source: str, overrides: dict[str, Number], where: str = "<task>") -> str:
     """The source with each overridden constant's value expression replaced by the new value (and a
-    comment saying what it was). Raises KERNEL_TASK_INVALID for a name that is not a module-level
+    comment saying what it was). A chained `a = b = 128` becomes `a = 64; b = 128` on the same line, so
+    only the names set change. Raises KERNEL_TASK_INVALID for a name that is not a module-level
     numeric constant, listing the ones there are."""
     if not overrides:
         return source
@@ -93,17 +105,50 @@ def apply_overrides(source: str, overrides: dict[str, Number], where: str = "<ta
                               f"--set {unknown[0]}: {where} has no module-level numeric constant '{unknown[0]}' "
                               f"(it has: {have})")
     lines = source.splitlines(keepends=True)
-    edits = [(node, name) for name, node in _constant_assignments(tree) if name in overrides]
-    for node, name in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):
+    edits = [s for s in _constant_statements(tree) if any(name in overrides for name, _ in s.pairs)]
+    for st in sorted(edits, key=lambda e: e.node.lineno, reverse=True):
+        node = st.node
         assert node.end_lineno is not None and node.end_col_offset is not None
         first, last = node.lineno - 1, node.end_lineno - 1
-        was = ast.get_source_segment(source, node) or "?"
-        tail = lines[last][node.end_col_offset:]
+        start, end = _char_col(lines[first], node.col_offset), _char_col(lines[last], node.end_col_offset)
+        text = "".join(lines[first:last + 1])
+        stmt_end = len(text) - len(lines[last]) + end
+        set_names = [name for name, _ in st.pairs if name in overrides]
+        comment = (f"  # --set {', '.join(f'{n}={overrides[n]!r}' for n in set_names)} "
+                   f"(was {' '.join(text[start:stmt_end].split())})")
+        tail = text[stmt_end:]
         newline = "\n" if tail.endswith("\n") else ""
-        rest = tail.rstrip("\n")
-        comment = f"  # --set {name}={overrides[name]!r} (was {' '.join(was.split())})"
-        lines[first:last + 1] = [lines[first][:node.col_offset] + repr(overrides[name]) + rest + comment + newline]
+        lines[first:last + 1] = [text[:start] + _rewritten(st, text, lines, overrides) + tail.rstrip("\n")
+                                 + comment + newline]
     return "".join(lines)
+
+
+def _rewritten(st: "_Statement", text: str, lines: list[str], overrides: dict[str, Number]) -> str:
+    """The statement with the overridden values: each its own `name = value` when names share one value
+    (chained), else the value expressions replaced where they stand."""
+    first = st.node.lineno - 1
+
+    def span(n: ast.AST) -> tuple[int, int]:  # n's start and end in `text` (the statement's lines joined)
+        def at(lineno: int, col: int) -> int:
+            return sum(len(ln) for ln in lines[first:lineno - 1]) + _char_col(lines[lineno - 1], col)
+        return at(n.lineno, n.col_offset), at(n.end_lineno or n.lineno, n.end_col_offset or 0)
+
+    def value(name: str, v: ast.expr) -> str:
+        a, b = span(v)
+        return repr(overrides[name]) if name in overrides else " ".join(text[a:b].split())
+
+    if st.shared:
+        return "; ".join(f"{name} = {value(name, v)}" for name, v in st.pairs)
+    start, end = span(st.node)
+    out = text[start:end]
+    for a, b, name in sorted(((*span(v), name) for name, v in st.pairs if name in overrides), reverse=True):
+        out = out[:a - start] + repr(overrides[name]) + out[b - start:]
+    return " ".join(out.split())
+
+
+def _char_col(line: str, byte_col: int) -> int:
+    """ast columns count UTF-8 bytes; lines are str."""
+    return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
 
 
 def _parse(source: str, where: str) -> ast.Module:
@@ -113,13 +158,32 @@ def _parse(source: str, where: str) -> ast.Module:
         raise FleetforgeError(Err.KERNEL_TASK_INVALID, f"{where}: line {e.lineno}: syntax error: {e.msg}") from None
 
 
-def _constant_assignments(tree: ast.Module) -> list[tuple[str, ast.expr]]:
-    found: list[tuple[str, ast.expr]] = []
+class _Statement(NamedTuple):
+    node: ast.stmt
+    pairs: list[tuple[str, ast.expr]]
+    """Each name the statement binds and the value expression it gets."""
+    shared: bool
+    """Several names share one expression (`a = b = 128`)."""
+
+
+def _constant_statements(tree: ast.Module) -> list[_Statement]:
+    """Module-level assignments of names: `a = v`, `a = b = v`, `a, b = v1, v2` (tuple or list on both
+    sides), `a: int = v`. Other targets (attributes, starred, unpacking a call) are not constants."""
+    found: list[_Statement] = []
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            found.append((node.targets[0].id, node.value))
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            found.append((node.target.id, node.value))
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            found.append(_Statement(node, [(node.target.id, node.value)], False))
+        elif isinstance(node, ast.Assign):
+            pairs: list[tuple[str, ast.expr]] = []
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    pairs.append((target.id, node.value))
+                elif (isinstance(target, (ast.Tuple, ast.List)) and isinstance(node.value, (ast.Tuple, ast.List))
+                      and len(target.elts) == len(node.value.elts)
+                      and all(isinstance(t, ast.Name) for t in target.elts)):
+                    pairs += [(t.id, v) for t, v in zip(target.elts, node.value.elts) if isinstance(t, ast.Name)]
+            if pairs:
+                found.append(_Statement(node, pairs, len({id(v) for _, v in pairs}) < len(pairs)))
     return found
 
 

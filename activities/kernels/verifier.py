@@ -4,11 +4,14 @@
 The candidate never shares a process with the reference or with the comparison, runs under
 resource limits with a timeout, in a throwaway directory, with the Triton interpreter on CPU.
 Every trial set runs the task's own inputs and the same shapes redrawn from other distributions
-(`_child.FAMILIES`); a failure names the family. Outputs that match are then checked against the
-candidate child's provenance record: an output that depends on no buffer a Triton kernel wrote is a
-torch-computed decoy (`_child.LaunchRecorder`; advisory, since it runs in the candidate's process:
-the comparison here is the guarantee). A crash's report carries a bounded log excerpt with the
-candidate's own file/line frames.
+(`_child.FAMILIES`); a failure names the family. Given held-out sizes, both children then run the task
+at those sizes too (a kernel that assumes the sample's sizes fails there); without them the report
+says "verified at its own shapes only". Outputs that match are then checked against the candidate
+child's provenance record: a compute op torch ran in forward outside the Triton launches means torch
+did the work (`torch_work`: named with the candidate's line, rejected unless the workflow allows
+mixed kernels), and an output that depends on no buffer a Triton kernel wrote is a torch-computed decoy
+(`_child.LaunchRecorder`; advisory, since it runs in the candidate's process: the comparison here is
+the guarantee). A crash's report carries a bounded log excerpt with the candidate's own file/line frames.
 """
 
 from __future__ import annotations
@@ -25,10 +28,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from activities.kernels._child import FAMILIES, LAUNCHES_FILE
+from activities.kernels._child import (
+    FAMILIES,
+    HELD_OUT_ERROR_FILE,
+    HELD_OUT_FAMILIES,
+    HELD_OUT_FILE,
+    LAUNCHES_FILE,
+)
 from activities.kernels._proc import MEMORY_LIMIT_BYTES, Child, spawn, wait_all
+from activities.kernels.held_out import OWN_SHAPES_ONLY
 from activities.kernels.static_checks import static_check
-from contracts.kernel_job import Mismatch, VerifierReport
+from activities.kernels.task_source import apply_overrides
+from activities.kernels.torch_work import torch_work
+from contracts.kernel import Number
+from contracts.kernel_job import Mismatch, TorchOpUse, VerifierReport
 
 __all__ = ["MEMORY_LIMIT_BYTES", "compare", "profile", "verify"]
 MAX_MISMATCHES = 10
@@ -43,8 +56,12 @@ class ChildFailed(Exception):
 
 def verify(
     task_source: str, candidate_source: str, *, timeout_s: float, seed: int = 0, trials: int = 2,
-    heartbeat: Callable[[str], None] | None = None, gpu: bool = False,
+    heartbeat: Callable[[str], None] | None = None, gpu: bool = False, held_out: dict[str, Number] | None = None,
+    held_out_note: str = "", reference_ops: list[str] | None = None, allow_mixed: bool = False,
 ) -> VerifierReport:
+    """The verdict on `candidate_source`. `held_out`: task constants for a second size set both children also
+    run (the candidate must be right there too); `reference_ops`: the reference's traced aten ops (named first
+    when torch computed them); `allow_mixed`: torch may do part of the work (named in the report, not rejected)."""
     beat = heartbeat or (lambda _msg: None)
     t0 = time.monotonic()
     static = static_check(candidate_source)
@@ -52,22 +69,25 @@ def verify(
     if not static.ok:
         return VerifierReport(passed=False, reason="static check: " + "; ".join(static.reasons), static=static,
                               durations=durations)
-    key = _reference_key(task_source, seed, trials)
+    held_source = apply_overrides(task_source, held_out, "the task") if held_out else ""
+    key = _reference_key(task_source + held_source, seed, trials)
     _load_torch_in_background()
-    expected = _REFERENCE_CACHE.get(key)
+    cached = _REFERENCE_CACHE.get(key)
     with tempfile.TemporaryDirectory(prefix="ff-verify-") as tmp:
         root = Path(tmp)
         children: dict[str, Child] = {}
-        if expected is None:
+        if cached is None:
             ref_dir = root / "reference"
             ref_dir.mkdir()
-            (ref_dir / "task.py").write_text(task_source, encoding="utf-8")
-            children["reference"] = _start(ref_dir, seed, trials, candidate=False, gpu=gpu, timeout_s=timeout_s)
+            _write_task(ref_dir, task_source, held_source)
+            children["reference"] = _start(ref_dir, seed, trials, candidate=False, held=bool(held_source), gpu=gpu,
+                                           timeout_s=timeout_s)
         cand_dir = root / "candidate"
         cand_dir.mkdir()
-        (cand_dir / "task.py").write_text(task_source, encoding="utf-8")
+        _write_task(cand_dir, task_source, held_source)
         (cand_dir / "candidate.py").write_text(candidate_source, encoding="utf-8")
-        children["candidate"] = _start(cand_dir, seed, trials, candidate=True, gpu=gpu, timeout_s=timeout_s)
+        children["candidate"] = _start(cand_dir, seed, trials, candidate=True, held=bool(held_source), gpu=gpu,
+                                       timeout_s=timeout_s)
         try:
             wait_all(children, timeout_s, beat)
             _torch_loaded(beat)
@@ -79,8 +99,9 @@ def verify(
             # a hostile candidate (a fork bomb) can starve its neighbour: the reference is blamed only alone
             shutil.rmtree(ref_dir)
             ref_dir.mkdir()
-            (ref_dir / "task.py").write_text(task_source, encoding="utf-8")
-            children["reference"] = _start(ref_dir, seed, trials, candidate=False, gpu=gpu, timeout_s=timeout_s)
+            _write_task(ref_dir, task_source, held_source)
+            children["reference"] = _start(ref_dir, seed, trials, candidate=False, held=bool(held_source), gpu=gpu,
+                                           timeout_s=timeout_s)
             try:
                 wait_all({"reference": children["reference"]}, timeout_s, beat)
             finally:
@@ -88,32 +109,47 @@ def verify(
             durations["reference_alone"] = round(children["reference"].elapsed, 3)
         ref_err = children["reference"].error if "reference" in children else None
         cand = children["candidate"]
-        cand_err = cand.error
         if ref_err:
             return VerifierReport(passed=False, reason=f"reference failed: {ref_err}", static=static,
                                   durations=durations, log=children["reference"].log_excerpt)
         t1 = time.monotonic()
         try:
-            if expected is None:
-                expected = _load_outputs(root / "reference" / "out.pt")
-                _REFERENCE_CACHE.put(key, expected)
+            if cached is None:
+                cached = _reference_outputs(root / "reference", bool(held_source))
+                _REFERENCE_CACHE.put(key, cached)
         except ChildFailed as e:
             return VerifierReport(passed=False, reason=f"reference failed: {e}", static=static, durations=durations)
-        families = list(FAMILIES)
-        if cand_err:
-            return VerifierReport(passed=False, reason=f"candidate {cand_err}", static=static, durations=durations,
-                                  families=families, log=cand.log_excerpt)
+        expected, expected_held, held_error = cached
+        sizes = _sizes(held_out or {})
+        if not held_source:
+            note = held_out_note if held_out_note.startswith(OWN_SHAPES_ONLY) else \
+                f"{OWN_SHAPES_ONLY}: {held_out_note or 'no held-out sizes were given'}"
+        elif expected_held is None:
+            note = f"{OWN_SHAPES_ONLY}: the reference failed at the held-out sizes {sizes} ({held_error})"
+        else:
+            note = ""
+        checked = {} if note else dict(held_out or {})
+        base = dict(static=static, durations=durations, families=list(FAMILIES), held_out=checked, shapes_note=note)
+        in_held_phase = bool(held_source) and (cand_dir / "out.pt").is_file()
+        if cand.error and not (in_held_phase and not checked):  # not checked: the reference failed there too
+            at = f" at the held-out sizes {sizes}" if in_held_phase else ""
+            return VerifierReport(passed=False, reason=f"candidate {cand.error}{at}", log=cand.log_excerpt, **base)
         try:
             got = _load_outputs(cand_dir / "out.pt")
+            got_held = _load_outputs(cand_dir / HELD_OUT_FILE) if checked else None
         except ChildFailed as e:
-            return VerifierReport(passed=False, reason=str(e), static=static, durations=durations, families=families)
+            return VerifierReport(passed=False, reason=str(e), **base)
         reason, mismatches = compare(expected, got)
+        if not reason and expected_held is not None and got_held is not None:
+            reason, mismatches = compare(expected_held, got_held, families=HELD_OUT_FAMILIES, held_out=sizes)
         family = _family_of(reason, mismatches)
+        torch_ops: list[TorchOpUse] = []
         if not reason:
-            reason, family = _not_kernel_derived(cand_dir / LAUNCHES_FILE)
+            reason, family, torch_ops = _provenance(cand_dir / LAUNCHES_FILE, reference_ops or [], allow_mixed,
+                                                    held_out=sizes if checked else "")
         durations["compare"] = round(time.monotonic() - t1, 4)
-    return VerifierReport(passed=not reason, reason=reason, mismatches=mismatches, static=static, durations=durations,
-                          families=families, input_family=family if reason else "")
+    return VerifierReport(passed=not reason, reason=reason, mismatches=mismatches, input_family=family if reason else "",
+                          torch_ops=torch_ops, **base)
 
 
 def profile(task_source: str, candidate_source: str, *, timeout_s: float, seed: int = 0,
@@ -166,23 +202,28 @@ def _torch_loaded(beat: Callable[[str], None]) -> None:
 # --- reference outputs cache ------------------------------------------------------------------
 
 
+Reference = tuple[list[list[Any]], list[list[Any]] | None, str]
+"""The reference's outputs, its outputs at the held-out sizes (None when none ran or it failed there), and
+why it failed there."""
+
+
 class _LRU:
-    """Reference outputs by (task source, seed, trials): the reference is deterministic and trusted,
+    """Reference outputs by (task source and held-out source, seed, trials): the reference is deterministic and trusted,
     so one run per worker process is enough. Thread-safe (activities run in a thread pool)."""
 
     def __init__(self, size: int = 32):
         self._size = size
-        self._data: OrderedDict[str, list[list[Any]]] = OrderedDict()
+        self._data: OrderedDict[str, Reference] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> list[list[Any]] | None:
+    def get(self, key: str) -> Reference | None:
         with self._lock:
             if key in self._data:
                 self._data.move_to_end(key)
                 return self._data[key]
             return None
 
-    def put(self, key: str, value: list[list[Any]]) -> None:
+    def put(self, key: str, value: Reference) -> None:
         with self._lock:
             self._data[key] = value
             while len(self._data) > self._size:
@@ -199,9 +240,31 @@ def _reference_key(task_source: str, seed: int, trials: int) -> str:
 # --- child processes ------------------------------------------------------------------------
 
 
-def _start(workdir: Path, seed: int, trials: int, *, candidate: bool, gpu: bool, timeout_s: float) -> Child:
+def _start(workdir: Path, seed: int, trials: int, *, candidate: bool, held: bool, gpu: bool, timeout_s: float) -> Child:
     args = ["task.py", "out.pt", str(seed), str(trials)] + (["candidate.py"] if candidate else [])
+    args += ["--held-out", "held_out_task.py"] if held else []
     return spawn("activities.kernels._child", workdir, args, gpu=gpu, timeout_s=timeout_s)
+
+
+def _write_task(folder: Path, task_source: str, held_source: str) -> None:
+    (folder / "task.py").write_text(task_source, encoding="utf-8")
+    if held_source:
+        (folder / "held_out_task.py").write_text(held_source, encoding="utf-8")
+
+
+def _reference_outputs(folder: Path, held: bool) -> Reference:
+    """The reference child's outputs; at the held-out sizes too, or why the task failed there."""
+    expected = _load_outputs(folder / "out.pt")
+    if not held:
+        return expected, None, ""
+    error_file = folder / HELD_OUT_ERROR_FILE
+    if error_file.is_file():
+        return expected, None, error_file.read_text(encoding="utf-8", errors="replace")[:300]
+    return expected, _load_outputs(folder / HELD_OUT_FILE), ""
+
+
+def _sizes(held_out: dict[str, Number]) -> str:
+    return "(" + ", ".join(f"{k}={v}" for k, v in held_out.items()) + ")"
 
 
 def _load_outputs(path: Path) -> list[list[Any]]:
@@ -218,22 +281,34 @@ def _load_outputs(path: Path) -> list[list[Any]]:
     return data
 
 
-def _not_kernel_derived(path: Path) -> tuple[str, str]:
-    """("", "") when every output of every run depends on a Triton kernel's writes in its forward call;
-    else the reason and the input family of the first run that does not."""
+def _provenance(path: Path, reference_ops: list[str], allow_mixed: bool, *,
+                held_out: str) -> tuple[str, str, list[TorchOpUse]]:
+    """After the numbers matched: the reason torch did the work (unless mixed kernels are allowed), else the
+    first output that depends on no Triton kernel's writes ("" when every one does), with its input family,
+    and the torch ops the candidate's forward computed."""
     try:
-        missing = json.loads(path.read_text(encoding="utf-8"))["not_kernel_derived"]
-        if not missing:
-            return "", ""
-        run, output = int(missing[0][0]), int(missing[0][1])
-        return f"{_where(run, output)}: {NOT_KERNEL_DERIVED}", FAMILIES[run % len(FAMILIES)]
+        record = json.loads(path.read_text(encoding="utf-8"))
+        used = [TorchOpUse.model_validate(u) for u in record.get("torch_ops", [])]
+        reason, flagged = torch_work(used, reference_ops)
+        if reason and not allow_mixed:
+            return reason, "", flagged
+        for key, families, where in (("not_kernel_derived", FAMILIES, ""),
+                                     ("held_out_not_kernel_derived", HELD_OUT_FAMILIES, held_out)):
+            missing = record.get(key, [])
+            if missing:
+                run, output = int(missing[0][0]), int(missing[0][1])
+                return (f"{_where(run, output, families, where)}: {NOT_KERNEL_DERIVED}",
+                        families[run % len(families)], flagged)
+        return "", "", flagged
     except (OSError, ValueError, LookupError, TypeError) as e:
-        return f"candidate launch record unreadable ({type(e).__name__})", ""
+        return f"candidate launch record unreadable ({type(e).__name__})", "", []
 
 
-def _where(run: int, output: int) -> str:
-    """`trial 1 (signed_normal inputs) output 0` for a run index (trial * len(FAMILIES) + family)."""
-    return f"trial {run // len(FAMILIES)} ({FAMILIES[run % len(FAMILIES)]} inputs) output {output}"
+def _where(run: int, output: int, families: tuple[str, ...] = FAMILIES, held_out: str = "") -> str:
+    """`trial 1 (signed_normal inputs) output 0` for a run index (trial * len(families) + family), prefixed
+    with `at the held-out sizes (...)` for a held-out run."""
+    at = f"at the held-out sizes {held_out}: " if held_out else ""
+    return f"{at}trial {run // len(families)} ({families[run % len(families)]} inputs) output {output}"
 
 
 def _family_of(reason: str, mismatches: list[Mismatch]) -> str:
@@ -254,31 +329,34 @@ def tolerance(dtype: Any) -> float:
     return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
 
 
-def compare(expected: list[list[Any]], got: list[list[Any]]) -> tuple[str, list[Mismatch]]:
-    """Empty reason when every trial's outputs match; otherwise the first problem and up to 10 mismatches."""
+def compare(expected: list[list[Any]], got: list[list[Any]], *, families: tuple[str, ...] = FAMILIES,
+            held_out: str = "") -> tuple[str, list[Mismatch]]:
+    """Empty reason when every trial's outputs match; otherwise the first problem and up to 10 mismatches.
+    `held_out` (the sizes, for people) marks runs at the held-out sizes."""
     import torch
 
     if len(expected) != len(got):
         return f"ran {len(got)} forward calls, expected {len(expected)}", []
     for run, (exp_outs, got_outs) in enumerate(zip(expected, got)):
         if len(exp_outs) != len(got_outs):
-            return f"{_where(run, 0).rsplit(' output', 1)[0]}: forward returned {len(got_outs)} outputs, " \
-                   f"expected {len(exp_outs)}", []
+            return f"{_where(run, 0, families, held_out).rsplit(' output', 1)[0]}: forward returned " \
+                   f"{len(got_outs)} outputs, expected {len(exp_outs)}", []
         for i, (e, g) in enumerate(zip(exp_outs, got_outs)):
-            where = _where(run, i)
+            where = _where(run, i, families, held_out)
             if not isinstance(g, torch.Tensor):
                 return f"{where}: not a tensor ({type(g).__name__})", []
             if tuple(e.shape) != tuple(g.shape):
                 return f"{where}: wrong shape {tuple(g.shape)}, expected {tuple(e.shape)}", []
             if e.dtype != g.dtype:
                 return f"{where}: wrong dtype {g.dtype}, expected {e.dtype}", []
-            reason, mismatches = _compare_values(e, g, run, i, where)
+            reason, mismatches = _compare_values(e, g, run, i, where, families, bool(held_out))
             if reason:
                 return reason, mismatches
     return "", []
 
 
-def _compare_values(e: Any, g: Any, run: int, output: int, where: str) -> tuple[str, list[Mismatch]]:
+def _compare_values(e: Any, g: Any, run: int, output: int, where: str, families: tuple[str, ...],
+                    held_out: bool) -> tuple[str, list[Mismatch]]:
     import torch
 
     atol = tol = 0.0
@@ -298,14 +376,14 @@ def _compare_values(e: Any, g: Any, run: int, output: int, where: str) -> tuple[
             n_nan = int((g_nan & ~e_nan).sum())
             n_inf = int((g_inf & ~e_inf).sum())
             what = f"{n_nan} unexpected NaN, {n_inf} unexpected Inf" if (n_nan or n_inf) else "NaN/Inf positions differ"
-            return f"{where}: {what}", _mismatches(e, g, bad_special, run, output)
+            return f"{where}: {what}", _mismatches(e, g, bad_special, run, output, families, held_out)
     n_bad = int(bad.sum())
     if n_bad:
         total = e.numel()
         if not tol:
-            return f"{where}: {n_bad}/{total} elements differ", _mismatches(e, g, bad, run, output)
+            return f"{where}: {n_bad}/{total} elements differ", _mismatches(e, g, bad, run, output, families, held_out)
         return (f"{where}: {n_bad}/{total} elements differ beyond rtol={tol:g}, atol={atol:.3g}",
-                _mismatches(e, g, bad, run, output))
+                _mismatches(e, g, bad, run, output, families, held_out))
     return "", []
 
 
@@ -317,13 +395,14 @@ def _scale(ef: Any, special: Any) -> float:
     return max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
 
 
-def _mismatches(e: Any, g: Any, bad: Any, run: int, output: int) -> list[Mismatch]:
+def _mismatches(e: Any, g: Any, bad: Any, run: int, output: int, families: tuple[str, ...],
+                held_out: bool) -> list[Mismatch]:
     idx = bad.nonzero()[:MAX_MISMATCHES]
     out = []
     for row in idx.tolist():
         ev, gv = e[tuple(row)].item(), g[tuple(row)].item()
-        out.append(Mismatch(trial=run // len(FAMILIES), family=FAMILIES[run % len(FAMILIES)], output=output,
-                            index=row, expected=_num(ev), got=_num(gv)))
+        out.append(Mismatch(trial=run // len(families), family=families[run % len(families)], output=output,
+                            index=row, held_out=held_out, expected=_num(ev), got=_num(gv)))
     return out
 
 

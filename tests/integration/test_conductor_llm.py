@@ -291,3 +291,40 @@ async def test_unusable_llm_endpoint_falls_back_to_the_offline_templates(tempora
     assert coder.provenance.source is AnswerSource.FALLBACK
     assert coder.provenance.fallback_reason.startswith("the LLM call failed: [LLM_AUTH]"), coder.provenance.fallback_reason
     assert len(server.requests) == 1
+
+
+TORCH_WRAPPER = GOOD.replace("        x = x.contiguous()\n", "        x = torch.relu(x).contiguous()\n").replace(
+    "tl.where(x > 0, x, 0.0)", "x")
+"""torch computes the relu; the kernel only copies it into the output (numbers match, a kernel wrote it)."""
+SIZE_BAKED_IN = GOOD.replace("relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)",
+                             "relu_kernel[(7,)](x, out, 7000, BLOCK=1024)")
+"""Right at the task's 7 x 1000 only."""
+
+
+@pytest.mark.slow
+async def test_a_torch_wrapper_and_a_size_baked_in_kernel_are_rejected_and_the_coder_told_why(
+        temporal_env, tmp_path, file_store):
+    script = [design_answer(), code_answer(TORCH_WRAPPER), decision("Coder"), code_answer(SIZE_BAKED_IN),
+              decision("Coder"), code_answer(GOOD)]
+    with ScriptedOpenAIServer(script) as server:
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default")
+
+    assert result.outcome is KernelOutcome.VERIFIED, [e.summary for e in result.trace]
+    assert [(e.agent, e.ok) for e in result.trace] == [
+        ("designer", True), ("coder", True), ("verifier", False), ("coder", True), ("verifier", False),
+        ("coder", True), ("verifier", True)]
+    wrapper, baked = result.trace[2].report, result.trace[4].report
+    assert wrapper is not None and baked is not None
+    line = 1 + TORCH_WRAPPER.splitlines().index("        x = torch.relu(x).contiguous()")
+    assert wrapper.reason.startswith("torch did the work, not the Triton kernel: the reference's relu ran as torch "
+                                     f"op aten.relu.default at candidate.py:{line}"), wrapper.reason
+    assert [(u.op, u.line, u.in_reference) for u in wrapper.torch_ops] == [("relu", line, True)]
+    assert result.trace[2].summary.startswith("FAILED: torch did the work"), "the trace (and Web UI) shows it"
+    assert wrapper.reason in prompt_of(server.requests[3]), "the rejection reached the coder as feedback"
+    assert "must not assume the sample's sizes" in prompt_of(server.requests[1])
+
+    assert baked.reason.startswith("at the held-out sizes (batch_size=9, dim=1125): trial 0"), baked.reason
+    assert baked.reason in prompt_of(server.requests[5])
+    assert result.report is not None and result.report.held_out == {"batch_size": 9, "dim": 1125}
+    assert result.shapes == "also verified at held-out sizes batch_size=9, dim=1125"
+    assert result.trace[6].summary.startswith("PASSED (also verified at held-out sizes batch_size=9, dim=1125")

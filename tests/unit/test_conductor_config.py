@@ -69,6 +69,13 @@ def test_a_path_loads_and_the_llm_analysis_alias_is_accepted(tmp_path):
     assert ConductorConfig.model_validate_json(cfg.model_dump_json()) == cfg
 
 
+def test_mixed_kernels_are_off_unless_the_workflow_yaml_allows_them(tmp_path):
+    assert load_workflow_config(_write(tmp_path, VALID)).allow_mixed_kernels is False
+    assert all(not load_workflow_config(name).allow_mixed_kernels for name in shipped_workflows())
+    assert load_workflow_config(_write(tmp_path, VALID + "allow_mixed_kernels: true\n")).allow_mixed_kernels is True
+    assert "allow_mixed_kernels" in _error(_write(tmp_path, VALID + "allow_mixed_kernels: sometimes\n"))
+
+
 def test_unknown_shipped_name_lists_the_known_ones():
     with pytest.raises(FleetforgeError) as info:
         load_workflow_config("nonesuch")

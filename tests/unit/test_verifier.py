@@ -106,11 +106,16 @@ def test_rejects_a_decoy_kernel_launched_on_a_scratch_buffer():
     # kernel-derived, so torch.relu(x) depends on no kernel's writes.
     body = ("scratch = torch.empty_like(x)\nrelu_kernel[(1,)](scratch, scratch, 8, BLOCK=8)\n"
             "relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, scratch, x.numel(), BLOCK=1024)\nreturn torch.relu(x)")
-    report = verify(RELU, candidate(body), timeout_s=TIMEOUT_S)
+    # Even where a workflow allows mixed kernels (torch ops not rejected as such), an output no kernel
+    # wrote is a decoy; by default the torch relu itself is named first.
+    report = verify(RELU, candidate(body), timeout_s=TIMEOUT_S, allow_mixed=True)
     assert report.static.ok and report.mismatches == []
     assert not report.passed
     assert report.reason == f"trial 0 (task inputs) output 0: {NOT_KERNEL_DERIVED}"
     assert report.input_family == "task"
+    assert [u.op for u in report.torch_ops] == ["relu"]
+    default = verify(RELU, candidate(body), timeout_s=TIMEOUT_S)
+    assert not default.passed and default.reason.startswith("torch did the work, not the Triton kernel: relu ran")
 
 
 def test_accepts_a_view_of_the_kernel_written_buffer():
@@ -153,11 +158,6 @@ class ModelNew(nn.Module):
         partial_sum_kernel[(batch, blocks)](x, part, rows, cols, ROWS=16, COLS=64)
         return part.sum(dim=0).unsqueeze(1)
 '''
-
-
-def test_accepts_per_block_partial_sums_reduced_with_torch():
-    report = verify((EXAMPLES / "sum_dim.py").read_text(), PARTIAL_SUMS, timeout_s=TIMEOUT_S)
-    assert report.passed, report.reason
 
 
 @pytest.mark.parametrize(

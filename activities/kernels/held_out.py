@@ -1,0 +1,87 @@
+"""Held-out sizes: a second size set for the same task, so VERIFIED means the kernel is right beyond the
+sample's shapes (a kernel with `3 * 1001` baked in is right on `get_inputs()` and wrong everywhere else).
+
+The sizes are the task's own settable constants (`--set` names) whose values are dimensions of its
+inputs or parameters, and that are written as literals (a derived constant follows the ones it is
+derived from). Each grows a little to an odd number (`held_out_value`): odd, because kernels that
+assume powers of two or multiples of a block size fail there; larger, because a kernel that assumes
+the sample's element count then leaves elements unwritten (a smaller size would let it write out of
+bounds, which the Triton interpreter does not catch). Some tasks constrain their sizes (GroupNorm's
+channels divisible by the groups), so several size sets are tried, fewest changes last, and the first
+that builds and traces on the meta device, changes a dimension, and fits the memory bound is taken.
+The probe child (`_probe`) does the trying; this module holds the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from activities.kernels.reference import size_problem
+from activities.kernels.task_source import literal_constants
+from contracts.kernel import Number
+from contracts.kernel_job import ReferenceAnalysis
+
+MAX_GROWTH = 2.0
+"""A held-out size set may take at most this many times the task's data (the interpreter's time grows with it)."""
+OWN_SHAPES_ONLY = "verified at its own shapes only"
+
+
+def held_out_value(v: int) -> int:
+    """About 1/8 larger, odd, and never v itself: 2 -> 3, 3 -> 5, 16 -> 19, 1000 -> 1125, 4096 -> 4609."""
+    n = v + max(1, v // 8)
+    return n if n % 2 else n + 1
+
+
+def knobs(source: str, analysis: ReferenceAnalysis) -> dict[str, int]:
+    """The task's literal integer constants (> 1) whose values are dimensions of its inputs or parameters."""
+    dims = {d for i in analysis.inputs if i.tensor is not None for d in i.tensor.shape}
+    dims |= {d for p in analysis.params for d in p.tensor.shape}
+    return {k: v for k, v in literal_constants(source).items()
+            if isinstance(v, int) and not isinstance(v, bool) and v > 1 and v in dims}
+
+
+def size_sets(sizes: dict[str, int]) -> list[dict[str, int]]:
+    """The size sets to try, in order: every knob; the large ones only (>= 8: small numbers are often
+    kernel sizes or channel counts a task constrains); then each knob alone, in the file's order."""
+    grown = {k: held_out_value(v) for k, v in sizes.items()}
+    sets = [grown, {k: v for k, v in grown.items() if sizes[k] >= 8}, *({k: v} for k, v in grown.items())]
+    unique: list[dict[str, int]] = []
+    for s in sets:
+        if s and s not in unique:
+            unique.append(s)
+    return unique
+
+
+def check(original: ReferenceAnalysis, held: ReferenceAnalysis) -> str:
+    """Why a traced held-out size set cannot be used ("" when it can)."""
+    if held.trace_error:
+        return held.trace_error
+    shapes = [[i.tensor.shape for i in a.inputs if i.tensor] + [p.tensor.shape for p in a.params]
+              for a in (original, held)]
+    if shapes[0] == shapes[1]:
+        return "no input or parameter dimension changed"
+    problem = size_problem(held)
+    if problem:
+        return problem
+    data = original.input_bytes + original.param_bytes
+    if held.input_bytes + held.param_bytes > MAX_GROWTH * data + 1024**2:
+        return f"it takes more than {MAX_GROWTH:g}x the task's data"
+    return ""
+
+
+def choose(source: str, analysis: ReferenceAnalysis,
+           trace: Callable[[dict[str, int]], ReferenceAnalysis]) -> tuple[dict[str, Number], str]:
+    """The first usable size set (traced with `trace(overrides)`), or ({}, "verified at its own shapes only: why")."""
+    if analysis.trace_error:
+        return {}, f"{OWN_SHAPES_ONLY}: the task could not be traced, so its dimensions are unknown"
+    sizes = knobs(source, analysis)
+    if not sizes:
+        return {}, (f"{OWN_SHAPES_ONLY}: the task has no module-level size constant (a literal integer that is a "
+                    "dimension of its inputs or parameters) to vary")
+    tried: list[str] = []
+    for overrides in size_sets(sizes):
+        why = check(analysis, trace(overrides))
+        if not why:
+            return dict(overrides), ""
+        tried.append(f"{', '.join(f'{k}={v}' for k, v in overrides.items())}: {why[:160]}")
+    return {}, f"{OWN_SHAPES_ONLY}: no held-out size set could be used ({'; '.join(tried[:3])})"[:600]

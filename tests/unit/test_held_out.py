@@ -1,0 +1,117 @@
+"""Held-out sizes: VERIFIED holds beyond the sample's shapes. The rule that picks the second size set, and
+the verifier running both children at it: a candidate with the task's size baked in is rejected there,
+its general twin verified; a task whose shapes cannot change says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from activities.kernels import held_out
+from activities.kernels._probe import held_out_sizes
+from activities.kernels.verifier import verify
+from contracts.kernel_job import InputSpec, ReferenceAnalysis, TensorSpec
+from tests.unit.test_conductor_offline_designer import analyse
+from tests.unit.test_verifier import RELU, TIMEOUT_S, candidate
+
+
+@pytest.mark.parametrize(("v", "expected"), [(2, 3), (3, 5), (4, 5), (7, 9), (16, 19), (1000, 1125), (4096, 4609)])
+def test_a_held_out_size_is_larger_odd_and_never_the_same(v: int, expected: int):
+    assert held_out.held_out_value(v) == expected
+
+
+def sizes_of(source: str, tmp_path: Path) -> dict:
+    path = tmp_path / "task.py"
+    path.write_text(source)
+    return held_out_sizes(str(path), analyse(source, tmp_path), 0)
+
+
+def test_the_dimension_constants_change_and_derived_ones_follow(tmp_path: Path):
+    source = RELU.replace("dim = 1000", "dim = 1000\nhidden = dim * 2\nunused = 5")
+    assert sizes_of(source, tmp_path) == {"held_out": {"batch_size": 9, "dim": 1125}, "held_out_note": ""}
+
+
+def test_a_constraint_the_task_puts_on_its_sizes_is_respected(tmp_path: Path):
+    # GroupNorm needs channels divisible by groups: every set that grows channels (or groups) fails to build;
+    # the first single change, batch_size, builds.
+    source = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, groups, channels):
+        super().__init__()
+        self.gn = nn.GroupNorm(groups, channels)
+
+    def forward(self, x):
+        return self.gn(x)
+
+
+batch_size = 4
+groups = 4
+channels = 16
+length = 10
+
+
+def get_inputs():
+    return [torch.randn(batch_size, channels, length)]
+
+
+def get_init_inputs():
+    return [groups, channels]
+'''
+    found = sizes_of(source, tmp_path)
+    assert found["held_out"] == {"batch_size": 5}, found
+
+
+def test_a_task_without_size_constants_is_verified_at_its_own_shapes_only(tmp_path: Path):
+    fixed = RELU.replace("torch.randn(batch_size, dim)", "torch.randn(7, 1000)")
+    unused = sizes_of(fixed, tmp_path)
+    assert unused["held_out"] == {}, "constants that size nothing change no dimension"
+    assert "no held-out size set could be used (batch_size=9, dim=1125: no input or parameter dimension changed" \
+        in unused["held_out_note"]
+    fixed = fixed.replace("batch_size = 7\ndim = 1000\n", "")
+    found = sizes_of(fixed, tmp_path)
+    assert found["held_out"] == {}
+    assert found["held_out_note"].startswith("verified at its own shapes only: the task has no module-level size")
+    report = verify(fixed, candidate("return launch(x)"), timeout_s=TIMEOUT_S, held_out_note=found["held_out_note"])
+    assert report.passed and report.held_out == {}
+    assert report.shapes_note == found["held_out_note"]
+
+
+def test_size_sets_try_fewer_changes_after_all_of_them():
+    assert held_out.size_sets({"batch_size": 16, "k": 3}) == [{"batch_size": 19, "k": 5}, {"batch_size": 19}, {"k": 5}]
+    analysis = ReferenceAnalysis(inputs=[InputSpec(kind="tensor", tensor=TensorSpec(shape=[7, 1000], dtype="float32"))])
+    assert held_out.choose("x = 1\n", analysis, lambda _o: analysis)[1].startswith("verified at its own shapes only")
+
+
+HARD_CODED = "out = torch.empty_like(x)\nrelu_kernel[(7,)](x, out, 7000, BLOCK=1024)\nreturn out"
+
+
+def test_a_candidate_with_the_sample_size_baked_in_is_rejected_and_its_general_twin_verified(tmp_path: Path):
+    sizes = sizes_of(RELU, tmp_path)["held_out"]
+    assert sizes == {"batch_size": 9, "dim": 1125}
+    baked = verify(RELU, candidate(HARD_CODED), timeout_s=TIMEOUT_S)
+    assert baked.passed, "at the task's own sizes alone it is right: that is the false yes held-out sizes close"
+    assert baked.shapes_note == "verified at its own shapes only: no held-out sizes were given"
+
+    rejected = verify(RELU, candidate(HARD_CODED), timeout_s=TIMEOUT_S, held_out=sizes)
+    assert not rejected.passed
+    assert rejected.reason.startswith("at the held-out sizes (batch_size=9, dim=1125): trial 0 (task inputs) "
+                                      "output 0: "), rejected.reason
+    assert rejected.mismatches and all(m.held_out for m in rejected.mismatches)
+
+    general = verify(RELU, candidate("return launch(x)"), timeout_s=TIMEOUT_S, held_out=sizes)
+    assert general.passed, general.reason
+    assert general.held_out == sizes and general.shapes_note == ""
+
+
+def test_when_the_reference_fails_at_the_held_out_sizes_the_report_says_own_shapes_only():
+    # The task only works at its own batch size: the held-out run of the reference fails, the job does not.
+    task = RELU.replace("return torch.relu(x)", "assert x.shape[0] == 7\n        return torch.relu(x)")
+    report = verify(task, candidate("return launch(x)"), timeout_s=TIMEOUT_S, held_out={"batch_size": 9})
+    assert report.passed, report.reason
+    assert report.held_out == {}
+    assert report.shapes_note.startswith("verified at its own shapes only: the reference failed at the held-out "
+                                         "sizes (batch_size=9) (AssertionError"), report.shapes_note
