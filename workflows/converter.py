@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.toolchains import llm_planner
     from activities.toolchains.activities import ToolchainActivities
     from activities.toolchains.offline_planner import (
-        REMEDY_WORDS, evaluation_pair, next_remedy, plan_remedies, plan_warnings,
+        evaluation_pair, next_remedy, plan_remedies, plan_warnings, remedy_words,
     )
     from contracts.agents import AgentProvenance, AnswerSource
     from contracts.common import ArtifactRef, Failure, JobKind, JobStatus, TokenTotals
@@ -54,6 +54,9 @@ OFFLINE_ANSWER = "offline-planner-answer"
 TRUSTED = "convert-trusted-v1"
 """Patch: calibration data ingested, the accuracy gate with planner remedies, a deterministic planner
 never replanning, logs/last_error.json for every failure. Runs from before it keep the old loop."""
+GRAPH_PASSES = "convert-graph-passes"
+"""Patch: a deterministic planner gets a compile failure that names an op (or a code) a graph pass fixes
+as remedy feedback, instead of the job ending there."""
 EVAL_SAMPLES_WITH_CALIBRATION = 8
 
 
@@ -134,7 +137,9 @@ class ConverterWorkflow:
                 else:
                     verdict = next_after_execution(failure, attempt=attempt, replans=self._progress.replans,
                                                    max_replans=req.max_replans,
-                                                   can_replan=not (self._trusted and self._deterministic))
+                                                   can_replan=not (self._trusted and self._deterministic),
+                                                   can_remedy=self._can_remedy if failure and self._graph_passes else None,
+                                                   remedies=plan_remedies(plan)[0])
             if isinstance(verdict, Evaluate):
                 verdict = await self._judge(plan, ws, verdict, attempt)
             if isinstance(verdict, Replan) and req.rerun_of:
@@ -184,6 +189,11 @@ class ConverterWorkflow:
         if self._request.rerun_of:
             return False
         return not self._deterministic or next_remedy(self._request, feedback) is not None
+
+    @property
+    def _graph_passes(self) -> bool:
+        """A compile failure naming an op a graph pass rewrites goes back to the offline planner."""
+        return self._trusted and self._deterministic and workflow.patched(GRAPH_PASSES)
 
     @property
     def _deterministic(self) -> bool:
@@ -435,6 +445,9 @@ class ConverterWorkflow:
         self._show("evaluate")
         calibration = self._request.calibration if self._trusted else None
         more = {"calibration": calibration, "samples": EVAL_SAMPLES_WITH_CALIBRATION} if calibration else {}
+        source = plan.intent.get("source_model")  # a PyTorch model: the torch module is the reference
+        if isinstance(source, str):
+            more["source"] = source
         req = EvaluateRequest(workspace=ws, reference=ref, candidate=cand, **more)  # type: ignore[arg-type]
         return await workflow.execute_activity_method(
             ToolchainActivities.evaluate, req,
@@ -513,7 +526,7 @@ class ConverterWorkflow:
         if acc is None or not acc.remedies or acc.verdict not in ("passed", "accepted_lossy"):
             return []
         return [f"the accuracy gate (cosine >= {acc.min_cosine:g}) was met only with: "
-                + ", ".join(REMEDY_WORDS.get(r, r) for r in acc.remedies)]
+                + ", ".join(remedy_words(r) for r in acc.remedies)]
 
     def _tokens(self) -> TokenTotals:
         return token_totals(self._llm_calls)

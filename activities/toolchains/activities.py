@@ -266,7 +266,7 @@ class ToolchainActivities:
         ws = self.workspace(req.workspace)
         ws.materialize()
         params = EvalParams(reference=req.reference, candidate=req.candidate, samples=req.samples, seed=req.seed,
-                            calibration=req.calibration)
+                            calibration=req.calibration, source=req.source)
         key = evaluation_cache_key(ws.root, params, self.toolchain)
         raw = self.store.get_doc(eval_cache_doc_key(key))
         if raw is not None:

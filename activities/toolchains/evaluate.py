@@ -37,6 +37,9 @@ class EvalParams(BaseModel, frozen=True):
     seed: int = 1234
     calibration: str | None = None
     """Workspace-relative calibration .npz: its first `samples` samples are the inputs."""
+    source: str | None = None
+    """Workspace-relative PyTorch model `reference` was exported from: its module gives the reference
+    outputs (activities/toolchains/torch_export.py); `reference` still defines the inputs."""
 
 
 def _is_context_model(path: Path) -> bool:
@@ -63,6 +66,11 @@ def evaluation_cache_key(root: Path, params: EvalParams, toolchain: dict[str, st
         files[sibling.name] = sha256_file(sibling)
     if params.calibration:
         files["calibration"] = sha256_file(safe_join(root, params.calibration))
+    if params.source:
+        files["source"] = sha256_file(safe_join(root, params.source))
+    for name, p in (("reference", ref), ("candidate", cand)):  # an ONNX model's external data is its content too
+        for sidecar in sorted(p.parent.glob(f"{p.name}.data")):
+            files[f"{name}:{sidecar.name}"] = sha256_file(sidecar)
     doc = {"evaluator": EVALUATOR_VERSION, "samples": params.samples, "seed": params.seed, "files": files,
            "toolchain": toolchain or {}}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
@@ -88,6 +96,10 @@ def evaluate(root: Path, params: EvalParams) -> EvaluationReport:
         feeds = synthetic_feeds(ref_path, samples=params.samples, seed=params.seed)
     try:
         ref = ort.InferenceSession(str(ref_path), providers=["CPUExecutionProvider"])
+        if params.source:  # hook: the torch module the reference was exported from answers instead
+            from activities.toolchains.torch_export import TorchReference
+
+            ref = TorchReference(safe_join(root, params.source), ref)
         if _is_context_model(cand_path):
             cand = qnn_session(cand_path, {"backend_type": "htp"})
         else:
