@@ -149,12 +149,13 @@ def gelu_fusion(model: Any, ctx: PassContext) -> int:
     return len(fused) - before
 
 
-@graph_pass("avgpool_to_global", pattern="AveragePool whose kernel covers the whole (static) spatial input, no padding "
-            "-> GlobalAveragePool", fixes_ops=("AveragePool",))
+@graph_pass("avgpool_to_global", pattern="AveragePool whose kernel covers the whole (static) spatial input with one "
+            "output position, no padding -> GlobalAveragePool", fixes_ops=("AveragePool",))
 def avgpool_to_global(model: Any, ctx: PassContext) -> int:
-    """A kernel as large as the input gives one output per channel whatever the strides or ceil_mode:
-    that is GlobalAveragePool, which the HTP backend has (a whole-input AveragePool with ceil_mode it
-    rejects)."""
+    """A kernel at least as large as the input with one output position averages the whole input (a
+    window past the edge is clipped, not padded, when pads are 0): that is GlobalAveragePool, which the
+    HTP backend has. EfficientNet's pooler is AvgPool2d(1280-ish, ceil_mode=True) over a 1x1 map, which
+    the backend rejects."""
     pools = [n for n in model.graph.node if n.op_type == "AveragePool"]
     if not pools:
         return 0
@@ -166,8 +167,12 @@ def avgpool_to_global(model: Any, ctx: PassContext) -> int:
         pads = list(_attr(n, "pads", []) or [])
         auto = _attr(n, "auto_pad", b"NOTSET")
         auto = auto.decode() if isinstance(auto, bytes) else auto
-        if (dims is None or len(dims) != len(kernel) + 2 or dims[2:] != kernel or any(p != 0 for p in pads)
-                or auto not in ("NOTSET", "VALID") or _attr(n, "dilations") not in (None, [1] * len(kernel))):
+        strides = list(_attr(n, "strides", []) or [1] * len(kernel))
+        rounding = math.ceil if _attr(n, "ceil_mode", 0) else math.floor
+        if (dims is None or None in dims or len(dims) != len(kernel) + 2 or any(p != 0 for p in pads)
+                or auto not in ("NOTSET", "VALID") or _attr(n, "dilations") not in (None, [1] * len(kernel))
+                or any(k < d for k, d in zip(kernel, dims[2:]))
+                or any(rounding((d - k) / s) + 1 != 1 for d, k, s in zip(dims[2:], kernel, strides))):
             continue
         del n.attribute[:]
         n.op_type = "GlobalAveragePool"

@@ -249,6 +249,8 @@ def _context_binary(root: Path, params: ContextBinaryParams) -> StepOutput:
     except Exception as e:
         node = failing_node(log.read_text(errors="replace") if log.is_file() else "", source)
         op = failing_op(str(e)) or (node[1] if node else None)
+        if node is not None and op is not None:
+            node = (node[0], op, node[2])
         where = f" at node {node[0]!r} (op {node[1]}{', QNN ' + node[2] if node[2] != node[1] else ''})" if node else ""
         if op is not None and failing_op(str(e)) is not None:
             raise FleetforgeError(Err.UNSUPPORTED_OP, f"op {op} cannot run on the QNN HTP backend for "
