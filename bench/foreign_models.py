@@ -220,12 +220,58 @@ def _log_mel(wave: np.ndarray) -> np.ndarray:
     return (mel + 4.0) / 4.0
 
 
-def export(arch: Arch, path: Path, seed: int = 0) -> Path:
-    """Seeded weights, torch's default exporter; returns the .onnx path (external data beside it)."""
+def reinit(module: Any, seed: int) -> None:
+    """Seeded weights that make the output depend on the input: transformers' own init (std 0.02, zero
+    heads) leaves small models near-constant (EfficientNet's logits all 0, Whisper's encoder output 99.8 %
+    its position embedding), and a near-constant output passes any cosine gate. Matrices and kernels get
+    N(0, 1/fan_in), norms' scales 1 +- 0.1, biases N(0, 0.02); BatchNorm statistics stay as built."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if p.dim() >= 2:
+                fan_in = p[0].numel()
+                p.copy_(torch.randn(p.shape, generator=g) / fan_in ** 0.5)
+            elif name.endswith("weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.02 * torch.randn(p.shape, generator=g))
+
+
+def settle_batchnorm(module: Any, arch: Arch, seed: int, samples: int = 16) -> None:
+    """BatchNorm statistics measured on realistic inputs (as training would leave them): with the
+    defaults (mean 0, var 1) the activations of a random deep CNN vanish and the output is a constant."""
+    import torch
+
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the batches below
+    data = inputs(arch, FAMILIES[arch.modality][0], samples, seed=seed + 100)
+    module.train()
+    with torch.no_grad():  # one batch of all samples (a 1x1 map needs more than one value per channel)
+        module(*(torch.from_numpy(np.concatenate(list(data[n]))) for n in input_names(arch)))
+    module.eval()
+
+
+def build(arch: Arch, seed: int = 0) -> Any:
     import torch
 
     torch.manual_seed(seed)
     module = arch.build()
+    reinit(module, seed)
+    settle_batchnorm(module, arch, seed)
+    return module
+
+
+def export(arch: Arch, path: Path, seed: int = 0) -> Path:
+    """Seeded weights, torch's default exporter; returns the .onnx path (external data beside it)."""
+    import torch
+
+    module = build(arch, seed)
     example = inputs(arch, FAMILIES[arch.modality][0], 1, seed=seed)
     args = tuple(torch.from_numpy(example[n][0]) for n in input_names(arch))
     path.parent.mkdir(parents=True, exist_ok=True)
