@@ -62,8 +62,14 @@ def _load(path: Path) -> tuple[str, Any]:
 def input_specs(kind: str, obj: Any, given: dict[str, Any]) -> list[tuple[str, list[int], str]]:
     """(name, dims, dtype) of every input, from the file where it records them and --input-shape where
     it does not; INPUT_SHAPE_NEEDED names what is missing."""
+    names = list(obj.graph_signature.user_inputs) if kind == "exported_program" else \
+        [a.name for a in obj.forward.schema.arguments[1:]]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise FleetforgeError(Err.BAD_INPUT, f"--input-shape names no input of the model: {', '.join(unknown)} "
+                              f"(its inputs: {', '.join(names)})")
     if kind == "exported_program":
-        user = list(obj.graph_signature.user_inputs)
+        user = names
         metas = {n.name: n.meta.get("val") for n in obj.graph.nodes if n.op == "placeholder"}
         out, missing = [], []
         for name in user:
@@ -80,7 +86,6 @@ def input_specs(kind: str, obj: Any, given: dict[str, Any]) -> list[tuple[str, l
             raise FleetforgeError(Err.INPUT_SHAPE_NEEDED, f"the ExportedProgram has dynamic input dims: {', '.join(missing)}; "
                                   "give --input-shape NAME=d1,d2,... for each")
         return out
-    names = [a.name for a in obj.forward.schema.arguments[1:]]
     missing = [n for n in names if n not in given]
     if missing:
         raise FleetforgeError(Err.INPUT_SHAPE_NEEDED, f"TorchScript records no input shapes: give --input-shape for "
