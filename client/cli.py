@@ -482,9 +482,12 @@ def convert(
                                                                  "fp16, 0.95 int8/w8a16; 0 accepts a lossy result explicitly).")] = None,
     rerun: Annotated[Optional[str], typer.Option("--rerun", metavar="RUN_ID", help="Run id of an earlier conversion whose plan is reused.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="With --rerun: key=value step arg override (repeatable).")] = None,
+    input_shape: Annotated[Optional[list[str]], typer.Option(
+        "--input-shape", metavar="NAME=1,3,224,224[:int64]", help="Static shape of an input (repeatable): a PyTorch model's "
+        "export shapes; an ONNX model's symbolic dims (others become 1).")] = None,
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
-    """Convert a model to a QNN/SNPE/ORT artifact for a SoC and precision."""
+    """Convert a model (ONNX, TorchScript .pt, ExportedProgram .pt2) to a QNN/SNPE/ORT artifact for a SoC and precision."""
     from activities.toolchains.offline_planner import request_problems
 
     out.use_json(json_)
@@ -502,6 +505,13 @@ def convert(
         raise FleetforgeError(Err.BAD_INPUT, "missing MODEL (or --rerun RUN_ID to rerun an earlier conversion)")
     fields: dict[str, Any] = {"model": model, "target_soc": soc, "precision": precision, "output": output,
                               "toolchain": toolchain, "preset": preset, "calibration": calibration, "min_cosine": min_cosine}
+    if input_shape:
+        from contracts.convert_job import parse_input_shape
+
+        try:
+            fields["input_shapes"] = dict(parse_input_shape(item) for item in input_shape)
+        except ValueError as e:
+            raise FleetforgeError(Err.BAD_INPUT, str(e)) from e
 
     async def go() -> int:
         s = settings()
