@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
 from activities.storage import ArtifactStore
-from contracts.errors import Err, FleetforgeError
+from contracts.errors import Err, FleetforgeError, clip
 from contracts.models import ModelFormat, ModelRef, OnnxInfo, TensorSpec
 from contracts.settings import Settings
 
@@ -140,7 +140,7 @@ def onnx_info(path: Path) -> OnnxInfo:
     except FleetforgeError:
         raise
     except Exception as e:  # onnx raises DecodeError, ValidationError, ... depending on the damage
-        raise FleetforgeError(Err.MODEL_INVALID, f"{path.name} is not a valid ONNX model: {str(e).splitlines()[0][:200]}") from e
+        raise FleetforgeError(Err.MODEL_INVALID, f"{path.name} is not a valid ONNX model: {clip(str(e).splitlines()[0], 200)}") from e
     inits = {i.name for i in model.graph.initializer}
     inputs = [TensorSpec(name=i.name, dtype=d, shape=s) for i in model.graph.input if i.name not in inits for d, s in [_dims(i.type)]]
     outputs = [TensorSpec(name=o.name, dtype=d, shape=s) for o in model.graph.output for d, s in [_dims(o.type)]]

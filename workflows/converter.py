@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         PlannerToolRequest, PlanRequest, ProvideInput, RecordFailureRequest, RerunRequest, StepResult,
     )
     from contracts.messages import ChatRequest, ChatResult, Message, ToolResultBlock
-    from contracts.errors import Err
+    from contracts.errors import Err, clip
     from contracts.models import ModelRef
     from contracts.runs import WorkspaceRef
     from workflows import _visibility as ui
@@ -171,7 +171,7 @@ class ConverterWorkflow:
                 failure = failure.model_copy(update={"message": "the conversion succeeded but is UNEVALUATED: "
                                                                 + failure.message})
                 self._accuracy = AccuracyVerdict(verdict="unevaluated", min_cosine=min_cosine_for(self._request),
-                                                 note=failure.message[:300])
+                                                 note=clip(failure.message, 300))
             return GiveUp(failure, ran.record.model_copy(update={"outcome": "evaluation_failed",
                                                                  "feedback": failure.message}))
         if not self._trusted:  # a run from before the gate completes as it did then

@@ -20,7 +20,7 @@ from contracts.convert import CompiledStep, CompileResult, OutputKind, Precision
 from contracts.convert_job import (
     AccuracyVerdict, AttemptRecord, ConversionRequest, EvaluationReport, OffloadReport, PlanFeedback, ProvideInput,
 )
-from contracts.errors import Err, FleetforgeError
+from contracts.errors import Err, FleetforgeError, clip
 
 NOT_REPLANNABLE = frozenset({Err.TOOLCHAIN_UNAVAILABLE, Err.STORE_UNAVAILABLE, Err.INTEGRITY_ERROR, Err.STORE_URL_INVALID,
                              Err.CALIBRATION_INVALID, Err.CALIBRATION_NEEDED})
@@ -241,7 +241,7 @@ def rerun_gives_up(replan: Replan, rerun_of: str, overrides: dict[str, str]) -> 
 
 
 def _one_line(text: str, limit: int = 600) -> str:
-    return " / ".join(line.strip() for line in text.splitlines() if line.strip())[:limit]
+    return clip(" / ".join(line.strip() for line in text.splitlines() if line.strip()), limit)
 
 
 def answer_problems(answer: ProvideInput) -> list[str]:

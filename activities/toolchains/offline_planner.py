@@ -27,7 +27,7 @@ from activities.toolchains.registry import ToolRegistry
 from activities.toolchains.socs import SOCS, lookup_soc
 from contracts.convert import ConversionPlan, OutputKind, PlanStatus, PlanStep, Precision, Toolchain
 from contracts.convert_job import ConversionRequest, PlanFeedback
-from contracts.errors import Err, FleetforgeError
+from contracts.errors import Err, FleetforgeError, clip
 from contracts.models import ModelFormat, ModelRef
 
 QNN_OUTPUTS = frozenset({OutputKind.QNN_CONTEXT_BINARY, OutputKind.DLC})
@@ -143,7 +143,7 @@ def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegi
     if remedies:
         rationale += "; remedies: " + ", ".join(remedy_words(r) for r in remedies)
     if feedback:
-        rationale += " (previous attempt: " + feedback.splitlines()[0][:200] + ")"
+        rationale += " (previous attempt: " + clip(feedback.splitlines()[0], 200) + ")"
     return ConversionPlan(status=PlanStatus.OK, intent=intent, steps=b.steps, rationale=rationale)
 
 

@@ -167,10 +167,8 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
     except FleetforgeError:
         raise
     except Exception as e:
-        from activities.toolchains.isolate import tidy
-
         raise FleetforgeError(Err.EXECUTOR_ERROR, f"QDQ quantization of {params.model} failed: "
-                              f"{tidy(str(e)) or type(e).__name__}") from e
+                              f"{_tidy(str(e), 600) or type(e).__name__}") from e
     finally:
         prepared.unlink(missing_ok=True)
     quantized = _load_graph(dst.read_bytes(), params.output)
@@ -394,7 +392,7 @@ def _load_graph(model_bytes: bytes, name: str) -> Any:
     try:
         return onnx.load_from_string(model_bytes)
     except Exception as e:  # protobuf's DecodeError and friends
-        raise FleetforgeError(Err.EXECUTOR_ERROR, f"{name} is not a readable ONNX model: {' '.join(str(e).split())[:200]}") from e
+        raise FleetforgeError(Err.EXECUTOR_ERROR, f"{name} is not a readable ONNX model: {_tidy(str(e), 200)}") from e
 
 
 FLOAT_TYPES = frozenset({1, 10, 11, 16})
