@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+from typing import Any
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -117,6 +118,7 @@ async def serve(settings: Settings, kinds: Sequence[str], stop: asyncio.Event, c
     store = open_store(settings)
     client = client or await connect(settings, store)
     log = get_logger("fleetforge.worker")
+    confine_children(settings, store, log)
     with ThreadPoolExecutor(max_workers=32, thread_name_prefix="activity") as executor:
         workers = build_workers(client, build_registry(settings, store), settings.queues, kinds, executor)
         async with running_workers(workers):
@@ -124,6 +126,21 @@ async def serve(settings: Settings, kinds: Sequence[str], stop: asyncio.Event, c
                      temporal=settings.temporal_address)
             await stop.wait()
             log.info("worker stopping")
+
+
+def confine_children(settings: Settings, store: ArtifactStore, log: Any) -> None:
+    """Children never see the state dir or a filesystem store; a worker that cannot sandbox says so at
+    start (each untrusted child it would start then fails SANDBOX_UNAVAILABLE, never runs unconfined)."""
+    from activities import sandbox
+    from activities.storage import FileStore
+
+    hidden = [settings.state_dir] + ([store.root] if isinstance(store, FileStore) else [])
+    sandbox.configure(settings.sandbox, hidden=hidden)
+    if settings.sandbox == "off":
+        log.warning("sandbox off", note=sandbox.confinement_note())
+    elif problem := sandbox.unavailable():
+        log.error("sandbox unavailable: untrusted children will be refused", problem=problem,
+                  remedy="apt-get install bubblewrap, or FLEETFORGE_SANDBOX=off to run them unconfined")
 
 
 def install_stop_handlers(stop: asyncio.Event) -> None:

@@ -9,6 +9,13 @@ import sys
 import structlog
 
 
+def scrub_secrets(_logger: object, _method: str, event: dict) -> dict:
+    """No log line carries a secret value of the worker (activities/sandbox/scrub.py), whatever text it quotes."""
+    from activities.sandbox.scrub import scrub
+
+    return {k: scrub(v) if isinstance(v, str) else v for k, v in event.items()}
+
+
 def configure_logging(*, json: bool | None = None, level: int = logging.INFO) -> None:
     if json is None:
         json = not sys.stderr.isatty()
@@ -18,6 +25,7 @@ def configure_logging(*, json: bool | None = None, level: int = logging.INFO) ->
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso"),
+            scrub_secrets,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),

@@ -74,6 +74,9 @@ class Err(StrEnum):
     RUNNER_UNAVAILABLE = "RUNNER_UNAVAILABLE"
     ROWS_FAILED = "ROWS_FAILED"
     MANIFEST_CHANGED = "MANIFEST_CHANGED"
+    # sandbox
+    SANDBOX_UNAVAILABLE = "SANDBOX_UNAVAILABLE"
+    """The worker cannot confine a child (bubblewrap missing, namespaces refused): untrusted code does not run."""
     # anything else
     INTERNAL = "INTERNAL"
 
@@ -108,6 +111,8 @@ REMEDY: dict[Err, str] = {
     Err.CALIBRATION_INVALID: "--calibration takes an .npz (input name -> array) or a folder of them matching the model's inputs",
     Err.CALIBRATION_NEEDED: "give real inputs with --calibration FILE.npz (input name -> array) for the named inputs",
     Err.WORKFLOW_CONFIG_INVALID: "fix the workflow.yaml named in the message",
+    Err.SANDBOX_UNAVAILABLE: "install bubblewrap on the worker (apt-get install bubblewrap) and allow namespaces; "
+                             "FLEETFORGE_SANDBOX=off runs untrusted code unconfined (every job then says so)",
     Err.MANIFEST_INVALID: "the CSV needs a header with at least model_name,status,note",
     Err.ROWS_FAILED: "see the per-model table: No = the model failed, Error = it could not be tested; rerun the CSV to retest the Error rows",
     Err.MANIFEST_CHANGED: "give the CSV the fleet started from, or pass --force to merge the verdicts into this one by model name",

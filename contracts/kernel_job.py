@@ -46,6 +46,8 @@ class VerifierReport(BaseModel, frozen=True):
     log: str = ""
     """A bounded excerpt of the candidate's log when it crashed: the traceback frames in the candidate's
     own file (file:line and the source line) and the error, not only the last line."""
+    confinement: str = ""
+    """Empty when the candidate ran in the sandbox; the operator's opt-out (FLEETFORGE_SANDBOX=off) otherwise."""
 
 
 # --- the reference, read by tracing it -------------------------------------------------------

@@ -103,6 +103,10 @@ class Settings(BaseSettings):
 
     qairt_sdk_root: Path | None = Field(default=None, validation_alias=AliasChoices("QAIRT_SDK_ROOT"))
 
+    sandbox: Literal["bwrap", "off"] = "bwrap"
+    """How children that run untrusted code are confined (activities/sandbox). `off` is an operator's explicit,
+    loud opt-out: children run unconfined and every affected job says so."""
+
     process_programs: str = "python,python3"
     """Programs a fleet's `process` runner may start (comma-separated; a containers worker's own choice)."""
 

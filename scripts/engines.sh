@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The machine-level engines the docker and browser tests need: a docker engine (no bridge, no
-# iptables: containers use --network host/none) and Debian's headless chromium.
+# The machine-level engines the tests need: a docker engine (no bridge, no iptables: containers use
+# --network host/none), Debian's headless chromium, and bubblewrap (the sandbox of untrusted children).
 # Idempotent. Installs with apt only when running as root on a machine that lacks them;
 # otherwise says what is missing and leaves the tests that need it to report it.
 set -uo pipefail
@@ -10,6 +10,7 @@ mkdir -p "$STATE"
 missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
 command -v busybox >/dev/null || missing+=(busybox-static)
+command -v bwrap >/dev/null || missing+=(bubblewrap)  # the sandbox of every untrusted child (activities/sandbox)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
 

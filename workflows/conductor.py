@@ -447,6 +447,7 @@ class ConductorWorkflow:
             "last": f"{last.agent}: {last.summary}" if last else "",
             "last error": error or (self._report.reason if self._report and not self._report.passed else ""),
             "tokens": token_totals(self._calls).total_tokens,
+            **({"sandbox": self._report.confinement} if self._report and self._report.confinement else {}),
         })
 
 

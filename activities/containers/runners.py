@@ -2,8 +2,10 @@
 
 * ProcessRunner: the command is split like a shell would split words (`shlex`: quoted arguments are
   arguments), but no shell ever runs it: an unquoted shell operator (`;`, `&&`, `|`, `>`, ...) is
-  refused, and the program must be on the allowlist. The row's slot reaches it as `PORT` and
-  `CUDA_VISIBLE_DEVICES`. Pass = exit 0 before the deadline, then the row's probe URL (if any)
+  refused, and the program must be on the allowlist. It runs in the one sandbox (activities/sandbox:
+  an LLM may have written it): its own PID namespace, a read-only filesystem but a scratch folder (its
+  cwd), no secrets, not root; it shares the host's network, since its server must answer on
+  127.0.0.1. The row's slot reaches it as `PORT` and `CUDA_VISIBLE_DEVICES`. Pass = exit 0 before the deadline, then the row's probe URL (if any)
   answers 2xx.
 * DockerRunner: a `docker run` re-parsed against the policy and the row's slot, rendered with our
   deterministic name and `fleetforge.run` label. The slot's port must be free before the container
@@ -13,7 +15,9 @@
   chat template, so base and chat models answer it alike), or the row's probe URL. The container is
   always removed (`docker rm -f`), also on cancellation and timeout; every wait beats, so a
   cancellation reaches the activity within its heartbeat timeout.
-* ScriptRunner: the original `test_models.sh <model> <command>` contract (0 pass, 1 fail, 2 timeout).
+* ScriptRunner: the original `test_models.sh <model> <command>` contract (0 pass, 1 fail, 2 timeout). The
+  script is the operator's own harness (it drives docker itself), so it runs unconfined; the command
+  reaches it as one argument, as data.
 
 At-least-once: a retried activity may find its test's earlier run still alive (the worker died, the
 test did not). The process and script runners kill it first through the row's marker (_marker.py);
@@ -34,6 +38,7 @@ import shlex
 import shutil
 import signal
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -44,6 +49,7 @@ from typing import Protocol, TypeVar
 from activities.containers._marker import RowMarker
 from activities.containers._ports import listening_pids, port_taken
 from activities.containers.offline_writer import writer_policy
+from activities.sandbox import Limits, SandboxPolicy, scrub, spawn_child
 from activities.containers.policy import check_command, container_name, declared_ports, render_argv, run_labels
 from activities.storage import ArtifactStore
 from contracts.errors import Err, FleetforgeError
@@ -159,6 +165,35 @@ async def _run_argv(argv: Sequence[str], timeout_s: float, heartbeat: Heartbeat,
     return (None if timed_out else proc.returncode), text
 
 
+async def _run_confined(argv: Sequence[str], timeout_s: float, heartbeat: Heartbeat, what: str,
+                        cwd: Path | None = None, env: Mapping[str, str] | None = None,
+                        on_start: Callable[[int], None] | None = None) -> tuple[int | None, str]:
+    """`_run_argv`'s contract for a command an LLM may have written: in the sandbox, its scratch folder
+    as cwd (`cwd` is not used), the host's network shared (the server answers on 127.0.0.1)."""
+    with tempfile.TemporaryDirectory(prefix="ff-row-") as tmp:
+        child = await asyncio.to_thread(spawn_child, argv, scratch=Path(tmp), policy=SandboxPolicy(network=True),
+                                        limits=Limits(timeout_s=timeout_s, memory_bytes=0), env=dict(env or {}))
+        deadline = time.monotonic() + timeout_s
+        beat = time.monotonic() + HEARTBEAT_S
+        timed_out = False
+        try:
+            if on_start is not None:
+                on_start(child.pid)
+            while (code := child.poll()) is None:
+                now = time.monotonic()
+                if now >= deadline:
+                    timed_out = True
+                    break
+                if now >= beat:
+                    heartbeat(f"{what}: running")
+                    beat = now + HEARTBEAT_S
+                await asyncio.sleep(min(EXIT_POLL_S, deadline - now))
+        finally:
+            await asyncio.shield(asyncio.to_thread(child.kill))  # nothing of a test outlives it
+        text = scrub(child.log.read_text(encoding="utf-8", errors="replace"))
+    return (None if timed_out else code), text
+
+
 def _http(url: str, timeout_s: float, payload: dict | None = None) -> tuple[int, str]:
     """(HTTP status or 0 when unreachable, body or error text): a GET, or a JSON POST of `payload`."""
     if not url.startswith(("http://", "https://")):
@@ -212,6 +247,8 @@ class _Marked(_Base):
     """A runner whose test is a process group on this host: one run per row at a time, and an
     interrupted earlier run is killed before the test starts again (see _marker.py)."""
 
+    run_argv = staticmethod(_run_argv)
+
     def __init__(self, store: ArtifactStore, marker_dir: Path | None):
         super().__init__(store)
         self.marker_dir = marker_dir
@@ -220,14 +257,14 @@ class _Marked(_Base):
                           cwd: Path | None = None) -> tuple[int | None, str, int]:
         """(exit code or None on timeout, output, test runs including interrupted earlier ones)."""
         if self.marker_dir is None:
-            code, out = await _run_argv(argv, timeout_s, heartbeat, f"row {req.row}", cwd=cwd, env=slot_env(req.slot))
+            code, out = await self.run_argv(argv, timeout_s, heartbeat, f"row {req.row}", cwd=cwd, env=slot_env(req.slot))
             return code, out, 1
         marker = RowMarker(self.marker_dir, req.fleet_id, req.row)
         async with marker.held(heartbeat):
             leftovers = await marker.stop_leftovers(heartbeat)
             killed = sum(1 for lo in leftovers if lo.killed)
             try:
-                code, out = await _run_argv(argv, timeout_s, heartbeat, f"row {req.row}", cwd=cwd,
+                code, out = await self.run_argv(argv, timeout_s, heartbeat, f"row {req.row}", cwd=cwd,
                                             env=slot_env(req.slot),
                                             on_start=lambda pid: marker.started(pid, req.attempt))
             finally:
@@ -237,6 +274,8 @@ class _Marked(_Base):
 
 
 class ProcessRunner(_Marked):
+    run_argv = staticmethod(_run_confined)  # the command may be an LLM's: the sandbox
+
     def __init__(self, store: ArtifactStore, programs: Sequence[str] = DEFAULT_PROGRAMS, *, marker_dir: Path | None = None):
         super().__init__(store, marker_dir)
         self.programs = tuple(programs)

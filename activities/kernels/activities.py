@@ -24,6 +24,8 @@ from activities.llm.activity import LLMActivities, record_offline_answer
 from activities.llm.structured import Rejected
 from activities.storage import ArtifactStore
 from contracts.common import ArtifactRef
+from activities import sandbox
+from activities.sandbox import SandboxMode
 from contracts.errors import Err, FleetforgeError
 from contracts.kernel import CODE_PARSERS, LLMDecision
 from contracts.kernel_job import (
@@ -185,6 +187,8 @@ class KernelActivities:
             _require_gpu(req.task.arch)
         report = verify(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, trials=req.trials,
                         heartbeat=_heartbeat, gpu=not req.task.on_cpu)
+        if sandbox.mode() is SandboxMode.OFF:  # the operator's choice, said in the result and the Web UI
+            report = report.model_copy(update={"confinement": sandbox.confinement_note()})
         if report.reason.startswith("reference failed"):  # the task's failure, never the candidate's verdict
             raise FleetforgeError(Err.KERNEL_TASK_INVALID, f"the reference failed in the verifier: {report.reason}"
                                   + (f" | {report.log[-600:]}" if report.log else ""))

@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from activities.kernels._proc import MEMORY_LIMIT_BYTES, kill, spawn, wait_all
+from activities.kernels._proc import MEMORY_LIMIT_BYTES, spawn, wait_all
 from contracts.errors import Err, FleetforgeError
 from contracts.kernel_job import ReferenceAnalysis, TensorSpec
 
@@ -38,8 +38,7 @@ def trace_reference(task_source: str, *, timeout_s: float, seed: int = 0,
         try:
             wait_all({"probe": child}, timeout_s, heartbeat or (lambda _m: None))
         finally:
-            if child.proc.poll() is None:
-                kill(child.proc)
+            child.kill()
         if child.error:
             detail = child.log_excerpt.replace("candidate.py", "task.py") or child.error
             raise FleetforgeError(Err.KERNEL_TASK_INVALID,

@@ -1,8 +1,11 @@
 """Reject candidate kernel sources before running them: pure `ast`, nothing is executed.
 
 A candidate must define `class ModelNew` whose `forward` launches (directly or through a helper
-it calls) at least one `@triton.jit` kernel as `kernel[grid](...)`, and must not reach for the
-process, the network, the file system, or patch torch / builtins to fake a comparison.
+it calls) at least one `@triton.jit` kernel as `kernel[grid](...)`, may import only what a Triton
+kernel needs (ALLOWED_IMPORTS), and must not patch torch / builtins to fake a comparison.
+
+This is fast feedback for the coder, not the guarantee: the candidate runs in the sandbox
+(activities/sandbox), which contains whatever gets past these checks.
 """
 
 from __future__ import annotations
@@ -11,9 +14,16 @@ import ast
 
 from contracts.kernel import StaticReport
 
-FORBIDDEN_MODULES = frozenset(
-    {"os", "subprocess", "socket", "ctypes", "sys", "shutil", "importlib", "builtins", "multiprocessing", "pty"}
-)
+ALLOWED_IMPORTS = frozenset({"torch", "triton", "math", "typing", "__future__"})
+"""What a Triton kernel module needs: torch (tensors, nn.Module, allocation), triton and triton.language (the
+kernel DSL, `triton.cdiv`), math (constants, ceil/log2 for block sizes), typing and __future__ (annotations).
+Nothing else: numpy, pickle, io, pathlib, os, urllib, ... have no place in a kernel."""
+FORBIDDEN_SUBMODULES = frozenset({"torch.utils.cpp_extension", "torch.hub", "torch.multiprocessing",
+                                  "torch.distributed", "torch.utils.data", "torch.package", "torch.serialization"})
+"""Parts of torch that compile native code, download, spawn processes or unpickle: not kernel code."""
+FORBIDDEN_ATTRIBUTES = frozenset({"torch.save", "torch.load", "torch.from_file", "torch.ops.load_library",
+                                  "torch.classes.load_library", *FORBIDDEN_SUBMODULES})
+"""torch entry points that touch files or load native code, refused wherever they are referenced."""
 FORBIDDEN_CALLS = frozenset({"__import__", "eval", "exec", "open", "compile", "breakpoint"})
 PATCH_GUARDED_ROOTS = frozenset({"torch", "builtins", "__builtins__", "triton", "numpy", "np"})
 """Modules whose attributes a candidate may not assign (e.g. `torch.allclose = ...`)."""
@@ -49,11 +59,15 @@ def _forbidden(tree: ast.Module) -> list[str]:
         line = getattr(node, "lineno", "?")
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] in FORBIDDEN_MODULES:
-                    reasons.append(f"line {line}: forbidden import '{alias.name}'")
+                if problem := _import_problem(alias.name):
+                    reasons.append(f"line {line}: {problem}")
         elif isinstance(node, ast.ImportFrom):
-            if node.module and node.module.split(".")[0] in FORBIDDEN_MODULES:
-                reasons.append(f"line {line}: forbidden import from '{node.module}'")
+            module = "." * node.level + (node.module or "")
+            names = [f"{module}.{a.name}" for a in node.names] if module == "torch" or module.startswith("torch.") else []
+            for name in [module, *names]:
+                if problem := _import_problem(name):
+                    reasons.append(f"line {line}: {problem}")
+                    break
         elif isinstance(node, ast.Call):
             if isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS:
                 reasons.append(f"line {line}: forbidden call '{node.func.id}()'")
@@ -65,9 +79,20 @@ def _forbidden(tree: ast.Module) -> list[str]:
             for target in _flatten(targets):
                 if isinstance(target, (ast.Attribute, ast.Subscript)) and _root_name(target) in PATCH_GUARDED_ROOTS:
                     reasons.append(f"line {line}: forbidden assignment to '{_dotted(target)}' (monkeypatching)")
+        elif isinstance(node, ast.Attribute) and (dotted := _dotted(node)) in FORBIDDEN_ATTRIBUTES:
+            reasons.append(f"line {line}: '{dotted}' is not allowed in a kernel candidate (files, native code)")
         elif isinstance(node, ast.Name) and node.id == "__builtins__":
             reasons.append(f"line {line}: forbidden use of '__builtins__'")
     return reasons
+
+
+def _import_problem(name: str) -> str:
+    if name.split(".")[0] not in ALLOWED_IMPORTS:
+        return (f"import '{name}' is not allowed: a kernel candidate may import only "
+                f"{', '.join(sorted(ALLOWED_IMPORTS - {'__future__'}))}")
+    if any(name == m or name.startswith(m + ".") for m in FORBIDDEN_SUBMODULES):
+        return f"import '{name}' is not allowed: it is not kernel code (native builds, downloads, processes, pickles)"
+    return ""
 
 
 def _flatten(targets: list[ast.expr]) -> list[ast.expr]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import tempfile
 import threading
 import time
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.kernels._child import FAMILIES, LAUNCHES_FILE
-from activities.kernels._proc import MEMORY_LIMIT_BYTES, Child, kill, spawn, wait_all
+from activities.kernels._proc import MEMORY_LIMIT_BYTES, Child, spawn, wait_all
 from activities.kernels.static_checks import static_check
 from contracts.kernel_job import Mismatch, VerifierReport
 
@@ -72,9 +73,19 @@ def verify(
             _torch_loaded(beat)
         finally:  # an exception or a cancelled activity must not leave children running
             for child in children.values():
-                if child.proc.poll() is None:
-                    kill(child.proc)
+                child.kill()
         durations.update({k: round(c.elapsed, 3) for k, c in children.items()})
+        if "reference" in children and children["reference"].error and children["candidate"].error:
+            # a hostile candidate (a fork bomb) can starve its neighbour: the reference is blamed only alone
+            shutil.rmtree(ref_dir)
+            ref_dir.mkdir()
+            (ref_dir / "task.py").write_text(task_source, encoding="utf-8")
+            children["reference"] = _start(ref_dir, seed, trials, candidate=False, gpu=gpu, timeout_s=timeout_s)
+            try:
+                wait_all({"reference": children["reference"]}, timeout_s, beat)
+            finally:
+                children["reference"].kill()
+            durations["reference_alone"] = round(children["reference"].elapsed, 3)
         ref_err = children["reference"].error if "reference" in children else None
         cand = children["candidate"]
         cand_err = cand.error
@@ -119,8 +130,7 @@ def profile(task_source: str, candidate_source: str, *, timeout_s: float, seed: 
         try:
             error = wait_all({"profiler": child}, timeout_s, heartbeat or (lambda _m: None))["profiler"].error
         finally:
-            if child.proc.poll() is None:
-                kill(child.proc)
+            child.kill()
         if error:
             return None, f"speed not measured: profiler {error}"
         try:

@@ -277,7 +277,7 @@ class ToolchainActivities:
                                      {"root": str(ws.root), "params": params.model_dump(mode="json")},
                                      what=f"evaluating {req.candidate} (QNN HTP emulation on x86)",
                                      crash_code=Err.EVALUATION_CRASHED, fallback_code=Err.EVALUATION_ERROR,
-                                     limits=self.limits, cancelled=_cancel_probe())
+                                     limits=self.limits, cancelled=_cancel_probe(), writable=[ws.root])
             except FleetforgeError as e:
                 self._step_error(ws, "evaluate", "evaluate", e)
                 raise

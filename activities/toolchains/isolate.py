@@ -2,9 +2,10 @@
 
 Everything that loads a model into onnxruntime / the QNN HTP backend (compile, quantize, evaluate,
 inspect a context model) runs as `python -m activities.toolchains.isolate REQUEST.json`: a fresh
-interpreter in a session of its own, with an address-space limit, no core files, a wall-clock
-timeout, and the worker's death taking it along (PR_SET_PDEATHSIG). The parent waits in short
-slices, so a Temporal cancellation raised into the activity thread kills the child at once.
+interpreter in the one sandbox (activities/sandbox: a user's model is parsed by native code, so no
+network, no other processes, read-only filesystem but its own folder and the run workspace), with an
+address-space limit, no core files, a wall-clock timeout, and the worker's death taking it along. The
+parent waits in short slices, so a Temporal cancellation raised into the activity thread kills it at once.
 
 Outcomes, as FleetforgeError codes:
 * the target returned → its JSON reply;
@@ -25,19 +26,16 @@ import os
 import re
 import resource
 import signal
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from activities.sandbox import Limits, SandboxPolicy, exit_description, scrub, spawn_child, wait_children
 from contracts.errors import Err, FleetforgeError
 
-REPO = Path(__file__).resolve().parents[2]
-POLL_S = 0.2
 LOG_LINES = 3
 LOG_CHARS = 400
 MEMORY_SIGNALS = frozenset({signal.SIGABRT, signal.SIGKILL, signal.SIGBUS})
@@ -55,21 +53,20 @@ DEFAULT_LIMITS = ChildLimits()
 
 
 def run_isolated(target: str, args: dict[str, Any], *, what: str, crash_code: Err, fallback_code: Err,
-                 limits: ChildLimits = DEFAULT_LIMITS, cancelled: Callable[[], bool] | None = None) -> Any:
-    """Run `module:function(**args)` in a child and return its (JSON) result; see the module doc."""
+                 limits: ChildLimits = DEFAULT_LIMITS, cancelled: Callable[[], bool] | None = None,
+                 writable: Sequence[Path] = ()) -> Any:
+    """Run `module:function(**args)` in a sandboxed child (activities/sandbox: it parses a user's model)
+    and return its (JSON) result; see the module doc. `writable`: the run workspace the target writes."""
     with tempfile.TemporaryDirectory(prefix="fleetforge-child-") as tmp:
         work = Path(tmp)
         (work / "request.json").write_text(json.dumps({"target": target, "args": args, "fallback": fallback_code.value}))
         log = work / "child.log"
-        env = _child_env(limits)
-        with log.open("wb") as out:
-            # cwd = the child's own folder: libraries drop debug files into the cwd (sym_shape_infer_temp.onnx)
-            proc = subprocess.Popen([sys.executable, "-m", "activities.toolchains.isolate", str(work)], cwd=work, env=env,
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = _wait(proc, limits.timeout_s, cancelled)
-        finally:
-            _kill(proc)  # a timeout, a cancellation raised into this thread, or a worker shutting down
+        box = Limits(timeout_s=limits.timeout_s, memory_bytes=limits.memory_bytes, cpu_s=int(limits.timeout_s) + 10)
+        # cwd = the child's own folder: libraries drop debug files into the cwd (sym_shape_infer_temp.onnx)
+        child = spawn_child([sys.executable, "-m", "activities.toolchains.isolate", str(work)], scratch=work, limits=box,
+                            policy=SandboxPolicy(writable=tuple(writable)), env=_child_env(limits), log=log)
+        wait_children({"tool": child}, timeout_s=limits.timeout_s, cancelled=cancelled)
+        code = child.exit_code
         if code is None:
             raise FleetforgeError(Err.TOOL_TIMEOUT, f"{what} did not finish within {limits.timeout_s:.0f}s (killed)"
                                   + _tail_suffix(log))
@@ -77,45 +74,11 @@ def run_isolated(target: str, args: dict[str, Any], *, what: str, crash_code: Er
         reply = json.loads(reply_path.read_text()) if reply_path.is_file() else None
         if code < 0 or reply is None:
             memory = f", memory limit {_gib(limits.memory_bytes)}" if -code in MEMORY_SIGNALS else ""
-            raise FleetforgeError(crash_code, f"{what} crashed ({exit_description(code)}{memory})" + _tail_suffix(log))
+            described = exit_description(code) + ("" if code < 0 else " without a reply")
+            raise FleetforgeError(crash_code, f"{what} crashed ({described}{memory})" + _tail_suffix(log))
         if "error" in reply:
-            raise FleetforgeError(_code(reply["error"]["code"], fallback_code), reply["error"]["message"])
+            raise FleetforgeError(_code(reply["error"]["code"], fallback_code), scrub(reply["error"]["message"]))
         return reply["ok"]
-
-
-def _wait(proc: subprocess.Popen, timeout_s: float, cancelled: Callable[[], bool] | None) -> int | None:
-    """The exit code (negative: a signal), or None when the timeout passed."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return proc.wait(timeout=POLL_S)
-        except subprocess.TimeoutExpired:
-            pass
-        if cancelled is not None and cancelled():
-            from temporalio.exceptions import CancelledError
-
-            raise CancelledError("the activity was cancelled; its child process was killed")
-        if time.monotonic() > deadline:
-            return None
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-
-
-def exit_description(code: int) -> str:
-    """"signal SIGSEGV" for a negative exit code, "exit code 3" otherwise."""
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code} without a reply"
 
 
 def log_tail(log: Path, lines: int = LOG_LINES) -> list[str]:
@@ -130,8 +93,8 @@ def log_tail(log: Path, lines: int = LOG_LINES) -> list[str]:
     if fatal is not None:
         before = kept[max(0, fatal - lines + 1):fatal]
         frame = next((ln for ln in kept[fatal:] if ln.startswith("File ")), "")
-        return [ln[-LOG_CHARS:] for ln in [*before, kept[fatal], frame] if ln]
-    return [ln[-LOG_CHARS:] for ln in kept[-lines:]]
+        return [scrub(ln[-LOG_CHARS:]) for ln in [*before, kept[fatal], frame] if ln]
+    return [scrub(ln[-LOG_CHARS:]) for ln in kept[-lines:]]
 
 
 def _tail_suffix(log: Path) -> str:
@@ -166,11 +129,11 @@ def _code(value: str, fallback: Err) -> Err:
 
 
 def _child_env(limits: ChildLimits) -> dict[str, str]:
-    """A minimal environment: no secrets of the worker reach a tool."""
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
-    env.update(PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1", FLEETFORGE_CHILD_MEMORY_BYTES=str(limits.memory_bytes),
-               FLEETFORGE_CHILD_PARENT_PID=str(os.getpid()))
+    """Besides the sandbox's minimal environment: the memory limit (for the child's own message) and the
+    native libraries' search path. No secrets of the worker reach a tool."""
+    env = {"FLEETFORGE_CHILD_MEMORY_BYTES": str(limits.memory_bytes)}
+    if "LD_LIBRARY_PATH" in os.environ:
+        env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
     return env
 
 

@@ -214,7 +214,7 @@ def context_binary(root: Path, params: ContextBinaryParams, *, isolate: bool = T
     reply = run_isolated("activities.toolchains.ort_qnn:context_binary_in_child",
                          {"root": str(root), "params": params.model_dump(mode="json")},
                          what=f"the QNN HTP compiler on {params.model}", crash_code=Err.TOOL_CRASHED,
-                         fallback_code=Err.EXECUTOR_ERROR, limits=limits)
+                         fallback_code=Err.EXECUTOR_ERROR, limits=limits, writable=[root])
     return StepOutput.model_validate(reply)
 
 

@@ -44,7 +44,8 @@ def run_step(step: CompiledStep, root: Path, qairt_sdk_root: Path | None = None,
         raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, f"no in-process runner for tool {step.tool_name!r}")
     reply = run_isolated("activities.toolchains.steps:run_here", {"step": step.model_dump(mode="json"), "root": str(root.resolve())},
                          what=f"step {step.step_id} ({step.tool_name})", crash_code=Err.TOOL_CRASHED,
-                         fallback_code=Err.EXECUTOR_ERROR, limits=limits, cancelled=cancelled)
+                         fallback_code=Err.EXECUTOR_ERROR, limits=limits, cancelled=cancelled,
+                         writable=[root])
     return StepOutput.model_validate(reply)
 
 

@@ -90,11 +90,11 @@ def prompt_of(request: dict[str, Any]) -> str:
 
 async def run_llm_conductor(client: Client, tmp_path: Path, store: ArtifactStore, server: ScriptedOpenAIServer,
                             workflow: str | ConductorConfig, *, source: str = RELU, request_kw: dict | None = None,
-                            **task_kw: Any) -> KernelResult:
+                            task_id: str | None = None, **task_kw: Any) -> KernelResult:
     settings = Settings(state_dir=tmp_path / "state", llm="openai", llm_base_url=server.base_url, llm_model="scripted")
     reg = build_registry(settings, store)
     queues = fresh_queues()
-    task = KernelTask(op_name="relu", task_desc=source, task_id=f"relu-llm-{uuid.uuid4().hex[:6]}",
+    task = KernelTask(op_name="relu", task_desc=source, task_id=task_id or f"relu-llm-{uuid.uuid4().hex[:6]}",
                       arch="cpu-interpreter", **task_kw)
     config = workflow if isinstance(workflow, ConductorConfig) else load_workflow_config(workflow)
     req = KernelRequest(task=task, config=config, queues=queues, verify_timeout_s=90, llm="openai", **(request_kw or {}))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import json
+import shutil
 import subprocess
 import threading
 import time
@@ -222,16 +224,17 @@ async def test_process_runner_kills_an_interrupted_earlier_run_of_the_row_before
 
 
 async def test_process_runner_leaves_no_process_of_the_test_behind(tmp_path: Path, file_store):
-    """A test that starts a background server and exits: the whole process group goes with it."""
-    pid_file = tmp_path / "child.pid"
-    command = ('python -c "import subprocess, sys; p = subprocess.Popen([sys.executable, \'-c\', '
-               '\'import time; time.sleep(300)\']); open(sys.argv[1], \'w\').write(str(p.pid))" ' + str(pid_file))
+    """A test that starts a background server and exits: nothing of it outlives the test. The test runs in
+    the sandbox (its own PID namespace), so its folder, not a pid, identifies it from outside."""
+    from tests.unit.test_isolate import host_processes_in
+
+    command = ('python -c "import os, subprocess, sys; subprocess.Popen([sys.executable, \'-c\', '
+               '\'import time; time.sleep(300)\']); print(os.getcwd())"')
     out = await ProcessRunner(file_store, marker_dir=tmp_path / "m").run(request(command), print)
     assert out.passed, out.log_tail
-    child = int(pid_file.read_text())
-    await assert_eventually(lambda: not Path(f"/proc/{child}").exists()
-                            or Path(f"/proc/{child}/stat").read_text().split(") ")[1].startswith("Z"),
-                            timeout=10, message="the test's background child is gone")
+    folder = out.log_tail.strip()
+    assert folder.startswith("/") and "ff-row-" in folder
+    assert host_processes_in(folder) == [], "the test's background child is gone"
 
 
 async def test_the_process_runner_tells_the_test_its_slot(file_store):
@@ -322,3 +325,27 @@ def test_listening_pids_names_the_owner_of_a_port():
         assert listening_pids(port, [1]) in (set(), None), "pid 1 does not hold it"
     assert listening_pids(port, [os.getpid()]) is None, "nobody listens any more"
     assert not port_taken(port)
+
+
+async def test_a_process_runner_command_runs_in_the_sandbox(tmp_path: Path, file_store, monkeypatch):
+    """An LLM wrote the command: it runs through the one sandbox. It shares the host's network (its server
+    must answer on 127.0.0.1) but sees no other process, none of the worker's files or secrets, and is not root."""
+    from activities import sandbox
+
+    monkeypatch.setenv("FLEETFORGE_LLM_API_KEY", "sk-planted-runner")
+    state = Path(__file__).resolve().parents[2] / "test-artifacts" / f"state-{uuid.uuid4().hex[:8]}"
+    (state / "artifacts").mkdir(parents=True)
+    (state / "artifacts" / "model.onnx").write_bytes(b"x")
+    probe = ("import json, os; h = sys.argv[1]; print(json.dumps({'uid': os.getuid(), 'env': sorted(os.environ), "
+             "'processes': len([p for p in os.listdir('/proc') if p.isdigit()]), "
+             "'hidden': os.listdir(h) if os.path.isdir(h) else 'absent'}))")
+    sandbox.configure("bwrap", hidden=[state])
+    try:
+        out = await ProcessRunner(file_store).run(request(f'python -c "import sys; {probe}" {state / "artifacts"}'), print)
+    finally:
+        sandbox.configure("bwrap")
+        shutil.rmtree(state)
+    assert out.passed, out.log_tail
+    found = json.loads(out.log_tail.strip().splitlines()[-1])
+    assert found["hidden"] in ("absent", []) and found["processes"] <= 3
+    assert found["uid"] != 0 and "FLEETFORGE_LLM_API_KEY" not in found["env"] and "PORT" not in found["env"]

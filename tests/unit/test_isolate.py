@@ -30,7 +30,7 @@ def segfault() -> None:
 def hang(pid_file: str) -> None:
     from pathlib import Path
 
-    Path(pid_file).write_text(str(os.getpid()))
+    Path(pid_file).write_text(os.getcwd())  # its own folder: what identifies it from outside its PID namespace
     time.sleep(600)
 
 
@@ -49,9 +49,22 @@ def allocate() -> None:
 
 # ---- tests ------------------------------------------------------------------------------------
 
-def run(target: str, limits: ChildLimits = ChildLimits(timeout_s=60), **args: object) -> object:
+def run(target: str, limits: ChildLimits = ChildLimits(timeout_s=60), writable: tuple = (), **args: object) -> object:
     return run_isolated(f"{HERE}:{target}", dict(args), what=f"target {target}", crash_code=Err.TOOL_CRASHED,
-                        fallback_code=Err.EXECUTOR_ERROR, limits=limits)
+                        fallback_code=Err.EXECUTOR_ERROR, limits=limits, writable=writable)
+
+
+def host_processes_in(folder: str) -> list[int]:
+    """Host pids whose working directory is `folder` (the child's own pid is another one in its PID namespace)."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry.name}/cwd").removesuffix(" (deleted)") == folder:
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
 
 
 def test_the_reply_comes_back_from_another_process():
@@ -72,11 +85,10 @@ def test_a_hang_is_killed_at_the_timeout(tmp_path):
     pid_file = tmp_path / "pid"
     started = time.monotonic()
     with pytest.raises(FleetforgeError) as e:
-        run("hang", ChildLimits(timeout_s=3), pid_file=str(pid_file))
+        run("hang", ChildLimits(timeout_s=3), writable=(tmp_path,), pid_file=str(pid_file))
     assert e.value.code is Err.TOOL_TIMEOUT and "3s" in e.value.message
     assert time.monotonic() - started < 30
-    pid = int(pid_file.read_text())
-    assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
+    assert host_processes_in(pid_file.read_text()) == [], "nothing of the child is left"
 
 
 def test_a_cancellation_kills_the_child_at_once(tmp_path):
@@ -86,9 +98,9 @@ def test_a_cancellation_kills_the_child_at_once(tmp_path):
     started = time.monotonic()
     with pytest.raises(CancelledError):
         run_isolated(f"{HERE}:hang", {"pid_file": str(pid_file)}, what="hang", crash_code=Err.TOOL_CRASHED,
-                     fallback_code=Err.EXECUTOR_ERROR, cancelled=lambda: pid_file.exists())
+                     fallback_code=Err.EXECUTOR_ERROR, cancelled=lambda: pid_file.exists(), writable=[tmp_path])
     assert time.monotonic() - started < 30
-    assert not os.path.exists(f"/proc/{int(pid_file.read_text())}")
+    assert host_processes_in(pid_file.read_text()) == []
 
 
 def test_a_coded_error_keeps_its_code_and_a_library_error_is_one_clean_line():
@@ -118,3 +130,46 @@ def test_log_tail_prefers_the_crash_frame(tmp_path):
                    '  File "/x/onnxruntime/capi/session.py", line 406 in run\n  File "/x/evaluate.py", line 90 in evaluate\n')
     assert log_tail(log) == ["noise", "Fatal Python error: Segmentation fault",
                              'File "/x/onnxruntime/capi/session.py", line 406 in run']
+
+
+def reach_out(port: int, hidden: str) -> dict:
+    """What a crafted model parsed in the child could try: the network, the worker's files, processes, secrets."""
+    import socket
+
+    found: dict = {"uid": os.getuid(), "env": sorted(os.environ),
+                   "processes": len([p for p in os.listdir("/proc") if p.isdigit()])}
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=3)
+        found["network"] = "connected"
+    except OSError as e:
+        found["network"] = type(e).__name__
+    found["hidden"] = os.listdir(hidden) if os.path.isdir(hidden) else "absent"
+    return found
+
+
+def test_a_converter_child_is_sandboxed(monkeypatch):
+    """The toolchain's children go through the one sandbox: no network, no view of the worker's processes,
+    files or secrets, not root."""
+    import shutil
+    import socket
+    import uuid
+    from pathlib import Path
+
+    from activities import sandbox
+
+    monkeypatch.setenv("FLEETFORGE_LLM_API_KEY", "sk-planted-isolate")
+    state = Path(__file__).resolve().parents[2] / "test-artifacts" / f"state-{uuid.uuid4().hex[:8]}"
+    (state / "artifacts").mkdir(parents=True)
+    (state / "artifacts" / "model.onnx").write_bytes(b"x")
+    listener = socket.create_server(("127.0.0.1", 0))
+    sandbox.configure("bwrap", hidden=[state])
+    try:
+        found = run("reach_out", port=listener.getsockname()[1], hidden=str(state / "artifacts"))
+    finally:
+        sandbox.configure("bwrap")
+        listener.close()
+        shutil.rmtree(state)
+    assert found["network"] == "ConnectionRefusedError"
+    assert found["hidden"] in ("absent", []), "the state dir and the store are not visible"
+    assert found["processes"] <= 3, "its own PID namespace"
+    assert found["uid"] != 0 and "FLEETFORGE_LLM_API_KEY" not in found["env"]

@@ -1,0 +1,22 @@
+"""Containment for everything untrusted: paths from plans and LLMs (`safe_join`), child processes that run
+LLM-written code or parse users' files (`spawn_child`), and text that leaves them (`scrub`)."""
+
+from activities.sandbox.child import (
+    Child,
+    Limits,
+    SandboxMode,
+    SandboxPolicy,
+    configure,
+    confinement_note,
+    exit_description,
+    log_lines,
+    mode,
+    spawn_child,
+    unavailable,
+    wait_children,
+)
+from activities.sandbox.paths import safe_join
+from activities.sandbox.scrub import scrub
+
+__all__ = ["Child", "Limits", "SandboxMode", "SandboxPolicy", "configure", "confinement_note", "exit_description",
+           "log_lines", "mode", "safe_join", "scrub", "spawn_child", "unavailable", "wait_children"]

@@ -1,0 +1,471 @@
+"""The one way fleetforge starts a child that runs LLM-written code or parses an untrusted file.
+
+Every such child (kernel verifier / reference probe / profiler, the converter's tool and evaluation
+children, the process runner's commands) is started by `spawn_child` inside bubblewrap:
+
+* no network (its own network namespace; `SandboxPolicy.network` shares the host's for the process
+  runner, whose servers must answer on 127.0.0.1);
+* no view of other processes (its own PID namespace: the worker's /proc/PID/environ does not exist there);
+* the filesystem read-only except its scratch dir (and the paths the caller names writable); the
+  worker's home, the state dir, the file artifact store and /run (the docker socket) are hidden behind
+  empty tmpfs mounts; the interpreter and the repository stay readable;
+* not root: a worker running as root starts the command as a fresh unprivileged uid of its own with no
+  capabilities (setpriv, no user namespace needed); any other worker maps it to uid 65534 in a user
+  namespace; an empty environment apart from what the caller passes;
+* resource limits (prlimit): address space, CPU seconds, file size, process count, no core files,
+  a wall-clock timeout, and a disk budget for what it writes;
+* for a GPU child, the /dev/nvidia* nodes are bound in; nothing else changes.
+
+Where bubblewrap cannot start a sandbox, `spawn_child` raises SANDBOX_UNAVAILABLE (no silent
+downgrade). An operator may set FLEETFORGE_SANDBOX=off: children then run unconfined (limits and the
+empty environment still apply) and `Child.confined` is False, so every job can say so.
+
+Text read from a child's log goes through `scrub` before it goes anywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from activities.sandbox.scrub import scrub
+from contracts.errors import Err, FleetforgeError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TMP_BYTES = 256 * 1024**2
+"""Size of the child's private /tmp (a tmpfs; TMPDIR points at the scratch dir anyway)."""
+KILL_WAIT_S = 5.0
+"""How long a kill waits for the namespace's processes to be gone (the kernel reaps them asynchronously)."""
+UID_RANGE = (200_000, 2**31 - 2)
+"""A root worker starts each child as a random uid from this range: no file on the host belongs to it,
+and RLIMIT_NPROC (counted per uid) is the child's own, not shared with its neighbours."""
+
+
+class SandboxMode(StrEnum):
+    BWRAP = "bwrap"
+    OFF = "off"
+    """An operator's explicit choice (FLEETFORGE_SANDBOX=off): children run unconfined, jobs say so."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_s: float
+    memory_bytes: int = 8 * 1024**3
+    """RLIMIT_AS (0: none; CUDA reserves far more address space than it uses)."""
+    cpu_s: int | None = None
+    """RLIMIT_CPU soft limit (SIGXCPU; the hard limit, SIGKILL, is 5 s later); None: the timeout plus 10 s."""
+    file_bytes: int = 4 * 1024**3
+    """RLIMIT_FSIZE: the largest file the child may write."""
+    processes: int = 512
+    """RLIMIT_NPROC: processes and threads of the child's uid (a fork bomb stops here)."""
+    disk_bytes: int = 8 * 1024**3
+    """What the child may add to its writable paths; past it, it is killed."""
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    network: bool = False
+    """Share the host's network namespace (the process runner: its server must answer on 127.0.0.1)."""
+    gpu: bool = False
+    writable: tuple[Path, ...] = ()
+    """Paths besides the scratch dir the child may write (the converter's run workspace)."""
+
+
+@dataclass
+class _Config:
+    mode: SandboxMode = SandboxMode.BWRAP
+    hidden: tuple[Path, ...] = ()
+    probe: str | None = field(default=None)
+    probed: bool = False
+
+
+_CONFIG = _Config()
+_LOCK = threading.Lock()
+
+
+def configure(mode: SandboxMode | str = SandboxMode.BWRAP, hidden: Sequence[Path] = ()) -> None:
+    """Set once by the worker from its settings: the mode, and the paths children must not see
+    (the state dir, the filesystem artifact store). Without a call: bubblewrap, home and /run hidden."""
+    with _LOCK:
+        _CONFIG.mode = SandboxMode(mode)
+        _CONFIG.hidden = tuple(Path(p).resolve() for p in hidden)
+        _CONFIG.probed = False
+
+
+def mode() -> SandboxMode:
+    return _CONFIG.mode
+
+
+def confinement_note() -> str:
+    """One line for results and Web UI details: how this worker's children run."""
+    if _CONFIG.mode is SandboxMode.OFF:
+        return "UNCONFINED: FLEETFORGE_SANDBOX=off on the worker; untrusted code ran with the worker's filesystem and network"
+    return "bubblewrap sandbox: no network, own PID namespace, read-only filesystem except its scratch dir, not root"
+
+
+def hidden_paths() -> list[Path]:
+    """What children never see: the worker's home, /run (sockets: docker, dbus), and the configured paths."""
+    paths = [*_CONFIG.hidden, Path("/run")]
+    home = os.environ.get("HOME")
+    if home and Path(home).resolve() != Path("/"):
+        paths.append(Path(home).resolve())
+    if Path("/var/run").is_dir() and not Path("/var/run").is_symlink():
+        paths.append(Path("/var/run"))
+    return [p for p in dict.fromkeys(paths) if p.is_dir()]
+
+
+def runtime_paths() -> list[Path]:
+    """What a child needs to read: the interpreter, its libraries and the repository."""
+    paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.executable).resolve().parent,
+             REPO_ROOT, *(Path(p) for p in sys.path if p)]
+    return [p.resolve() for p in dict.fromkeys(paths) if p.exists()]
+
+
+def _under(path: Path, roots: Sequence[Path]) -> bool:
+    return any(path == r or r in path.parents for r in roots)
+
+
+def bwrap_argv(command: Sequence[str], *, scratch: Path, policy: SandboxPolicy, limits: Limits,
+               env: Mapping[str, str], hidden: Sequence[Path], runtime: Sequence[Path], uid: int | None) -> list[str]:
+    """The full argv (pure: tests assert it). `uid` set: the worker is root and the command drops to it
+    with setpriv; None: an unprivileged bubblewrap with a user namespace."""
+    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--clearenv"]
+    if not policy.network:
+        argv.append("--unshare-net")
+    if uid is None:
+        argv += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns"]
+    for path in hidden:
+        argv += ["--tmpfs", str(path)]
+    for path in runtime:
+        if _under(path, hidden):
+            argv += _traversable_parents(path, hidden)
+            argv += ["--ro-bind", str(path), str(path)]
+    if policy.gpu:
+        for dev in sorted(glob.glob("/dev/nvidia*")):
+            argv += ["--dev-bind", dev, dev]
+    for path in (scratch, *policy.writable):
+        argv += _traversable_parents(path, [*hidden, Path("/tmp")])
+        argv += ["--bind", str(path), str(path)]
+    argv += ["--chdir", str(scratch)]
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    argv += ["--", *_prlimit(limits)]
+    if uid is not None:
+        argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                 "--bounding-set=-all", "--"]
+    return argv + list(command)
+
+
+def _traversable_parents(path: Path, tmpfs_roots: Sequence[Path]) -> list[str]:
+    """bubblewrap recreates the parents of a bind inside a tmpfs with the host's modes (a 0700 temp dir);
+    the unprivileged child must pass through them to reach its scratch dir by its absolute path."""
+    roots = [r for r in tmpfs_roots if r in path.parents]
+    if not roots:
+        return []
+    root = max(roots, key=lambda r: len(r.parts))
+    argv: list[str] = []
+    for parent in reversed(path.parents):
+        if root in parent.parents:
+            argv += ["--perms", "0755", "--dir", str(parent)]
+    return argv
+
+
+def _prlimit(limits: Limits) -> list[str]:
+    memory = str(limits.memory_bytes) if limits.memory_bytes else "unlimited"
+    cpu = limits.cpu_s if limits.cpu_s is not None else int(limits.timeout_s) + 10
+    return ["prlimit", f"--as={memory}", f"--cpu={cpu}:{cpu + 5}", f"--fsize={limits.file_bytes}",
+            f"--nproc={limits.processes}", "--core=0", "--"]
+
+
+def base_env(scratch: Path) -> dict[str, str]:
+    """What every child gets: a PATH, a locale, its scratch dir as HOME and TMPDIR, the repository on
+    PYTHONPATH. Nothing of the worker's own environment (no keys, no endpoints)."""
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(scratch), "TMPDIR": str(scratch),
+            "PYTHONPATH": str(REPO_ROOT), "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def unavailable() -> str | None:
+    """Why bubblewrap cannot confine a child on this worker, or None."""
+    return _probe()
+
+
+def _probe() -> str | None:
+    """None when bubblewrap can start a sandbox here, else why not (checked once per configuration)."""
+    with _LOCK:
+        if _CONFIG.probed:
+            return _CONFIG.probe
+        reason = None
+        missing = [tool for tool in ("bwrap", "prlimit", "setpriv") if shutil.which(tool) is None]
+        if missing:
+            reason = f"{', '.join(missing)} not found on the worker"
+        else:
+            probe_dir = Path(os.environ.get("TMPDIR", "/tmp"))
+            argv = bwrap_argv(["true"], scratch=probe_dir, policy=SandboxPolicy(), limits=Limits(timeout_s=10),
+                              env={}, hidden=hidden_paths(), runtime=runtime_paths(),
+                              uid=_child_uid() if os.geteuid() == 0 else None)
+            try:
+                done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+                if done.returncode != 0:
+                    reason = f"bubblewrap failed: {done.stderr.decode(errors='replace').strip()[:300]}"
+            except (OSError, subprocess.TimeoutExpired) as e:
+                reason = f"bubblewrap failed: {e}"
+        _CONFIG.probe, _CONFIG.probed = reason, True
+        return reason
+
+
+def _child_uid() -> int:
+    return UID_RANGE[0] + secrets.randbelow(UID_RANGE[1] - UID_RANGE[0])
+
+
+def _hand_over(paths: Sequence[Path], uid: int) -> None:
+    """Give the child's uid its writable paths (a root worker's files stay readable to the worker)."""
+    for top in paths:
+        os.chown(top, uid, uid)
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in (*dirnames, *filenames):
+                os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+
+
+def disk_used(paths: Sequence[Path]) -> int:
+    total = 0
+    for top in paths:
+        for dirpath, _dirs, files in os.walk(top):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(dirpath, name)).st_size
+                except OSError:
+                    pass
+    return total
+
+
+class Child:
+    """A started child: its process (bubblewrap's, or the command's when unconfined), its log, and
+    what ended it (`error`, None when it exited 0)."""
+
+    def __init__(self, proc: subprocess.Popen, log: Path, writable: tuple[Path, ...], limits: Limits, confined: bool):
+        self.proc = proc
+        self.log = log
+        self.writable = writable
+        self.limits = limits
+        self.confined = confined
+        self.started = time.monotonic()
+        self._disk_base = disk_used(writable)
+        self._namespace: str | None = None
+        """The child's PID namespace (`pid:[inode]`), once seen: what `kill` waits to be empty."""
+        self.error: str | None = None
+        self.log_excerpt = ""
+        """What the caller made of the log for a report (its own format; scrubbed)."""
+        self.exit_code: int | None = None
+        self.elapsed = 0.0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        """The exit code, negative for a signal (bubblewrap reports a signalled child as 128 + N)."""
+        code = self.proc.poll()
+        if code is None and self.confined and self._namespace is None:
+            self._namespace = _child_namespace(self.proc.pid)
+        if code is not None and self.confined and 128 < code < 128 + signal.NSIG:
+            return -(code - 128)
+        return code
+
+    def over_disk_budget(self) -> bool:
+        return disk_used(self.writable) - self._disk_base > self.limits.disk_bytes
+
+    def kill(self) -> None:
+        """Kill the whole child and wait until nothing of it is left: bubblewrap, the namespace's init
+        (with it the kernel kills everything in the PID namespace), and the command (another session).
+        bubblewrap may exit before its namespace is empty (a fork bomb's processes), so this waits for that."""
+        tree = _descendants(self.proc.pid) if self.proc.poll() is None else []
+        if self._namespace is None and tree:
+            self._namespace = _child_namespace(self.proc.pid)
+        for pid in [self.proc.pid, *tree]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        deadline = time.monotonic() + KILL_WAIT_S
+        while time.monotonic() < deadline:
+            tree = [pid for pid in tree if _alive(pid)]
+            left = self._namespace is not None and _namespace_members(self._namespace)
+            if not tree and not left:
+                return
+            for pid in left or []:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+
+    def tail(self, lines: int = 3, chars: int = 400) -> list[str]:
+        """The child's last non-empty log lines, each bounded, scrubbed of the worker's secrets."""
+        return [scrub(ln[-chars:]) for ln in log_lines(self.log)[-lines:]]
+
+    def finish(self, code: int | None, error: str | None) -> None:
+        self.exit_code, self.error = code, error
+        self.elapsed = time.monotonic() - self.started
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def _alive(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def _pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _child_namespace(root: int) -> str | None:
+    """The PID namespace of `root`'s descendants when it differs from ours (bubblewrap's inner init)."""
+    ours = _pid_namespace(os.getpid())
+    for pid in _descendants(root):
+        ns = _pid_namespace(pid)
+        if ns is not None and ns != ours:
+            return ns
+    return None
+
+
+def _namespace_members(namespace: str) -> list[int]:
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and _pid_namespace(int(e.name)) == namespace
+            and _alive(int(e.name))]
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below `root` (host pids), parents first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))):
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, frontier = [], [root]
+    while frontier:
+        kids = [k for pid in frontier for k in children.get(pid, [])]
+        found += kids
+        frontier = kids
+    return found
+
+
+def log_lines(log: Path) -> list[str]:
+    try:
+        return [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return []
+
+
+def spawn_child(command: Sequence[str], *, scratch: Path, limits: Limits, policy: SandboxPolicy = SandboxPolicy(),
+                env: Mapping[str, str] | None = None, log: Path | None = None) -> Child:
+    """Start `command` in the sandbox with `scratch` as its cwd, HOME and TMPDIR; stdout and stderr go to
+    `log` (default scratch/child.log). Raises SANDBOX_UNAVAILABLE when it cannot be confined."""
+    scratch = scratch.resolve()
+    writable = (scratch, *(p.resolve() for p in policy.writable))
+    child_env = {**base_env(scratch), **(env or {})}
+    log = log or scratch / "child.log"
+    confined = _CONFIG.mode is SandboxMode.BWRAP
+    if confined:
+        problem = _probe()
+        if problem:
+            raise FleetforgeError(Err.SANDBOX_UNAVAILABLE,
+                                  f"cannot start a sandboxed child ({problem}): untrusted code does not run unconfined")
+        uid = _child_uid() if os.geteuid() == 0 else None
+        if uid is not None:
+            _hand_over(writable, uid)
+        argv = bwrap_argv(command, scratch=scratch, policy=policy, limits=limits, env=child_env,
+                          hidden=hidden_paths(), runtime=runtime_paths(), uid=uid)
+        popen_env: dict[str, str] | None = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    else:
+        argv = [*_prlimit(limits), *command]
+        popen_env = child_env
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, cwd=scratch, env=popen_env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    return Child(proc, log, writable, limits, confined)
+
+
+POLL_S = 0.25
+
+
+def wait_children(children: Mapping[str, Child], *, timeout_s: float, beat: Callable[[str], None] = lambda _m: None,
+                  cancelled: Callable[[], bool] | None = None) -> None:
+    """Wait for every child, killing the ones past the deadline or over their disk budget; each gets
+    `exit_code` and `error` (None when it exited 0). Every child is dead when this returns or raises.
+    `cancelled()` true: kill them all and raise the activity's CancelledError."""
+    deadline = time.monotonic() + timeout_s
+    pending = dict(children)
+    try:
+        while pending:
+            for name, child in list(pending.items()):
+                code = child.poll()
+                if code is not None:
+                    child.finish(code, None if code == 0 else exit_reason(code, child))
+                    del pending[name]
+                elif child.over_disk_budget():
+                    child.kill()
+                    child.finish(None, f"wrote more than {_gib(child.limits.disk_bytes)} (disk budget); killed")
+                    del pending[name]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                for child in pending.values():
+                    child.kill()
+                    child.finish(None, f"timed out after {timeout_s:g}s (killed)")
+                pending.clear()
+                return
+            if cancelled is not None and cancelled():
+                from temporalio.exceptions import CancelledError
+
+                raise CancelledError("the activity was cancelled; its child processes were killed")
+            beat(f"waiting for {', '.join(pending)}")
+            try:
+                next(iter(pending.values())).proc.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        for child in children.values():
+            child.kill()  # also an exited one: what it left running in its namespace goes now
+
+
+def exit_description(code: int) -> str:
+    """"signal SIGSEGV" for a negative exit code, "exit code 3" otherwise."""
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def exit_reason(code: int, child: Child) -> str:
+    """"crashed: exit code 1: <last log line>" (scrubbed)."""
+    last = child.tail(1)
+    killed = "killed by " if code < 0 else ""
+    return f"crashed: {killed}{exit_description(code)}" + (f": {last[0]}" if last else "")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:g} GiB"
