@@ -33,6 +33,7 @@ from contracts.errors import Err, FleetforgeError
 from contracts.convert import OutputKind, Precision, Toolchain
 from contracts.convert_job import ConversionProgress, ConversionRequest, ConversionResult
 from contracts.fleet_job import FleetTestResult, ModelTestResult, RunnerKind
+from contracts.fleet import Tier
 from contracts.inspect import InspectRequest, InspectResult
 from contracts.kernel_job import KernelResult
 from contracts.settings import Settings
@@ -633,7 +634,7 @@ def load_hardware(path: Path | None) -> Any:
     if not isinstance(data, dict):
         raise FleetforgeError(Err.BAD_INPUT, f"{path}: expected a mapping of hardware fields")
     try:
-        return HardwareProfile(**data)
+        return HardwareProfile(**{"source": str(path), **data})
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "profile"
@@ -703,7 +704,8 @@ def write_back(store: ArtifactStore, request: Any, csv_path: Path, *, force: boo
         raise FleetforgeError(Err.MANIFEST_CHANGED, f"{why}; nothing written ({len(verdicts)} verdicts stay in the store)")
     for _ in range(3):  # the file may change while we merge: then merge again
         before = csv_path.read_bytes()
-        merged = merge_verdicts(before.decode("utf-8"), sorted(verdicts.values(), key=lambda v: v.row))
+        merged = merge_verdicts(before.decode("utf-8"), sorted(verdicts.values(), key=lambda v: v.row),
+                                getattr(request, "evidence_columns", False))
         data = merged.text.encode("utf-8")
         if data == before:
             break
@@ -744,6 +746,9 @@ def fleet_test(
     require_approval: Annotated[bool, typer.Option("--require-approval", help="A person approves every command before it runs (fleetforge approve).")] = False,
     resume: Annotated[Optional[str], typer.Option("--resume", metavar="JOB_ID", help="Follow an existing fleet-test job instead of starting one; writes its finished rows back.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Write the verdicts back even into a CSV that is not the fleet's manifest (merged by model name).")] = False,
+    require_tier: Annotated[Tier, typer.Option("--require-tier", help="The tier a row must reach to be Yes: BOOTS (healthy), SERVES (lists its model, answers every request), SENSIBLE (non-degenerate answers in time), MATCHES (greedy answer = the row's reference).")] = Tier.SERVES,
+    max_per_family: Annotated[int, typer.Option("--max-per-family", metavar="N", min=0, help="At most N rows of one family (the family column, else the model's organisation) run at once; 0: no cap.")] = 0,
+    evidence_columns: Annotated[bool, typer.Option("--evidence-columns", help="Also write tier and evidence columns into the CSV (the per-model table always has them).")] = False,
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
     """Test-deploy every model of a CSV that has no verdict yet; with --wait (or --resume), write the
@@ -756,7 +761,19 @@ def fleet_test(
         rows = parse_manifest(csv_text)
         if runner is RunnerKind.PROCESS:
             require_commands(rows)
+    if require_tier is Tier.NONE:
+        raise FleetforgeError(Err.BAD_INPUT, "--require-tier NONE would pass a model that never became healthy: "
+                              "use BOOTS, SERVES, SENSIBLE or MATCHES")
     profile = load_hardware(hardware)
+    if resume is None:  # the host as it is: its GPUs, and nothing that asks for more (exit 2 before any row starts)
+        from activities.containers.host import discover_gpus, gpu_problems, host_profile
+
+        host = discover_gpus()
+        profile = profile if hardware is not None else host_profile(host, profile)
+        out.hint(f"hardware: {profile.gpu_count} GPU(s), {profile.gpu_memory_gb} GB each, ports "
+                 f"{profile.port_range[0]}-{profile.port_range[1]} ({profile.source or hardware})")
+        if problems := gpu_problems(profile, host, rows, str(hardware or "the profile")):
+            raise FleetforgeError(Err.HOST_LACKS_GPUS, "; ".join(problems))
 
     async def go() -> int:
         s = settings()
@@ -771,7 +788,8 @@ def fleet_test(
         else:
             handle = await fc.start_fleet_test(
                 csv_text, name=csv_file.name, store=store, concurrency=concurrency, runner=runner, hardware=profile,
-                max_attempts=max_attempts, test_timeout_s=test_timeout, require_approval=require_approval)
+                max_attempts=max_attempts, test_timeout_s=test_timeout, require_approval=require_approval,
+                require_tier=require_tier, evidence_columns=evidence_columns, max_per_family=max_per_family)
             request = await fleet_request(fc, handle.id)
         if not wait:
             if resume is not None:

@@ -74,6 +74,7 @@ class Err(StrEnum):
     RUNNER_UNAVAILABLE = "RUNNER_UNAVAILABLE"
     ROWS_FAILED = "ROWS_FAILED"
     MANIFEST_CHANGED = "MANIFEST_CHANGED"
+    HOST_LACKS_GPUS = "HOST_LACKS_GPUS"
     # sandbox
     SANDBOX_UNAVAILABLE = "SANDBOX_UNAVAILABLE"
     """The worker cannot confine a child (bubblewrap missing, namespaces refused): untrusted code does not run."""
@@ -116,6 +117,8 @@ REMEDY: dict[Err, str] = {
     Err.MANIFEST_INVALID: "the CSV needs a header with at least model_name,status,note",
     Err.ROWS_FAILED: "see the per-model table: No = the model failed, Error = it could not be tested; rerun the CSV to retest the Error rows",
     Err.MANIFEST_CHANGED: "give the CSV the fleet started from, or pass --force to merge the verdicts into this one by model name",
+    Err.HOST_LACKS_GPUS: "give the profile (--hardware) and the rows' gpus cells at most the GPUs this host has "
+                         "(fleet-test prints them), or start the fleet on a host that has the GPUs",
     Err.MAX_STEPS: "raise --max-step, or configure an LLM (FLEETFORGE_LLM_BASE_URL) for ops the offline coder cannot write",
     Err.NO_OFFLINE_TEMPLATE: "configure an LLM (FLEETFORGE_LLM_BASE_URL) to write kernels for these aten ops",
     Err.NO_PROGRESS: "configure an LLM (FLEETFORGE_LLM_BASE_URL), or a different workflow.yaml: the offline coder can only repeat its rejected candidate",

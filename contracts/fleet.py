@@ -113,17 +113,31 @@ class ErrorCategory(StrEnum):
     """The server answering on the row's port is not provably the row's own."""
     RUNNER_UNAVAILABLE = "RUNNER_UNAVAILABLE"
     TRANSIENT = "TRANSIENT"
-    """Infrastructure hiccup (docker daemon unreachable, registry rate limit, a worker lost)."""
+    """Infrastructure hiccup (registry rate limit, a connection reset, a worker lost)."""
+    DOCKER_UNREACHABLE = "DOCKER_UNREACHABLE"
+    """The containers worker cannot talk to the docker daemon (not running, wrong DOCKER_HOST, no permission)."""
+    DOCKER_ENGINE = "DOCKER_ENGINE"
+    """The engine refused to create or start the container (`docker run` exit 125/126/127: OCI runtime error,
+    name conflict, invalid option): the model never ran."""
+    GPU_UNAVAILABLE = "GPU_UNAVAILABLE"
+    """The row asked for GPUs the docker host cannot give (no GPU, no NVIDIA runtime or device)."""
+    HOST_LIMIT = "HOST_LIMIT"
+    """A limit of the host, not of the model: no space left, no memory for the engine, no more processes."""
+    TIER_UNPROVABLE = "TIER_UNPROVABLE"
+    """`--require-tier` asks for more than this row's test can prove (MATCHES without a reference answer;
+    SENSIBLE or more from a runner or probe URL that only says pass/fail)."""
     UNKNOWN = "UNKNOWN"
 
 
 HARNESS_CATEGORIES = frozenset({
     ErrorCategory.POLICY_REJECTED, ErrorCategory.NO_COMMAND, ErrorCategory.FOREIGN_SERVER,
     ErrorCategory.RUNNER_UNAVAILABLE, ErrorCategory.TRANSIENT, ErrorCategory.AUTH, ErrorCategory.IMAGE_NOT_FOUND,
-    ErrorCategory.PORT_IN_USE, ErrorCategory.UNKNOWN,
+    ErrorCategory.PORT_IN_USE, ErrorCategory.UNKNOWN, ErrorCategory.DOCKER_UNREACHABLE, ErrorCategory.DOCKER_ENGINE,
+    ErrorCategory.GPU_UNAVAILABLE, ErrorCategory.HOST_LIMIT, ErrorCategory.TIER_UNPROVABLE,
 })
 """Failures that say we could not test the model (no usable command, policy, runner, credentials, the
-image missing on the host, the row's port held by someone else, an unexplained failure): the row ends
+image missing on the host, the row's port held by someone else, the docker engine or the host refusing,
+an unexplained failure): the row ends
 `Error` and the next run on the CSV tests it again. Every other category is the model's own failure
 (`No`): it did not deploy, crashed, never became healthy, did not answer, or did not finish in time."""
 
@@ -148,6 +162,61 @@ def row_status(passed: bool, category: str) -> RowStatus:
     except ValueError:
         harness = True  # a category we do not know is nobody's verdict about the model
     return RowStatus.ERROR if harness else RowStatus.NO
+
+
+class Tier(StrEnum):
+    """How far a tested row got, each tier on positive evidence only (a 404 or an empty answer proves nothing)."""
+
+    NONE = "NONE"
+    """Not even healthy."""
+    BOOTS = "BOOTS"
+    """The server became healthy on the row's port."""
+    SERVES = "SERVES"
+    """It lists its own model and answered every request of the probe (the process/script runner: the
+    row's own test passed)."""
+    SENSIBLE = "SENSIBLE"
+    """It answered a small fixed prompt set with non-empty, non-degenerate text within the latency bound."""
+    MATCHES = "MATCHES"
+    """Its greedy answer to the first prompt equals the reference answer given for the row."""
+
+    @property
+    def rank(self) -> int:
+        return list(Tier).index(self)
+
+
+class Evidence(BaseModel, frozen=True):
+    """What a test saw, the reason for its tier (compact: it rides in history with the outcome)."""
+
+    healthy: bool = False
+    lists_model: bool = False
+    requests: int = 0
+    answered: int = 0
+    """Requests answered 2xx with a completion."""
+    errors: int = 0
+    sensible: int = 0
+    """Answers with non-empty, non-degenerate text within the latency bound."""
+    slowest_s: float = 0.0
+    matched: bool | None = None
+    """None: no reference for the row."""
+    own_test: bool = False
+    """The row's own test (process/script runner, or its probe URL) passed: no prompt set was sent."""
+    note: str = ""
+    """The first thing that kept it from the next tier."""
+
+    def line(self) -> str:
+        """One line a person reads in the table and the CSV's evidence column."""
+        if self.own_test:
+            parts = ["own test passed"]
+        else:
+            parts = ["healthy" if self.healthy else "not healthy"]
+            if self.healthy:
+                parts.append("lists its model" if self.lists_model else "does not list its model")
+            if self.requests:
+                parts.append(f"{self.answered}/{self.requests} answered, {self.errors} errors, "
+                             f"{self.sensible} sensible, slowest {self.slowest_s:.1f}s")
+            if self.matched is not None:
+                parts.append("matches the reference" if self.matched else "differs from the reference")
+        return "; ".join(parts) + (f" ({self.note})" if self.note else "")
 
 
 class Remedy(StrEnum):
@@ -178,6 +247,9 @@ class HardwareProfile(BaseModel, frozen=True):
     """Host directory mounted as the Hugging Face cache (must be inside a policy mount root)."""
     port_range: tuple[int, int] = (8000, 8999)
     """Loopback ports the fleet hands out, one per running row (inclusive); also a cap on concurrency."""
+    source: str = ""
+    """Where the GPU figures come from: `discovered on HOST (nvidia-smi: ...)` for the default profile, a
+    file's path, or empty (a profile built in code)."""
 
     @model_validator(mode="after")
     def _ports_in_order(self) -> "HardwareProfile":

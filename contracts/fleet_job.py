@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 from contracts.agents import AgentProvenance
 from contracts.common import ArtifactRef, Failure, JobStatus, TaskQueues, TokenTotals
 from contracts.fleet import (
-    Classification, ErrorCategory, HardwareProfile, ModelRow, RowStatus, Runtime, Slot, TestPhase, row_status,
+    Classification, ErrorCategory, Evidence, HardwareProfile, ModelRow, RowStatus, Runtime, Slot, TestPhase, Tier,
+    row_status,
 )
 
 
@@ -57,6 +58,11 @@ class ManifestRow(BaseModel, frozen=True):
     probe_url: str | None = None
     """The row's own probe: a URL that must answer a GET with 2xx once the server is up (process runner:
     after the command exits 0; docker runner: instead of `/v1/models` + a one-token completion)."""
+    reference: str | None = None
+    """The greedy answer the model must give to the first probe prompt (activities/containers/evidence.py)
+    for the MATCHES tier."""
+    family: str | None = None
+    """The row's family for fair sharing (default: the model name's organisation)."""
 
     @property
     def finished(self) -> bool:
@@ -66,7 +72,14 @@ class ManifestRow(BaseModel, frozen=True):
     def fingerprint(self) -> str:
         """Short hash of the cells the test depends on (not status/note, not extra columns)."""
         cells = {f: getattr(self, f) for f in FINGERPRINT_FIELDS}
+        if self.reference is not None:  # only when set: rows without one keep the fingerprints they had
+            cells["reference"] = self.reference
         return hashlib.sha256(json.dumps(cells, sort_keys=True).encode()).hexdigest()[:16]
+
+    def family_key(self) -> str:
+        """The row's family for fair sharing: its `family` cell, else the model name's organisation
+        (`meta-llama/Llama-3.1-8B` -> `meta-llama`), else the whole name."""
+        return (self.family or self.model_name.split("/", 1)[0]).strip() or self.model_name
 
     def model_row(self) -> ModelRow:
         return ModelRow(model_name=self.model_name, runtime=self.runtime, image=self.image, gpus=self.gpus,
@@ -102,6 +115,10 @@ class RowVerdict(BaseModel, frozen=True):
     attempts: int = 0
     reruns: int = 0
     """Test runs that were run again after an interruption (a worker crash): at-least-once made visible."""
+    tier: str = ""
+    """Tier value the last test reached (empty: no test ran, or a verdict recorded before tiers)."""
+    evidence: str = ""
+    """Evidence.line() of the last test."""
     commands: list[str] = Field(default_factory=list)
     categories: list[str] = Field(default_factory=list)
     """Per attempt: the ErrorCategory value, or PASSED."""
@@ -133,6 +150,8 @@ class AttemptRecord(BaseModel, frozen=True):
     """Temporal's attempt number of the test activity that gave the outcome (0: the test did not run)."""
     test_runs: int = 0
     """How often the test itself started: 2 or more when an interrupted run (worker crash) was killed and run again."""
+    tier: Tier | None = None
+    evidence: Evidence | None = None
 
 
 class PreviousAttempt(BaseModel, frozen=True):
@@ -162,6 +181,8 @@ class PlanFleetRequest(BaseModel, frozen=True):
     fleet_id: str
     manifest: ArtifactRef
     hardware: HardwareProfile = Field(default_factory=HardwareProfile)
+    families: bool = False
+    """Also return each pending row's family (only a fleet with `max_per_family` needs them)."""
 
 
 class FleetPlan(BaseModel, frozen=True):
@@ -173,6 +194,10 @@ class FleetPlan(BaseModel, frozen=True):
     """GPUs a pending row needs, only for rows that differ from the host's default (sparse: history stays small)."""
     default_gpus: int = 0
     """GPUs every other pending row needs (1 on a GPU host, 0 without GPUs)."""
+    families: list[str] = Field(default_factory=list)
+    """Distinct families of the pending rows (only when asked)."""
+    family_of: dict[int, int] = Field(default_factory=dict)
+    """Pending row -> index into `families` (only when asked)."""
 
 
 class RowRequest(BaseModel, frozen=True):
@@ -240,6 +265,10 @@ class RunTestRequest(BaseModel, frozen=True):
     slot: Slot | None = None
     """The row's port (health and probe go there, and only there) and GPUs (None: a row started before
     slots; the port the command names)."""
+    require_tier: Tier = Tier.SERVES
+    """The tier a test must reach to pass (`--require-tier`)."""
+    reference: str | None = None
+    """The row's reference answer (MATCHES tier)."""
 
 
 class TestOutcome(BaseModel, frozen=True):
@@ -255,6 +284,9 @@ class TestOutcome(BaseModel, frozen=True):
     """Temporal's attempt number of the run_test activity that produced this outcome."""
     test_runs: int = 1
     """1 + earlier runs of this same test that were interrupted (found by their marker/container, killed)."""
+    tier: Tier | None = None
+    """The highest tier the test reached (None: from a worker before tiers)."""
+    evidence: Evidence | None = None
 
 
 class ClassifyRequest(BaseModel, frozen=True):
@@ -281,6 +313,8 @@ class FinishFleetRequest(BaseModel, frozen=True):
     fleet_id: str
     manifest: ArtifactRef
     batches: list[ArtifactRef]
+    evidence_columns: bool = False
+    """Write `tier` and `evidence` columns into the result CSV (`--evidence-columns`)."""
 
 
 class FinishFleetResult(BaseModel, frozen=True):
@@ -317,6 +351,7 @@ class ModelTestRequest(BaseModel, frozen=True):
     queues: TaskQueues = Field(default_factory=TaskQueues)
     slot: Slot | None = None
     """The port and GPUs the fleet gave this row (None: the first port of the range, the first GPUs it needs)."""
+    require_tier: Tier = Tier.SERVES
 
 
 class ModelTestResult(BaseModel, frozen=True):
@@ -333,7 +368,11 @@ class ModelTestResult(BaseModel, frozen=True):
     tokens: TokenTotals = Field(default_factory=TokenTotals)
 
     def verdict(self) -> RowVerdict:
-        return RowVerdict(row=self.row, model_name=self.model_name, passed=self.passed,
+        tested = [a for a in self.attempts if a.tier is not None]
+        last = tested[-1] if tested else None
+        return RowVerdict(tier=last.tier.value if last and last.tier else "",
+                          evidence=last.evidence.line() if last and last.evidence else "",
+                          row=self.row, model_name=self.model_name, passed=self.passed,
                           status=self.status or row_status(self.passed, self.category), fingerprint=self.fingerprint,
                           category=self.category, reason=self.reason, attempts=len(self.attempts),
                           reruns=sum(max(0, a.test_runs - 1) for a in self.attempts),
@@ -358,6 +397,8 @@ class FleetCarry(BaseModel, frozen=True):
     runs: int = 0
     paused: bool = False
     tokens: TokenTotals = Field(default_factory=TokenTotals)
+    ahead: list[int] = Field(default_factory=list)
+    """Positions in FleetPlan.pending past `cursor` whose rows already ran (a family cap let them start early)."""
 
 
 def default_fleet_id(workflow_id: str, *, legacy: bool = False) -> str:
@@ -388,6 +429,13 @@ class FleetTestRequest(BaseModel, frozen=True):
     queues: TaskQueues = Field(default_factory=TaskQueues)
     carry: FleetCarry | None = None
     """Set only by the workflow itself when it continues as new."""
+    require_tier: Tier = Tier.SERVES
+    """The tier a row must reach to be Yes (`--require-tier`; never NONE: that would pass a dead server)."""
+    evidence_columns: bool = False
+    """Add `tier` and `evidence` columns to the CSV (`--evidence-columns`); the per-model table always has them."""
+    max_per_family: int = Field(default=0, ge=0)
+    """At most this many rows of one family run at once (0: no cap); rows of other families further down
+    the CSV start meanwhile (`--max-per-family`)."""
 
 
 class FleetProgress(BaseModel, frozen=True):

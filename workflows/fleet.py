@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.failures import failure_from, result_from_failure
     from workflows.job_end import end_failed, is_cancellation, mark_cancelled
     from workflows.fleet_policy import (
-        allocate, capacity, eta_seconds, merge_categories, should_continue_as_new, slots_free,
+        allocate, capacity, eta_seconds, merge_categories, next_startable, should_continue_as_new, slots_free,
     )
     from workflows.model_test import ModelTestWorkflow
 
@@ -59,12 +59,17 @@ class FleetTestWorkflow:
         self._paused = False
         self._capacity = 0
         self._slotted = True
+        self._ahead: set[int] = set()
+        """Positions past the cursor already started (a family cap let them go first)."""
+        self._family_running: dict[int, int] = {}
+        self._row_family: dict[int, int] = {}
 
     @workflow.run
     async def run(self, req: FleetTestRequest) -> FleetTestResult:
         fleet_id = self._fleet_id(req)
         self._carry = req.carry or FleetCarry(started_at=workflow.now())
         self._paused = self._paused or self._carry.paused  # a pause signal may arrive before run() starts
+        self._ahead = set(self._carry.ahead)
         self._slotted = workflow.patched(FLEET_SLOTS_PATCH)
         try:
             self._plan = await self._load(req, fleet_id)
@@ -95,7 +100,8 @@ class FleetTestWorkflow:
 
     async def _load(self, req: FleetTestRequest, fleet_id: str) -> FleetPlan:
         plan = await workflow.execute_activity_method(
-            ContainerActivities.plan_fleet, PlanFleetRequest(fleet_id=fleet_id, manifest=req.manifest, hardware=req.hardware),
+            ContainerActivities.plan_fleet, PlanFleetRequest(fleet_id=fleet_id, manifest=req.manifest, hardware=req.hardware,
+                                                             families=req.max_per_family > 0),
             task_queue=req.queues.containers, **_cheap(f"read manifest {req.manifest.name or req.manifest.sha256[:12]}"))
         self._capacity = capacity(req.concurrency, req.hardware, plan.default_gpus)
         return plan
@@ -115,18 +121,32 @@ class FleetTestWorkflow:
         return cursor
 
     def _start_ready(self, req: FleetTestRequest, fleet_id: str, cursor: int) -> int:
-        """Start the next rows while the window has room and the host has their slots; the new cursor."""
-        pending = self._plan.pending
+        """Start the next rows while the window has room and the host has their slots (with a family cap,
+        the next rows whose family is under it); the new cursor."""
+        pending, plan = self._plan.pending, self._plan
         for _ in range(self._free(req, len(pending) - cursor)):
-            row = pending[cursor]
+            pos = next_startable(cursor, len(pending), self._ahead, lambda p: plan.family_of.get(pending[p]),
+                                 self._family_running, req.max_per_family, lookahead=4 * req.concurrency)
+            if pos is None:
+                break
+            row = pending[pos]
             slot = None
             if self._slotted:
                 slot = allocate(self._plan.gpus.get(row, self._plan.default_gpus), req.hardware, self._slots.values())
                 if slot is None:
                     break
                 self._slots[row] = slot
+            if (family := plan.family_of.get(row)) is not None:
+                self._row_family[row] = family
+                self._family_running[family] = self._family_running.get(family, 0) + 1
             self._running[row] = asyncio.create_task(self._child(req, fleet_id, row, slot))
+            if pos != cursor:
+                self._ahead.add(pos)
+                continue
             cursor += 1
+            while cursor in self._ahead:
+                self._ahead.discard(cursor)
+                cursor += 1
         return cursor
 
     def _free(self, req: FleetTestRequest, remaining: int) -> int:
@@ -150,7 +170,8 @@ class FleetTestWorkflow:
     async def _child(self, req: FleetTestRequest, fleet_id: str, row: int, slot: Slot | None) -> None:
         child = ModelTestRequest(fleet_id=fleet_id, manifest=req.manifest, row=row, hardware=req.hardware,
                                  runner=req.runner, max_attempts=req.max_attempts, require_approval=req.require_approval,
-                                 test_timeout_s=req.test_timeout_s, llm=req.llm, queues=req.queues, slot=slot)
+                                 test_timeout_s=req.test_timeout_s, llm=req.llm, queues=req.queues, slot=slot,
+                                 require_tier=req.require_tier)
         try:
             result = await workflow.execute_child_workflow(
                 ModelTestWorkflow.run, child, id=f"fleet/{fleet_id}/{row}", task_queue=req.queues.workflows,
@@ -180,6 +201,8 @@ class FleetTestWorkflow:
     def _release(self, row: int) -> None:
         self._running.pop(row, None)
         self._slots.pop(row, None)
+        if (family := self._row_family.pop(row, None)) is not None:
+            self._family_running[family] -= 1
         self._ended += 1
 
     async def _save_batch(self, req: FleetTestRequest, fleet_id: str) -> list[ArtifactRef]:
@@ -193,11 +216,12 @@ class FleetTestWorkflow:
 
     def _next_carry(self, cursor: int, batches: list[ArtifactRef]) -> FleetCarry:
         return self._carry.model_copy(update={"cursor": cursor, "batches": batches, "runs": self._carry.runs + 1,
-                                              "paused": self._paused})
+                                              "paused": self._paused, "ahead": sorted(self._ahead)})
 
     async def _finish(self, req: FleetTestRequest, fleet_id: str, batches: list[ArtifactRef]) -> FleetTestResult:
         done = await workflow.execute_activity_method(
-            ContainerActivities.finish_fleet, FinishFleetRequest(fleet_id=fleet_id, manifest=req.manifest, batches=batches),
+            ContainerActivities.finish_fleet, FinishFleetRequest(fleet_id=fleet_id, manifest=req.manifest, batches=batches,
+                                                             evidence_columns=req.evidence_columns),
             task_queue=req.queues.containers, **_cheap("write the results CSV"))
         status = JobStatus.FAILED if done.failed or done.errors else JobStatus.COMPLETED
         self._show(fleet_id, step=status.value.lower())

@@ -4,7 +4,7 @@ No workflow calls, no I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from contracts.common import TokenTotals
@@ -128,3 +128,17 @@ def eta_seconds(done: int, todo: int, elapsed_s: float) -> float | None:
 def merge_categories(counts: dict[str, int], verdict_passed: bool, category: str) -> dict[str, int]:
     key = "PASSED" if verdict_passed else (category or ErrorCategory.UNKNOWN.value)
     return {**counts, key: counts.get(key, 0) + 1}
+
+
+def next_startable(cursor: int, total: int, ahead: set[int], family_of: Callable[[int], int | None],
+                   running: Mapping[int, int], cap: int, lookahead: int) -> int | None:
+    """Position (in the plan's pending rows) of the next row to start: the cursor's; with a per-family
+    `cap`, the first within `lookahead` positions whose family runs fewer than `cap` rows (so one family's
+    slow rows and retries cannot hold the whole window); None when no row may start now."""
+    for pos in range(cursor, min(total, cursor + (lookahead if cap else 1))):
+        if pos in ahead:
+            continue
+        family = family_of(pos)
+        if not cap or family is None or running.get(family, 0) < cap:
+            return pos
+    return None

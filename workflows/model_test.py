@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from temporalio import workflow
+from temporalio.common import Priority
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -41,6 +42,10 @@ with workflow.unsafe.imports_passed_through():
         Finish, Retry, harness_failure, model_result, next_after_attempt, rejection, render_fixed, writer_gave_up,
     )
     from workflows.model_test_v1 import ROW_SLOTS_PATCH, RowBeforeSlots
+
+FAIRNESS_PATCH = "fleet-fairness"
+"""From here on a row's test activity carries a priority (first attempt before retries) and its family as
+the fairness key; rows recorded before schedule it without."""
 
 _SOURCES = {AnswerSource.LLM: CommandSource.LLM, AnswerSource.OFFLINE: CommandSource.OFFLINE,
             AnswerSource.FALLBACK: CommandSource.FALLBACK}
@@ -79,6 +84,7 @@ class ModelTestWorkflow(RowBeforeSlots):
         self._awaiting: tuple[int, str] | None = None
         self._approval: ApprovalRequest | None = None
         self._model = ""
+        self._family = ""
         self._llm_calls: list[ChatResult] = []
         self._offline_answers = 0
         """Offline writer decisions that gave an attempt's command (recorded like LLM answers, 0 tokens)."""
@@ -119,6 +125,7 @@ class ModelTestWorkflow(RowBeforeSlots):
             ContainerActivities.read_row, RowRequest(manifest=req.manifest, row=req.row),
             **_local(f"row {req.row}: read the manifest row"))
         self._model = row.model_name
+        self._family = row.family_key()
         ui.set_model(row.model_name)
         return row
 
@@ -205,7 +212,7 @@ class ModelTestWorkflow(RowBeforeSlots):
         if req.require_approval and not (approval := await self._await_approval(attempt, written.command)).approved:
             return self._record(attempt, written, t0, rejection(f"refused by reviewer: {approval.reason or 'no reason given'}"))
         probe = render_fixed(row.probe_url, attempt, slot) if row.probe_url else None
-        outcome = await self._run(req, attempt, written.command, probe, slot)
+        outcome = await self._run(req, attempt, written.command, probe, slot, row.reference)
         if outcome.passed:
             return self._record(attempt, written, t0, None, outcome)
         failure = await workflow.execute_local_activity_method(
@@ -214,18 +221,22 @@ class ModelTestWorkflow(RowBeforeSlots):
             **_local(f"{self._model}: classify failure, attempt {attempt}"))
         return self._record(attempt, written, t0, failure, outcome)
 
-    async def _run(self, req: ModelTestRequest, attempt: int, command: str, probe_url: str | None, slot: Slot) -> TestOutcome:
+    async def _run(self, req: ModelTestRequest, attempt: int, command: str, probe_url: str | None, slot: Slot,
+                   reference: str | None = None) -> TestOutcome:
         self._show(f"testing on port {slot.port}, attempt {attempt}")
+        fair = {}
+        if workflow.patched(FAIRNESS_PATCH):  # first attempts before retries, families dispatched fairly
+            fair["priority"] = Priority(priority_key=2 if attempt == 1 else 4, fairness_key=self._family or None)
         return await workflow.execute_activity_method(
             ContainerActivities.run_test,
             RunTestRequest(fleet_id=req.fleet_id, row=req.row, model_name=self._model, attempt=attempt, command=command,
                            runner=req.runner, hardware=req.hardware, probe_url=probe_url, timeout_s=req.test_timeout_s,
-                           slot=slot),
+                           slot=slot, require_tier=req.require_tier, reference=reference),
             task_queue=req.queues.containers, summary=f"{self._model}: {req.runner.value} test, attempt {attempt}",
             start_to_close_timeout=max(CONTAINER.start_to_close, timedelta(seconds=req.test_timeout_s + 300)),
             heartbeat_timeout=CONTAINER.heartbeat, retry_policy=CONTAINER.retry,
             # a cancelled row ends only after the runner removed its container
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED, **fair)
 
     async def _await_approval(self, attempt: int, command: str) -> ApprovalRequest:
         """Durable wait for `approve_command` (no timer: the fleet waits for a person)."""
@@ -245,7 +256,8 @@ class ModelTestWorkflow(RowBeforeSlots):
             reason=failure.reason if failure else "", log=outcome.log if outcome else None,
             duration_s=round((workflow.now() - t0).total_seconds(), 3), source=written.source, writer_note=written.note,
             transcript=written.transcript, provenance=written.provenance,
-            activity_attempt=outcome.activity_attempt if outcome else 0, test_runs=outcome.test_runs if outcome else 0))
+            activity_attempt=outcome.activity_attempt if outcome else 0, test_runs=outcome.test_runs if outcome else 0,
+            tier=outcome.tier if outcome else None, evidence=outcome.evidence if outcome else None))
         if failure is not None:
             self._failures.append(failure)
             self._previous.append(PreviousAttempt(command=written.command or "(no command in the answer)",
@@ -297,5 +309,8 @@ class ModelTestWorkflow(RowBeforeSlots):
 
     def _show(self, step: str, error: str = "") -> None:
         last = self._attempts[-1] if self._attempts else None
+        reruns = sum(max(0, a.test_runs - 1) for a in self._attempts)
         ui.details("model test", {"model": self._model, "step": step, "attempts": len(self._attempts),
+                                  "reruns": f"{reruns} (a test ran again after an interrupted run)" if reruns else "",
+                                  "tier": f"{last.tier.value}: {last.evidence.line()}" if last and last.tier and last.evidence else "",
                                   "last error": error or (f"{last.category}: {last.reason}" if last and last.category else "")})

@@ -97,7 +97,7 @@ class ContainerActivities:
         markers = settings.state_dir.resolve() / "fleet-rows"
         default: dict[RunnerKind, Runner] = {
             RunnerKind.PROCESS: ProcessRunner(store, self.process_programs, marker_dir=markers),
-            RunnerKind.DOCKER: DockerRunner(store),
+            RunnerKind.DOCKER: DockerRunner(store, marker_dir=markers),
             RunnerKind.SCRIPT: ScriptRunner(store, script or Path("test_models.sh").resolve(), marker_dir=markers),
         }
         self.runners: dict[RunnerKind, Runner] = {**default, **(runners or {})}
@@ -131,8 +131,15 @@ class ContainerActivities:
         pending = pending_rows(rows)
         default = req.hardware.gpus_for(None)
         gpus = {i: n for i in pending if (n := req.hardware.gpus_for(rows[i].gpus)) != default}
+        families: list[str] = []
+        family_of: dict[int, int] = {}
+        if req.families:
+            index: dict[str, int] = {}
+            for i in pending:
+                family_of[i] = index.setdefault(rows[i].family_key(), len(index))
+            families = list(index)
         return FleetPlan(total=len(rows), pending=pending, skipped=len(rows) - len(pending), gpus=gpus,
-                         default_gpus=default)
+                         default_gpus=default, families=families, family_of=family_of)
 
     @activity.defn(name="containers.read_row")
     def read_row(self, req: RowRequest) -> ManifestRow:
@@ -221,7 +228,7 @@ class ContainerActivities:
             for v in _jsonl(self.store.get_bytes(ref)):
                 verdicts[v.row] = v
         passed, failed, errors, categories = fleet_counts(verdicts.values())
-        csv_text = apply_verdicts(text, verdicts.values())
+        csv_text = apply_verdicts(text, verdicts.values(), req.evidence_columns)
         ref = self.store.put_bytes(csv_text.encode("utf-8"), media_type=CSV_MEDIA,
                                    name=f"fleet/{req.fleet_id}/results.csv")
         table = self.store.put_bytes(model_table(sorted(verdicts.values(), key=lambda v: v.row)).encode("utf-8"),

@@ -1,7 +1,8 @@
 """The fleet manifest CSV: parse it into typed rows and write verdicts back. Pure functions.
 
 The header must name at least `model_name,status,note`; optional columns the writer/runners read
-are runtime, image, gpus, port, max_model_len, command, probe_url. Any other column is kept as is.
+are runtime, image, gpus, port, max_model_len, command, probe_url, reference (the MATCHES tier's
+answer), family (fair sharing). Any other column is kept as is.
 Rows are keyed by their 0-based index among the data rows; a row whose status is `Yes` or `No` has
 a verdict and is skipped, every other row (empty, `Error`, ...) is tested.
 
@@ -30,7 +31,9 @@ from contracts.fleet_job import ManifestRow, RowVerdict
 
 REQUIRED = ("model_name", "status", "note")
 _OPTIONAL_INT = ("gpus", "port", "max_model_len")
-_OPTIONAL_STR = ("runtime", "image", "command", "probe_url")
+_OPTIONAL_STR = ("runtime", "image", "command", "probe_url", "reference", "family")
+EVIDENCE_COLUMNS = ("tier", "evidence")
+"""Written only when asked (`--evidence-columns`); like status and note, they are the tool's to fill."""
 MAX_CELL_CHARS = 65536
 """Longest cell accepted (a command or a note is far shorter; a 10 MB cell is a broken file)."""
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -178,23 +181,32 @@ def _render(cells: list[str], eol: str) -> str:
     return buf.getvalue()
 
 
-def _with_verdicts(text: str, table: Table, by_index: Mapping[int, RowVerdict]) -> str:
-    """`text` with status/note rewritten on the lines of the rows in `by_index`; every other line as it was."""
+def _with_verdicts(text: str, table: Table, by_index: Mapping[int, RowVerdict], evidence: bool = False) -> str:
+    """`text` with status/note (and, with `evidence`, tier/evidence: the columns are added to the header when
+    missing) rewritten on the lines of the rows in `by_index`; every other line as it was."""
     status_i, note_i = table.header.index("status"), table.header.index("note")
     bom = "\ufeff" if text.startswith("\ufeff") else ""
     lines = _lines(text[len(bom):])
+    header = list(table.header)
+    if evidence and by_index and (added := [c for c in EVIDENCE_COLUMNS if c not in header]):
+        header += added
+        raw = lines[0]
+        lines[0] = _render(_records(raw.rstrip("\r\n"))[0][1] + added, raw[len(raw.rstrip("\r\n")):] or "\n")
     for index, v in by_index.items():
         line_no, cells = table.body[index]
-        cells = cells + [""] * (len(table.header) - len(cells))
+        cells = cells + [""] * (len(header) - len(cells))
         cells[status_i] = v.row_status.value
         cells[note_i] = verdict_note(v)
+        if evidence:
+            cells[header.index("tier")] = v.tier
+            cells[header.index("evidence")] = one_line(v.evidence)
         raw = lines[line_no - 1]
         eol = raw[len(raw.rstrip("\r\n")):]
         lines[line_no - 1] = _render(cells, eol)
     return bom + "".join(lines)
 
 
-def apply_verdicts(original_csv_text: str, verdicts: Iterable[RowVerdict]) -> str:
+def apply_verdicts(original_csv_text: str, verdicts: Iterable[RowVerdict], evidence: bool = False) -> str:
     """The original CSV with status (Yes/No/Error) and note set for every row that has a verdict (by
     row index: the fleet's own manifest); every other byte is kept."""
     table = _read(original_csv_text)
@@ -202,7 +214,7 @@ def apply_verdicts(original_csv_text: str, verdicts: Iterable[RowVerdict]) -> st
     unknown = sorted(r for r in by_row if r >= len(table.body))
     if unknown:
         raise _invalid(f"verdicts for rows {unknown[:5]} that the manifest does not have ({len(table.body)} rows)")
-    return _with_verdicts(original_csv_text, table, by_row)
+    return _with_verdicts(original_csv_text, table, by_row, evidence)
 
 
 def manifest_mismatch(original: str, current: str) -> str:
@@ -213,11 +225,11 @@ def manifest_mismatch(original: str, current: str) -> str:
         a, b = _read(original), _read(current)
     except FleetforgeError as e:
         return f"it no longer parses ({e.message})"
-    if a.header != b.header:
+    if [h for h in a.header if h not in EVIDENCE_COLUMNS] != [h for h in b.header if h not in EVIDENCE_COLUMNS]:
         return f"its header changed ({','.join(a.header)} -> {','.join(b.header)})"
     if len(b.body) < len(a.body):
         return f"it has {len(b.body)} rows, the fleet's manifest had {len(a.body)}"
-    keep = [i for i, h in enumerate(a.header) if h not in ("status", "note")]
+    keep = [i for i, h in enumerate(a.header) if h not in ("status", "note", *EVIDENCE_COLUMNS)]
     for (line, old), (_, new) in zip(a.body, b.body):
         old, new = old + [""] * (len(a.header) - len(old)), new + [""] * (len(a.header) - len(new))
         if [old[i] for i in keep] != [new[i] for i in keep]:
@@ -236,7 +248,7 @@ class Merge:
     """Models with a verdict but no row in the file any more."""
 
 
-def merge_verdicts(current: str, verdicts: Iterable[RowVerdict]) -> Merge:
+def merge_verdicts(current: str, verdicts: Iterable[RowVerdict], evidence: bool = False) -> Merge:
     """Write verdicts into `current` by row identity (model name + fingerprint of the tested cells): a
     row edited since its test keeps its cells, rows added since are kept, nothing else changes."""
     table = _read(current)
@@ -252,12 +264,12 @@ def merge_verdicts(current: str, verdicts: Iterable[RowVerdict]) -> Merge:
         else:
             by_index[row.row] = v
             merge.written.append(v.model_name)
-    merge.text = _with_verdicts(current, table, by_index)
+    merge.text = _with_verdicts(current, table, by_index, evidence)
     return merge
 
 
-TABLE_COLUMNS = ("row", "model_name", "verdict", "attempts", "categories", "reruns", "duration_s", "calls", "tokens",
-                 "commands")
+TABLE_COLUMNS = ("row", "model_name", "verdict", "tier", "evidence", "attempts", "categories", "reruns", "duration_s",
+                 "calls", "tokens", "commands")
 
 
 def model_table(verdicts: Iterable[RowVerdict]) -> str:
@@ -269,7 +281,7 @@ def model_table(verdicts: Iterable[RowVerdict]) -> str:
     writer.writerow(TABLE_COLUMNS)
     for v in verdicts:
         verdict = v.row_status.value + ("" if v.passed else f": {v.category}")
-        writer.writerow([v.row, v.model_name, verdict, v.attempts, " > ".join(v.categories), v.reruns,
+        writer.writerow([v.row, v.model_name, verdict, v.tier, one_line(v.evidence), v.attempts, " > ".join(v.categories), v.reruns,
                          f"{v.duration_s:.3f}", v.tokens.calls, v.tokens.total_tokens, json.dumps(v.commands)])
     return buf.getvalue()
 

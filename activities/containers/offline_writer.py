@@ -130,7 +130,7 @@ def repair(row: ModelRow, hw: HardwareProfile, knobs: Knobs, failure: Classifica
         if row.runtime == "vllm" and not knobs.enforce_eager:
             return knobs.model_copy(update={"enforce_eager": True})
         return None
-    if cat is ErrorCategory.TRANSIENT:
+    if cat in (ErrorCategory.TRANSIENT, ErrorCategory.DOCKER_UNREACHABLE):  # the same command, once the engine is back
         return knobs
     return None
 

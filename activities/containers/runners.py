@@ -11,8 +11,9 @@
   deterministic name and `fleetforge.run` label. The slot's port must be free before the container
   starts; health and probe go to that port only, and the server that answers must be the row's own:
   `/v1/models` lists the row's model, or the listening socket belongs to the row's container.
-  Then a one-token `POST /v1/completions` (the legacy completions endpoint, not chat: it needs no
-  chat template, so base and chat models answer it alike), or the row's probe URL. The container is
+  Then the fixed prompt set (activities/containers/evidence.py) through `POST /v1/completions` (the
+  legacy completions endpoint, not chat: it needs no chat template, so base and chat models answer it
+  alike), graded into a tier (BOOTS, SERVES, SENSIBLE, MATCHES), or the row's probe URL (SERVES). The container is
   always removed (`docker rm -f`), also on cancellation and timeout; every wait beats, so a
   cancellation reaches the activity within its heartbeat timeout.
 * ScriptRunner: the original `test_models.sh <model> <command>` contract (0 pass, 1 fail, 2 timeout). The
@@ -46,14 +47,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from activities.containers._marker import RowMarker
+from activities.containers._marker import TAG_VAR, Intent, RowMarker, StartIntents
 from activities.containers._ports import listening_pids, port_taken
+from activities.containers.evidence import MAX_TOKENS, PROMPTS, SENSIBLE_LATENCY_S, UNPROVABLE, degenerate, meets, shortfall, tier_of
 from activities.containers.offline_writer import writer_policy
 from activities.sandbox import Limits, SandboxPolicy, scrub, spawn_child
 from activities.containers.policy import check_command, container_name, declared_ports, render_argv, run_labels
 from activities.storage import ArtifactStore
 from contracts.errors import Err, FleetforgeError
-from contracts.fleet import CommandPolicy, HardwareProfile, Slot, TestPhase
+from contracts.fleet import CommandPolicy, DockerRunSpec, Evidence, HardwareProfile, Slot, TestPhase, Tier
 from contracts.fleet_job import RunTestRequest, TestOutcome
 
 Heartbeat = Callable[[str], None]
@@ -62,8 +64,6 @@ TAIL_CHARS = 4000
 HEARTBEAT_S = 2.0
 EXIT_POLL_S = 0.05
 """Longest pause between heartbeats while a runner waits (a quarter of the CONTAINER heartbeat timeout, or less)."""
-PROBE_PROMPT = {"prompt": "Hello", "max_tokens": 1, "temperature": 0}
-"""The tiny completion every OpenAI-compatible server must answer (one token)."""
 COMPLETION_TIMEOUT_S = 60.0
 """A first completion may compile kernels or warm caches: generous, and the wait heartbeats."""
 T = TypeVar("T")
@@ -229,14 +229,24 @@ class _Base:
         self.store = store
 
     async def _outcome(self, req: RunTestRequest, started: float, log: str, *, passed: bool, phase: TestPhase,
-                       exit_code: int | None = None, test_runs: int = 1) -> TestOutcome:
+                       exit_code: int | None = None, test_runs: int = 1, evidence: Evidence | None = None) -> TestOutcome:
+        """The outcome with its tier: `evidence` from the docker runner's probe, or (None) the row's own test's
+        pass/fail, which proves SERVES at most. A test below `req.require_tier` does not pass."""
+        if evidence is None:
+            evidence = Evidence(healthy=passed, own_test=passed)
+        tier = tier_of(evidence)
+        if passed and not meets(tier, req.require_tier):
+            passed = False
+            unprovable, why = shortfall(evidence, tier, req.require_tier, req.reference is not None)
+            log += f"\n{UNPROVABLE}: {why}" if unprovable else f"\n[fleetforge] probe: {why}"
         ref = None
         if log:
             ref = await asyncio.to_thread(
                 self.store.put_bytes, log.encode(), media_type="text/plain",
                 name=f"fleet/{req.fleet_id}/{req.row}/attempt-{req.attempt}.log")
         return TestOutcome(passed=passed, phase=phase, exit_code=exit_code, log_tail=tail(log), log=ref,
-                           duration_s=round(time.monotonic() - started, 3), test_runs=test_runs)
+                           duration_s=round(time.monotonic() - started, 3), test_runs=test_runs, tier=tier,
+                           evidence=evidence)
 
 
 def _rerun_note(leftovers: int, what: str) -> str:
@@ -263,10 +273,11 @@ class _Marked(_Base):
         async with marker.held(heartbeat):
             leftovers = await marker.stop_leftovers(heartbeat)
             killed = sum(1 for lo in leftovers if lo.killed)
+            tag = marker.intend(req.attempt)  # durable before the spawn: a crash around it stays findable
             try:
                 code, out = await self.run_argv(argv, timeout_s, heartbeat, f"row {req.row}", cwd=cwd,
-                                            env=slot_env(req.slot),
-                                            on_start=lambda pid: marker.started(pid, req.attempt))
+                                                env={**slot_env(req.slot), TAG_VAR: tag},
+                                                on_start=lambda pid: marker.started(pid, req.attempt, tag))
             finally:
                 marker.finished()
         what = f"{killed} still running and killed first" if killed else "none still running"
@@ -300,12 +311,16 @@ class ProcessRunner(_Marked):
 
 class DockerRunner(_Base):
     def __init__(self, store: ArtifactStore, *, policy_for: Callable[[HardwareProfile], CommandPolicy] = writer_policy,
-                 docker: str = "docker", health_path: str = "/health", poll_s: float = 2.0):
+                 docker: str = "docker", health_path: str = "/health", poll_s: float = 2.0,
+                 marker_dir: Path | None = None):
         super().__init__(store)
         self.policy_for = policy_for
         self.docker = docker
         self.health_path = health_path
         self.poll_s = poll_s
+        self.marker_dir = marker_dir
+        """Where the row locks and start intents live (None: no intents; a rerun is seen only by the
+        leftover container of the same name)."""
 
     async def _docker(self, *args: str, timeout_s: float = 120.0, heartbeat: Heartbeat = lambda _: None) -> tuple[int | None, str]:
         return await _run_argv([self.docker, *args], timeout_s, heartbeat, f"docker {args[0]}")
@@ -314,66 +329,177 @@ class DockerRunner(_Base):
         verdict = check_command(req.command, self.policy_for(req.hardware), req.slot, req.hardware.gpu_count)
         if not verdict.accepted or verdict.spec is None:  # checked again: never trust the caller
             raise FleetforgeError(Err.POLICY_REJECTED, verdict.reason)
-        spec = verdict.spec
+        if self.marker_dir is None:
+            return await self._run(req, verdict.spec, heartbeat, None)
+        async with RowMarker(self.marker_dir, req.fleet_id, req.row).held(heartbeat):
+            return await self._run(req, verdict.spec, heartbeat, StartIntents(self.marker_dir, req.fleet_id, req.row))
+
+    async def _run(self, req: RunTestRequest, spec: DockerRunSpec, heartbeat: Heartbeat,
+                   intents: StartIntents | None) -> TestOutcome:
+        """The test under the row's lock. With intents: the container's name is recorded before `docker run`
+        and kept; a retry that finds one kills the earlier `docker run` client and container, runs its own under
+        a new name (`-r2`, ...), then counts the earlier starts from the engine's events."""
         slot = req.slot or Slot(port=(declared_ports(spec) or [8000])[0])  # no slot: a row started before slots
-        name = container_name(req.fleet_id, f"{req.row}-{req.model_name}", req.attempt)
+        base = container_name(req.fleet_id, f"{req.row}-{req.model_name}", req.attempt)
         labels = run_labels(req.fleet_id, key=str(req.row), attempt=req.attempt)
+        earlier = intents.earlier(req.attempt) if intents else []
+        name = base if not earlier else f"{base}-r{len(earlier) + 1}"  # never the name a late start may still take
         started = time.monotonic()
         code, out = await self._docker("image", "inspect", "--format", "{{.Id}}", spec.image, heartbeat=heartbeat)
         if code != 0:
             log = out if "No such image" in out or "daemon" in out else f"No such image: {spec.image}\n{out}"
             return await self._outcome(req, started, log, passed=False, phase=TestPhase.START)
-        _, removed = await self._docker("rm", "-f", name, heartbeat=heartbeat)  # a crashed earlier run's container
-        runs = 2 if removed.strip() == name else 1
-        note = _rerun_note(runs - 1, "its container was removed")
+        if earlier:  # an earlier run of this attempt was about to start a container: stop what is left of it
+            await asyncio.to_thread(_kill_docker_clients, [i.name for i in earlier])
+            await self._remove_labelled(labels, heartbeat)
+            runs = 1
+        else:
+            _, removed = await self._docker("rm", "-f", name, heartbeat=heartbeat)  # a crashed run without intents
+            runs = 2 if removed.strip() == name else 1
         if await asyncio.to_thread(port_taken, slot.port):
+            note, runs = await self._runs(labels, earlier, runs, heartbeat)
             return await self._outcome(
                 req, started, note + f"[fleetforge] address already in use: 127.0.0.1:{slot.port}, this row's port, "
                 "is held by another process before the container started", passed=False, phase=TestPhase.START,
                 test_runs=runs)
+        if intents is not None:
+            intents.intend(req.attempt, name)  # durable before `docker run`: a retry will ask the engine
+        passed, phase, exit_code, logs, ours, evidence = False, TestPhase.START, None, "", "", Evidence()
         try:
             code, out = await self._docker(*render_argv(spec, name, labels)[1:], heartbeat=heartbeat)
+            ours = out.strip().splitlines()[-1] if code == 0 and out.strip() else ""  # the container id
             if code != 0:
-                return await self._outcome(req, started, note + out, passed=False, phase=TestPhase.START,
-                                           exit_code=code, test_runs=runs)
-            phase, exit_code = await self._wait_healthy(name, slot.port, started + req.timeout_s, heartbeat)
-            problem = ""
-            if phase is TestPhase.PROBE:
-                phase, problem = await self._probe(name, slot.port, req, heartbeat)
-            logs = note + await self._docker_logs(name, heartbeat)
-            if phase is TestPhase.PROBE and not problem:
-                return await self._outcome(req, started, logs, passed=True, phase=TestPhase.PROBE, exit_code=0,
-                                           test_runs=runs)
-            if phase is TestPhase.HEALTH:
-                logs += f"\n[fleetforge] not healthy within {req.timeout_s:g}s (--test-timeout) on port {slot.port}"
-            return await self._outcome(req, started, logs + (f"\n[fleetforge] probe: {problem}" if problem else ""),
-                                       passed=False, phase=phase, exit_code=exit_code, test_runs=runs)
+                logs, exit_code = f"{out}\n{DOCKER_REFUSED.format(code=code)}", code
+            else:
+                phase, exit_code = await self._wait_healthy(name, slot.port, started + req.timeout_s, heartbeat)
+                problem = ""
+                if phase is TestPhase.PROBE:
+                    phase, problem, evidence = await self._probe(name, slot.port, req, heartbeat)
+                logs = await self._docker_logs(name, heartbeat)
+                passed = phase is TestPhase.PROBE and meets(tier_of(evidence), req.require_tier)
+                if passed:
+                    exit_code, problem = 0, ""
+                if phase is TestPhase.HEALTH:
+                    logs += f"\n[fleetforge] not healthy within {req.timeout_s:g}s (--test-timeout) on port {slot.port}"
+                if problem:
+                    logs += f"\n{problem}" if problem.startswith(UNPROVABLE) else f"\n[fleetforge] probe: {problem}"
         finally:
-            await asyncio.shield(self._docker("rm", "-f", name, timeout_s=60.0))  # also on cancel/timeout
+            await asyncio.shield(self._remove(name, heartbeat))  # also on cancel/timeout
+        note, runs = await self._runs(labels, earlier, runs, heartbeat, ours)
+        return await self._outcome(req, started, note + logs, passed=passed, phase=phase, exit_code=exit_code,
+                                   test_runs=runs, evidence=evidence)
 
-    async def _probe(self, name: str, port: int, req: RunTestRequest, heartbeat: Heartbeat) -> tuple[TestPhase, str]:
-        """(phase, what is wrong) of the healthy server's answers ("" = it serves and it is ours): the
-        server must be the row's (IDENTITY otherwise), then the row's probe URL must answer a GET with
-        2xx, or without one the row's model (else the first listed) must answer a one-token completion."""
+    async def _remove(self, name: str, heartbeat: Heartbeat, patience_s: float = 30.0) -> None:
+        """`docker rm -f name`, tried again while the daemon does not answer (a restart mid-test): a container
+        left running would hold the row's port for every later row of that slot."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            code, out = await self._docker("rm", "-f", name, timeout_s=60.0, heartbeat=heartbeat)
+            if code == 0 or "No such container" in out or time.monotonic() > deadline:
+                return
+            heartbeat(f"removing container {name}: the docker daemon does not answer")
+            await asyncio.sleep(1.0)
+
+    async def _runs(self, labels: Mapping[str, str], earlier: Sequence[Intent], runs: int,
+                    heartbeat: Heartbeat, ours: str = "") -> tuple[str, int]:
+        """(log note, test runs). After an interrupted run (intents recorded): the starts the engine recorded
+        for this (row, attempt) since the first intent, at least 1 (a run killed before docker started its
+        container is no rerun); anything of theirs still there (a start that landed late) is removed. Without
+        intents: `runs` as the leftover container of the same name told."""
+        if not earlier:
+            return _rerun_note(runs - 1, "its container was removed"), runs
+        starts = await self._engine_starts(labels, since=min(i.at for i in earlier) - 2.0, heartbeat=heartbeat)
+        await self._remove_labelled(labels, heartbeat)
+        earlier_starts = len([cid for cid in starts if cid != ours])
+        if not earlier_starts:
+            return (f"[fleetforge] {len(earlier)} earlier run(s) of this test were interrupted before docker started "
+                    "their container (the engine recorded no earlier start)\n"), 1
+        return _rerun_note(earlier_starts, "the engine recorded its container's start; what was left was removed"), \
+            1 + earlier_starts
+
+    async def _engine_starts(self, labels: Mapping[str, str], since: float, heartbeat: Heartbeat) -> list[str]:
+        """Container ids the engine started with exactly these labels since `since` (Unix seconds)."""
+        args = ["events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}", "--filter", "type=container",
+                "--filter", "event=start", "--format", "{{.ID}}"]
+        for key in sorted(labels):
+            args += ["--filter", f"label={key}={labels[key]}"]
+        code, out = await self._docker(*args, timeout_s=60.0, heartbeat=heartbeat)
+        return out.split() if code == 0 else []
+
+    async def _remove_labelled(self, labels: Mapping[str, str], heartbeat: Heartbeat) -> None:
+        """Remove every container (running, exited or created) that carries exactly these labels."""
+        args = ["ps", "-aq"]
+        for key in sorted(labels):
+            args += ["--filter", f"label={key}={labels[key]}"]
+        code, out = await self._docker(*args, timeout_s=60.0, heartbeat=heartbeat)
+        if code == 0 and out.split():
+            await self._docker("rm", "-f", *out.split(), timeout_s=60.0, heartbeat=heartbeat)
+
+    async def _probe(self, name: str, port: int, req: RunTestRequest,
+                     heartbeat: Heartbeat) -> tuple[TestPhase, str, Evidence]:
+        """(phase, what keeps it below the required tier or "", evidence) of the healthy server: it must be
+        the row's own (IDENTITY otherwise); then the row's probe URL must answer a GET with 2xx (its own test:
+        SERVES at most), or the model must answer the fixed prompt set (evidence.PROMPTS, greedy)."""
         server = f"http://127.0.0.1:{port}"
         status, body = await _probe_get(f"{server}/v1/models", heartbeat)
         models = _model_ids(body) if 200 <= status < 300 else []
-        if req.model_name not in models and not await self._owns_port(name, port, heartbeat):
+        owns = req.model_name in models or await self._owns_port(name, port, heartbeat)
+        if not owns:
             listed = f"lists {models}" if models else f"lists no model ({body[:120]})"
             return TestPhase.IDENTITY, (f"the server on port {port} {listed}, not {req.model_name!r}, and its "
-                                        f"listening socket is not provably container {name}'s")
+                                        f"listening socket is not provably container {name}'s"), Evidence(healthy=True)
         if req.probe_url:
             status, body = await _probe_get(req.probe_url, heartbeat)
-            return TestPhase.PROBE, "" if 200 <= status < 300 else f"GET {req.probe_url}: {body[:300]}"
+            evidence = Evidence(healthy=True, lists_model=bool(models), own_test=200 <= status < 300)
+            if not evidence.own_test:
+                return TestPhase.PROBE, f"GET {req.probe_url}: {body[:300]}", evidence
+            if meets(tier_of(evidence), req.require_tier):
+                return TestPhase.PROBE, "", evidence
+            return TestPhase.PROBE, f"{UNPROVABLE}: {shortfall(evidence, Tier.SERVES, req.require_tier, True)[1]}", evidence
         if not models:
-            return TestPhase.PROBE, f"GET /v1/models lists no model: {body[:300]}"
+            return TestPhase.PROBE, f"GET /v1/models lists no model: {body[:300]}", Evidence(
+                healthy=True, note="GET /v1/models lists no model")
         model = req.model_name if req.model_name in models else models[0]
+        evidence = await self._ask_prompts(server, model, req.reference, heartbeat)
+        tier = tier_of(evidence)
+        if meets(tier, req.require_tier):
+            return TestPhase.PROBE, "", evidence
+        unprovable, why = shortfall(evidence, tier, req.require_tier, req.reference is not None)
+        return TestPhase.PROBE, f"{UNPROVABLE}: {why}" if unprovable else f"POST /v1/completions (model {model}): {why}", evidence
+
+    async def _ask_prompts(self, server: str, model: str, reference: str | None, heartbeat: Heartbeat) -> Evidence:
+        """Send the fixed prompt set (greedy, MAX_TOKENS each) and grade the answers; a server that does not
+        answer at all (connection refused, timeout) is asked nothing further."""
         url = f"{server}/v1/completions"
-        status, body = await _beating(asyncio.to_thread(_http, url, COMPLETION_TIMEOUT_S,
-                                                        {"model": model, **PROBE_PROMPT}), heartbeat, f"probing {url}")
-        if 200 <= status < 300 and _has_choices(body):
-            return TestPhase.PROBE, ""
-        return TestPhase.PROBE, f"POST /v1/completions (model {model}, 1 token): {body[:300]}"
+        answered = errors = sensible = 0
+        slowest, note, first = 0.0, "", None
+        for prompt in PROMPTS:
+            t0 = time.monotonic()
+            status, body = await _beating(asyncio.to_thread(
+                _http, url, COMPLETION_TIMEOUT_S, {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS,
+                                                   "temperature": 0}), heartbeat, f"probing {url}")
+            took = time.monotonic() - t0
+            slowest = max(slowest, took)
+            text = _completion_text(body) if 200 <= status < 300 else None
+            if first is None:
+                first = text
+            if text is None:
+                errors += 1
+                note = note or f"{prompt!r}: {body[:160]}"
+                if status == 0:
+                    break
+                continue
+            answered += 1
+            why = degenerate(text) or (f"took {took:.1f}s > {SENSIBLE_LATENCY_S:g}s" if took > SENSIBLE_LATENCY_S else "")
+            if why:
+                note = note or f"{prompt!r}: {why}"
+            else:
+                sensible += 1
+        matched = None if reference is None else (first is not None and first.strip() == reference.strip())
+        if matched is False and not note:
+            note = f"greedy answer {(first or '').strip()[:60]!r} is not the reference {reference.strip()[:60]!r}"
+        return Evidence(healthy=True, lists_model=True, requests=answered + errors, answered=answered, errors=errors,
+                        sensible=sensible, slowest_s=round(slowest, 3), matched=matched, note=note)
 
     async def _owns_port(self, name: str, port: int, heartbeat: Heartbeat) -> bool:
         """The socket listening on `port` belongs to a process of container `name` (False when unknown)."""
@@ -404,6 +530,31 @@ class DockerRunner(_Base):
         return out
 
 
+DOCKER_REFUSED = "[fleetforge] the docker engine refused to start the container (docker run exit {code})"
+"""The line the runner adds when `docker run` itself failed (not the container): the taxonomy reads it as the
+engine's failure, never the model's."""
+
+
+def _kill_docker_clients(names: Sequence[str]) -> list[int]:
+    """SIGKILL every `docker run` client still alive for one of these container names (a dead worker's
+    client, in its own session, outlives it and could start the container after the retry looked)."""
+    wanted = {n.encode() for n in names}
+    killed = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"run" in argv and any(a == b"--name" and i + 1 < len(argv) and argv[i + 1] in wanted
+                                  for i, a in enumerate(argv)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
+
+
 def _json(body: str) -> object:
     try:
         return json.loads(body)
@@ -420,9 +571,14 @@ def _model_ids(body: str) -> list[str]:
     return [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
-def _has_choices(body: str) -> bool:
+def _completion_text(body: str) -> str | None:
+    """The first choice's text of an OpenAI completion answer (None: not a completion)."""
     data = _json(body)
-    return isinstance(data, dict) and isinstance(data.get("choices"), list) and bool(data["choices"])
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    text = choices[0].get("text")
+    return text if isinstance(text, str) else ""
 
 
 class ScriptRunner(_Marked):

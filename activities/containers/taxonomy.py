@@ -32,12 +32,55 @@ RETEST = "then clear the row's status and rerun fleetforge fleet-test on this CS
 """A No row is skipped by the next run: a person who changed it clears its status to test it again."""
 
 
+ENGINE_RULES: tuple[Rule, ...] = (
+    # The docker engine's (and podman's) own refusals: the model never ran, so never a No. Every pattern
+    # is a real text, listed with its source in tests/unit/test_docker_error_table.py (one test each).
+    _rule(C.DOCKER_UNREACHABLE, R.NEW_COMMAND,
+          f"docker daemon unreachable: start it (or fix DOCKER_HOST) for the containers worker, {RERUN}",
+          r"Cannot connect to the Docker daemon", r"Is the docker daemon running\?",
+          r"error during connect:", r"Cannot connect to Podman", r"unable to connect to Podman socket"),
+    _rule(C.DOCKER_UNREACHABLE, R.HUMAN,
+          f"no permission on the docker socket: add the containers worker's user to the docker group, {RERUN}",
+          r"permission denied while trying to connect to the Docker daemon socket"),
+    _rule(C.GPU_UNAVAILABLE, R.HUMAN,
+          f"host has no GPU for this row: set gpus/gpu_count to what it has or use a GPU host, {RERUN}",
+          r"could not select device driver \S* ?with capabilities: \[\[gpu\]\]",
+          r"Unknown runtime specified nvidia", r"unknown or invalid runtime name: nvidia",
+          r"error gathering device information while adding custom device \S*nvidia",
+          r"nvidia-container-cli: initialization error", r"NVIDIA driver (?:on your system is too old|not loaded)",
+          r"Found no NVIDIA driver on your system"),
+    _rule(C.HOST_LIMIT, R.HUMAN,
+          f"host out of disk, memory or processes: free them on the containers worker's host, {RERUN}",
+          r"no space left on device", r"can't fork: Resource temporarily unavailable",
+          r"fork/exec [^\n]*: resource temporarily unavailable", r"cannot allocate memory",
+          r"Range of CPUs is from [\d.]+ to [\d.]+, as there are only \d+ CPUs available"),
+    _rule(C.DOCKER_ENGINE, R.HUMAN,
+          f"container name in use: remove the leftover (docker rm -f NAME), {RERUN}",
+          r"Conflict\. The container name \S+ is already in use", r"the container name \S+ is already in use"),
+    _rule(C.DOCKER_ENGINE, R.NEW_COMMAND,
+          "the image cannot run the command's program (OCI runtime)",
+          r"OCI runtime (?:create|exec) failed[^\n]*(?:executable file not found|no such file or directory|"
+          r"permission denied)", r"OCI runtime attempted to invoke a command that was not found",
+          r"executable file not found in \$PATH"),
+    _rule(C.TIER_UNPROVABLE, R.HUMAN, f"the required tier cannot be shown for this row: give it a reference answer "
+          f"or lower --require-tier, {RERUN}", r"\[fleetforge\] tier unprovable"),
+    _rule(C.DOCKER_ENGINE, R.NEW_COMMAND, "the docker engine refused the command's options",
+          r"invalid argument \"[^\"]*\" for \"--?[\w-]+\" flag", r"Minimum memory limit allowed is",
+          r"unknown flag: --[\w-]+"),
+)
+"""Checked before the model's own failures: a daemon text in a log is the engine's answer, not the model's."""
+
+ENGINE_FALLBACK = _rule(C.DOCKER_ENGINE, R.NEW_COMMAND, "the docker engine refused the container",
+                        r"OCI runtime (?:create|exec|start) failed", r"failed to create shim task",
+                        r"docker: Error response from daemon:", r"the docker engine refused to start the container")
+"""Any other refusal of `docker run` (the runner's own line says the engine, not the container, failed):
+after the specific rules (a port already allocated is PORT_IN_USE)."""
+
 RULES: tuple[Rule, ...] = (
     _rule(C.IMAGE_NOT_FOUND, R.NEW_COMMAND, "image not found",
           r"Unable to find image", r"pull access denied", r"manifest (?:for \S+ )?unknown",
           r"repository does not exist", r"No such image"),
-    _rule(C.TRANSIENT, R.TEMPORAL_RETRY, "infrastructure hiccup",
-          r"Cannot connect to the Docker daemon", r"toomanyrequests", r"TLS handshake timeout",
+    _rule(C.TRANSIENT, R.TEMPORAL_RETRY, "infrastructure hiccup", r"toomanyrequests", r"TLS handshake timeout",
           r"Connection reset by peer"),
     _rule(C.AUTH, R.HUMAN, f"gated model: set HF_TOKEN (with access) for the containers worker, restart it, {RERUN}",
           r"Cannot access gated repo", r"GatedRepoError", r"\b40[13] Client Error",
@@ -68,7 +111,7 @@ _PORT = re.compile(r"(?:bind|listen)[^\n]*?[:( ](\d{2,5})\)?[^\n]*?address alrea
                    re.IGNORECASE)
 
 _EXIT_REASONS = {
-    125: "docker could not start the container (exit 125)",
+    125: "container exited with code 125",
     137: "container was killed (exit 137: SIGKILL, often the host OOM killer)",
     139: "container crashed (exit 139: segmentation fault)",
 }
@@ -109,11 +152,12 @@ def classify(exit_code: int | None, log_tail: str, phase: TestPhase | str) -> Cl
         return Classification(category=C.FOREIGN_SERVER, remedy=R.HUMAN, reason=(
             "the server on this row's port is not provably the row's own: stop whatever else serves there (or run "
             f"the containers worker as root so it can see who owns the port), {RERUN} (probe: {line[:160]})"))
-    for rule in RULES:
+    for rule in (*RULES[:1], *ENGINE_RULES, *RULES[1:], ENGINE_FALLBACK):  # a missing image first: its own remedy
         if rule.pattern.search(log):
             line = _first_line(log, rule.pattern)
-            if rule.remedy is R.HUMAN:  # what to do first (CSV notes are cut at 200 characters), then the evidence
-                evidence = line[rule.pattern.search(line).start():] if line else ""  # type: ignore[union-attr]
+            if rule.remedy is R.HUMAN or rule in ENGINE_RULES:  # what to do first (CSV notes are cut at 200 characters), then the evidence
+                hit = rule.pattern.search(line)  # None when the match lies past the line's first 160 characters
+                evidence = line[hit.start():] if hit else line
                 reason = f"{rule.reason} (log: {evidence[:210 - len(rule.reason)]})" if line else rule.reason
             else:
                 reason = f"{rule.reason}: {line}" if line else rule.reason

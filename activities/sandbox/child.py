@@ -205,10 +205,11 @@ def unavailable() -> str | None:
 
 
 def _probe() -> str | None:
-    """None when bubblewrap can start a sandbox here, else why not (checked once per configuration)."""
+    """None when bubblewrap can start a sandbox here, else why not. A success is remembered for the
+    configuration; a failure is not (a loaded machine can fail one start), so the next child asks again."""
     with _LOCK:
-        if _CONFIG.probed:
-            return _CONFIG.probe
+        if _CONFIG.probed and _CONFIG.probe is None:
+            return None
         reason = None
         missing = [tool for tool in ("bwrap", "prlimit", "setpriv") if shutil.which(tool) is None]
         if missing:
@@ -221,7 +222,8 @@ def _probe() -> str | None:
             try:
                 done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
                 if done.returncode != 0:
-                    reason = f"bubblewrap failed: {done.stderr.decode(errors='replace').strip()[:300]}"
+                    said = done.stderr.decode(errors="replace").strip()[:300]
+                    reason = f"bubblewrap failed ({exit_description(done.returncode)}){': ' + said if said else ''}"
             except (OSError, subprocess.TimeoutExpired) as e:
                 reason = f"bubblewrap failed: {e}"
         _CONFIG.probe, _CONFIG.probed = reason, True
@@ -267,6 +269,7 @@ class Child:
         self._disk_base = disk_used(writable)
         self._namespace: str | None = None
         """The child's PID namespace (`pid:[inode]`), once seen: what `kill` waits to be empty."""
+        self._namespace_fd: int | None = None
         self.error: str | None = None
         self.log_excerpt = ""
         """What the caller made of the log for a report (its own format; scrubbed)."""
@@ -281,7 +284,7 @@ class Child:
         """The exit code, negative for a signal (bubblewrap reports a signalled child as 128 + N)."""
         code = self.proc.poll()
         if code is None and self.confined and self._namespace is None:
-            self._namespace = _child_namespace(self.proc.pid)
+            self._hold_namespace()
         if code is not None and self.confined and 128 < code < 128 + signal.NSIG:
             return -(code - 128)
         return code
@@ -295,7 +298,7 @@ class Child:
         bubblewrap may exit before its namespace is empty (a fork bomb's processes), so this waits for that."""
         tree = _descendants(self.proc.pid) if self.proc.poll() is None else []
         if self._namespace is None and tree:
-            self._namespace = _child_namespace(self.proc.pid)
+            self._hold_namespace()
         for pid in [self.proc.pid, *tree]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -303,15 +306,46 @@ class Child:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         deadline = time.monotonic() + KILL_WAIT_S
-        while time.monotonic() < deadline:
-            tree = [pid for pid in tree if _alive(pid)]
-            left = self._namespace is not None and _namespace_members(self._namespace)
-            if not tree and not left:
-                return
-            for pid in left or []:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.01)
+        try:
+            while time.monotonic() < deadline:
+                tree = [pid for pid in tree if _alive(pid)]
+                left = self._namespace is not None and _namespace_members(self._namespace)
+                if not tree and not left:
+                    return
+                for pid in left or []:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.01)
+        finally:
+            self._release_namespace()
+
+    def _hold_namespace(self) -> None:
+        """Remember the child's PID namespace and hold it open: while we hold it, its inode number cannot be
+        reused by another child's new namespace, so `kill` never reaches a stranger's processes."""
+        for pid in _descendants(self.proc.pid):
+            try:
+                fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY)
+            except OSError:
+                continue
+            name = _pid_namespace(pid)
+            if name is None or name == _pid_namespace(os.getpid()):
+                os.close(fd)
+                continue
+            if os.readlink(f"/proc/self/fd/{fd}") != name:  # the pid was reused between the two reads
+                os.close(fd)
+                continue
+            self._namespace, self._namespace_fd = name, fd
+            return
+
+    def _release_namespace(self) -> None:
+        if self._namespace_fd is not None:
+            os.close(self._namespace_fd)
+        self._namespace, self._namespace_fd = None, None
+
+    def __del__(self) -> None:
+        if getattr(self, "_namespace_fd", None) is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._namespace_fd)  # type: ignore[arg-type]
 
     def tail(self, lines: int = 3, chars: int = 400) -> list[str]:
         """The child's last non-empty log lines, each bounded, scrubbed of the worker's secrets."""
@@ -340,16 +374,6 @@ def _pid_namespace(pid: int) -> str | None:
         return os.readlink(f"/proc/{pid}/ns/pid")
     except OSError:
         return None
-
-
-def _child_namespace(root: int) -> str | None:
-    """The PID namespace of `root`'s descendants when it differs from ours (bubblewrap's inner init)."""
-    ours = _pid_namespace(os.getpid())
-    for pid in _descendants(root):
-        ns = _pid_namespace(pid)
-        if ns is not None and ns != ours:
-            return ns
-    return None
 
 
 def _namespace_members(namespace: str) -> list[int]:
@@ -422,6 +446,10 @@ def wait_children(children: Mapping[str, Child], *, timeout_s: float, beat: Call
             for name, child in list(pending.items()):
                 code = child.poll()
                 if code is not None:
+                    if code != 0 and child.confined and (said := _sandbox_setup_error(child)):
+                        # never the candidate's or the model's failure; bubblewrap's own can be a loaded machine's
+                        raise FleetforgeError(Err.SANDBOX_UNAVAILABLE, f"the sandbox did not start ({said})",
+                                              retryable=said.startswith("bwrap: "))
                     child.finish(code, None if code == 0 else exit_reason(code, child))
                     del pending[name]
                 elif child.over_disk_budget():
@@ -448,6 +476,14 @@ def wait_children(children: Mapping[str, Child], *, timeout_s: float, beat: Call
     finally:
         for child in children.values():
             child.kill()  # also an exited one: what it left running in its namespace goes now
+
+
+def _sandbox_setup_error(child: Child) -> str:
+    """What bubblewrap, prlimit or setpriv said when they failed before the command started ("" otherwise)."""
+    first = log_lines(child.log)[:1]
+    if first and first[0].startswith(("bwrap: ", "prlimit: ", "setpriv: ")):
+        return first[0][:300]
+    return ""
 
 
 def exit_description(code: int) -> str:

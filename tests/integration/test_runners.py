@@ -186,7 +186,7 @@ async def test_docker_runner_probes_models_then_a_one_token_completion_or_the_ro
     assert served.passed and served.phase is TestPhase.PROBE, served.log_tail
     assert "GET /v1/models -> 200 OK" in served.log_tail and "POST /v1/completions -> 200 OK" in served.log_tail
     assert not broken.passed and broken.phase is TestPhase.PROBE
-    assert "POST /v1/completions (model org/m, 1 token): HTTP 500" in broken.log_tail
+    assert "POST /v1/completions (model org/m): reached BOOTS" in broken.log_tail and "HTTP 500" in broken.log_tail
     assert "the engine failed to generate" in broken.log_tail, "the server's own error goes into the log"
     verdict = classify(broken.exit_code, broken.log_tail, broken.phase)
     assert verdict.category is ErrorCategory.PROBE_FAILED, verdict
@@ -218,6 +218,31 @@ async def test_process_runner_kills_an_interrupted_earlier_run_of_the_row_before
         again = await runner.run(request('python -c "print(42)"', fleet_id="crashy", row=3), print)
         assert again.test_runs == 1 and "interrupted" not in again.log_tail
         assert group_members(orphan.pid) == []
+    finally:
+        if orphan.poll() is None:
+            os.killpg(orphan.pid, signal.SIGKILL)
+
+
+async def test_process_runner_finds_a_run_whose_worker_died_between_intent_and_pid_by_its_tag(tmp_path: Path):
+    """The marker records the intent (a tag the child carries in FLEETFORGE_RUN_TAG) before the spawn; a
+    worker killed before it wrote the pid leaves an intent only. The retry finds the run by its tag in
+    /proc/PID/environ, kills it, and counts the rerun."""
+    import os
+    import signal
+    import sys
+
+    from activities.containers._marker import TAG_VAR, RowMarker
+
+    markers = tmp_path / "fleet-rows"
+    tag = RowMarker(markers, "crashy", 4).intend(attempt=1)
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
+                              env={**os.environ, TAG_VAR: tag})
+    try:
+        out = await ProcessRunner(FileStore(tmp_path / "a"), marker_dir=markers).run(
+            request('python -c "print(42)"', fleet_id="crashy", row=4), print)
+        assert orphan.wait(timeout=10) == -signal.SIGKILL, "the run found by its tag was killed"
+        assert out.passed and out.test_runs == 2, out.log_tail
+        assert "(1 still running and killed first)" in out.log_tail
     finally:
         if orphan.poll() is None:
             os.killpg(orphan.pid, signal.SIGKILL)

@@ -7,7 +7,9 @@ per-model table say the test ran twice, and nothing of the first run is left beh
 from __future__ import annotations
 
 import csv
+import http.server
 import io
+import threading
 import subprocess
 import uuid
 from pathlib import Path
@@ -104,21 +106,51 @@ async def _run_test_attempts(client, workflow_id: str) -> int:
                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
 
 
-ONCE_SLOW = ('python -c "import os, sys, time; runs = sys.argv[1]; first = not os.path.exists(runs); '
-             'open(runs, \'a\').write(str(os.getpid()) + chr(10)); time.sleep(300 if first else 0)" {runs}')
-"""A test whose first run hangs (it records its pid), and whose later runs pass at once."""
+ONCE_SLOW = ('python -c "import sys, time, urllib.request as u; first = u.urlopen(sys.argv[1] + \'/start\').read() == b\'first\'; '
+             'time.sleep(300 if first else 0); u.urlopen(sys.argv[1] + \'/end\')" {base}')
+"""A test whose first run hangs and whose later runs pass at once; each run reports its start and end to
+the test's HTTP server (the sandboxed test shares the host's network, not its files)."""
+
+
+class RunCounter:
+    """Counts the test's starts and ends; the first start is told to hang."""
+
+    def __init__(self) -> None:
+        self.starts = self.ends = 0
+        counter = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path == "/start":
+                    counter.starts += 1
+                    body = b"first" if counter.starts == 1 else b"again"
+                else:
+                    counter.ends += 1
+                    body = b"ok"
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
 
 
 async def test_a_process_test_interrupted_by_a_worker_kill_is_stopped_then_rerun_and_says_it_ran_twice(
         temporal_env, tmp_path: Path):
+    """The process runner's test runs in the sandbox (bubblewrap, --die-with-parent): the killed worker
+    takes its test along. The row's marker still names the interrupted run, so the retry says it ran twice."""
     client = temporal_env.client
     worker = WorkerProcess(client, tmp_path / "state")
     store = open_store(worker.settings)
-    runs = tmp_path / "runs.txt"
+    runs = RunCounter()
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["model_name", "status", "note", "command"])
-    w.writerow(["org/interrupted", "", "", ONCE_SLOW.format(runs=runs)])
+    w.writerow(["org/interrupted", "", "", ONCE_SLOW.format(base=runs.base)])
     for i in range(3):
         w.writerow([f"org/quick-{i}", "", "", 'python -c "print(1)"'])
     wid = f"fleet/pcrash-{uuid.uuid4().hex[:8]}"
@@ -129,30 +161,19 @@ async def test_a_process_test_interrupted_by_a_worker_kill_is_stopped_then_rerun
             FleetTestRequest(manifest=upload_manifest(store, buf.getvalue()), runner=RunnerKind.PROCESS, concurrency=1,
                              max_attempts=1, hardware=HardwareProfile(gpu_count=0), queues=worker.queues),
             id=wid, task_queue=worker.queues.workflows)  # one row at a time: only the first is interrupted
-        await assert_eventually(lambda: runs.exists() and runs.read_text().endswith("\n"), timeout=60,
-                                message="the first run of the test started")
-        first_pid = int(runs.read_text().split()[0])
+        await assert_eventually(lambda: runs.starts == 1, timeout=60, message="the first run of the test started")
         worker.kill()
-        assert _alive(first_pid), "the test's process outlives the killed worker (its own session)"
         await worker.start()
         result = await handle.result()
     finally:
         worker.stop()
+        runs.server.shutdown()
 
     assert result.status is JobStatus.COMPLETED and result.passed == 4, result
-    assert len(runs.read_text().split()) == 2, "the test ran exactly twice"
-    assert not _alive(first_pid), "the interrupted run was killed before the retry ran"
+    assert (runs.starts, runs.ends) == (2, 1), "the test started twice; the interrupted run never finished"
     out = list(csv.DictReader(io.StringIO(store.get_bytes(result.csv).decode())))
     assert out[0]["note"] == "passed (attempt 1, ran twice: an interrupted run was stopped and rerun)", out[0]
     assert [r["note"] for r in out[1:]] == ["passed (attempt 1)"] * 3
     table = list(csv.DictReader(io.StringIO(store.get_bytes(result.table).decode())))
     assert [r["reruns"] for r in table] == ["1", "0", "0", "0"]
     assert await _run_test_attempts(client, f"{wid}/0") == 2
-
-
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False

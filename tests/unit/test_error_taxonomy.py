@@ -85,7 +85,7 @@ DAEMON = "docker: Cannot connect to the Docker daemon at unix:///var/run/docker.
     (125, IMAGE, P.START, C.IMAGE_NOT_FOUND, R.NEW_COMMAND, "Unable to find image"),
     (1, PORT_VLLM, P.START, C.PORT_IN_USE, R.HUMAN, "address already in use"),
     (1, PORT_TGI, P.START, C.PORT_IN_USE, R.HUMAN, "Address in use"),
-    (125, DAEMON, P.START, C.TRANSIENT, R.TEMPORAL_RETRY, "Docker daemon"),
+    (125, DAEMON, P.START, C.DOCKER_UNREACHABLE, R.NEW_COMMAND, "docker daemon"),
 ])
 def test_log_patterns(exit_code: int, log: str, phase: P, category: C, remedy: R, snippet: str) -> None:
     c = classify(exit_code, log, phase)
@@ -108,8 +108,9 @@ def test_port_fact_is_extracted() -> None:
     assert classify(1, PORT_VLLM, P.START).facts.get("port") == "8000"
 
 
-@pytest.mark.parametrize("exit_code, words", [(137, "SIGKILL"), (139, "segmentation"), (125, "docker could not")])
+@pytest.mark.parametrize("exit_code, words", [(137, "SIGKILL"), (139, "segmentation"), (125, "code 125")])
 def test_exit_codes_without_a_known_log_are_crashes(exit_code: int, words: str) -> None:
+    """A container's own exit code (no line of the runner saying the engine refused `docker run`)."""
     c = classify(exit_code, "INFO starting\nINFO loading weights\n", P.START)
     assert c.category is C.CRASHED and c.remedy is R.NEW_COMMAND and words in c.reason
     assert c.facts["exit_code"] == str(exit_code)

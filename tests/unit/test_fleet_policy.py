@@ -152,3 +152,14 @@ def test_merge_categories_counts_passes_and_failure_categories():
     counts = merge_categories(counts, False, "CUDA_OOM")
     counts = merge_categories(counts, False, "CUDA_OOM")
     assert counts == {"PASSED": 1, "CUDA_OOM": 2}
+
+
+def test_next_startable_skips_a_capped_family_within_the_lookahead_and_never_reruns_a_started_row():
+    from workflows.fleet_policy import next_startable
+
+    fam = {0: 0, 1: 0, 2: 1, 3: 0, 4: 2}.get
+    assert next_startable(0, 5, set(), fam, {}, cap=0, lookahead=8) == 0, "no cap: the cursor's row"
+    assert next_startable(0, 5, set(), fam, {0: 1}, cap=0, lookahead=8) == 0
+    assert next_startable(0, 5, set(), fam, {0: 1}, cap=1, lookahead=8) == 2, "family 0 is at its cap"
+    assert next_startable(0, 5, {2}, fam, {0: 1, 1: 1}, cap=1, lookahead=8) == 4, "row 2 already started"
+    assert next_startable(0, 5, {2}, fam, {0: 1, 1: 1}, cap=1, lookahead=3) is None, "nothing within the lookahead"

@@ -169,3 +169,22 @@ def test_byte_order_mark_and_crlf_survive_a_write_back():
                                            category="CRASHED", reason="exit 3")])
     assert out.startswith("\ufeffmodel_name") and out.count("\r\n") == 4
     assert out.split("\r\n")[2] == "org/b,No,CRASHED: exit 3,2,bo"
+
+
+def test_evidence_columns_are_written_only_when_asked_and_the_seed_columns_stay():
+    from activities.containers.manifest import apply_verdicts, manifest_mismatch, merge_verdicts, model_table
+
+    text = "model_name,status,note,owner\norg/a,,,team-a\norg/b,,,team-b\n"
+    v = RowVerdict(row=0, model_name="org/a", passed=True, attempts=1, tier="SENSIBLE",
+                   evidence="healthy; lists its model; 3/3 answered, 0 errors, 3 sensible, slowest 0.1s")
+    plain = apply_verdicts(text, [v])
+    assert plain.splitlines()[0] == "model_name,status,note,owner" and "SENSIBLE" not in plain
+    with_evidence = apply_verdicts(text, [v], evidence=True)
+    lines = with_evidence.splitlines()
+    assert lines[0] == "model_name,status,note,owner,tier,evidence"
+    assert lines[1].startswith("org/a,Yes,passed (attempt 1),team-a,SENSIBLE,") and lines[2] == "org/b,,,team-b"
+    assert manifest_mismatch(text, with_evidence) == "", "a CSV that gained the evidence columns is still the manifest"
+    again = merge_verdicts(with_evidence, [v], evidence=True).text
+    assert again == with_evidence, "written twice: the same file"
+    table = list(csv.DictReader(io.StringIO(model_table([v]))))
+    assert (table[0]["tier"], table[0]["evidence"].split(";")[0]) == ("SENSIBLE", "healthy")

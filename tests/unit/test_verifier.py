@@ -164,9 +164,9 @@ def test_accepts_per_block_partial_sums_reduced_with_torch():
     ("patch", "reason"),
     [
         ("torch.allclose = lambda *a, **k: True", "forbidden assignment to 'torch.allclose' (monkeypatching)"),
-        ("import os\nos.environ['X'] = '1'", "forbidden import 'os'"),
-        ("import subprocess\nsubprocess.run(['true'])", "forbidden import 'subprocess'"),
-        ("from ctypes import CDLL", "forbidden import from 'ctypes'"),
+        ("import os\nos.environ['X'] = '1'", "import 'os' is not allowed"),
+        ("import subprocess\nsubprocess.run(['true'])", "import 'subprocess' is not allowed"),
+        ("from ctypes import CDLL", "import 'ctypes' is not allowed"),
     ],
     ids=["allclose", "os", "subprocess", "ctypes"],
 )

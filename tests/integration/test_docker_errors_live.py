@@ -1,0 +1,90 @@
+"""The docker error table (tests/unit/test_docker_error_table.py) against the running engine: each
+capturable refusal is produced for real here and must still classify as its entry says (an engine whose
+texts changed fails this first), and a row asking for GPUs on this GPU-less host, run by the real docker
+runner with the old default profile (8 GPUs), ends Error GPU_UNAVAILABLE, never No."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from activities.containers.runners import DOCKER_REFUSED, DockerRunner
+from activities.containers.taxonomy import classify
+from activities.storage import FileStore
+from contracts.fleet import ErrorCategory, HardwareProfile, RowStatus, Slot, TestPhase, row_status
+from contracts.fleet_job import RunnerKind, RunTestRequest
+from tests.conftest import fleet_containers
+from tests.helpers import free_ports
+from tests.unit.test_docker_error_table import TABLE
+
+pytestmark = pytest.mark.docker
+
+
+def _entry(what: str):
+    return next(e for e in TABLE if e.what == what)
+
+
+def _refusal(argv: list[str], env: dict[str, str] | None = None, user: bool = False) -> tuple[int, str]:
+    if user:
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
+    return r.returncode, r.stdout + r.stderr
+
+
+CASES = [
+    ("GPU asked, no GPU runtime", ["--gpus", "all"], [], {}),
+    ("NVIDIA runtime missing", ["--runtime", "nvidia"], [], {}),
+    ("GPU device node missing", ["--device", "/dev/nvidia0"], [], {}),
+    ("program not in the image", [], ["/nonexistent"], {}),
+    ("program not executable", [], ["/"], {}),
+    ("daemon not running", [], ["true"], {"DOCKER_HOST": "unix:///nonexistent.sock"}),
+    ("invalid option value", ["--shm-size", "1x"], ["true"], {}),
+    ("memory limit below the engine's minimum", ["--memory", "1k"], ["true"], {}),
+    ("more CPUs than the host", ["--cpus", str(os.cpu_count() * 50)], ["true"], {}),
+]
+
+
+@pytest.mark.parametrize("what, options, args, env", CASES, ids=[c[0] for c in CASES])
+def test_the_engine_still_refuses_with_the_tables_text(docker_image: str, what, options, args, env):
+    fleet = f"e-{uuid.uuid4().hex[:6]}"
+    entry = _entry(what)
+    try:
+        code, text = _refusal(["docker", "run", "--detach", "--network", "none", "--label", f"fleetforge.run={fleet}",
+                               *options, docker_image, *args], env)
+    finally:
+        subprocess.run(f"docker ps -aq --filter label=fleetforge.run={fleet} | xargs -r docker rm -f", shell=True,
+                       capture_output=True, timeout=60)
+    assert code in (125, 126, 127), (code, text)
+    c = classify(code, text + "\n" + DOCKER_REFUSED.format(code=code), TestPhase.START)
+    assert c.category is entry.category, (text, c)
+    assert row_status(False, c.category.value) is RowStatus.ERROR
+
+
+def test_a_name_conflict_and_a_socket_without_permission_are_the_tables_too(docker_image: str):
+    name = f"ff-conflict-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["docker", "create", "--name", name, docker_image, "true"], check=True, capture_output=True, timeout=60)
+    try:
+        code, text = _refusal(["docker", "run", "--detach", "--network", "none", "--name", name, docker_image, "true"])
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60)
+    assert classify(code, text, TestPhase.START).category is _entry("name conflict").category
+    code, text = _refusal(["docker", "ps"], user=True)
+    assert code != 0 and classify(code, text, TestPhase.START).category is _entry("no permission on the socket").category
+
+
+async def test_a_gpu_row_on_this_gpu_less_host_is_an_error_not_a_no(tmp_path: Path, docker_image: str):
+    """The measured false No of issue 25: the default profile claimed 8 GPUs on a host with none."""
+    fleet = f"g-{uuid.uuid4().hex[:6]}"
+    port = free_ports()[0]
+    req = RunTestRequest(fleet_id=fleet, row=0, model_name="org/m", attempt=1, runner=RunnerKind.DOCKER, timeout_s=20,
+                         command=f"docker run --network host --gpus '\"device=0\"' -e PORT={port} {docker_image}",
+                         hardware=HardwareProfile(gpu_count=8), slot=Slot(port=port, devices=(0,)))
+    out = await DockerRunner(FileStore(tmp_path / "a"), poll_s=0.2, marker_dir=tmp_path / "m").run(req, print)
+    c = classify(out.exit_code, out.log_tail, out.phase)
+    assert not out.passed and c.category is ErrorCategory.GPU_UNAVAILABLE, out.log_tail
+    assert row_status(False, c.category.value) is RowStatus.ERROR and "GPU host" in c.reason
+    assert fleet_containers(fleet) == []
