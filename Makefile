@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS ?= toolchains,kernels,test
 
-.PHONY: setup local-llm engines demo test bench clean
+.PHONY: setup local-llm engines demo test test-fast bench clean
 
 setup: $(VENV)/.installed
 
@@ -31,7 +31,14 @@ engines:
 
 test: setup local-llm engines
 	$(BIN)/ruff check --no-cache .
+	bash scripts/mcp_inspector.sh >/dev/null  # the MCP Inspector CLI (npm) for the MCP client test
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
+
+FAST_TESTS := tests/unit tests/golden tests/replay
+
+test-fast: setup  # between edits: lint + unit, golden and replay tests (no server, container or LLM; about 2 minutes on 2 cores)
+	$(BIN)/ruff check --no-cache .
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=5 $(FAST_TESTS)
 
 BENCHES ?= storage convert kernel kernelbench fleet llm
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from typing import Any
@@ -57,7 +58,7 @@ def build_registry(settings: Settings, store: ArtifactStore) -> Registry:
                                  runs.prepare_workspace, hub.resolve_model]
     tools = ToolchainActivities(store, settings)
     reg.by_kind["toolchain"] += [tools.plan_offline, tools.planner_tool, tools.load_plan, tools.compile_plan, tools.execute_step, tools.evaluate]
-    reg.by_kind["toolchain"] += [tools.offline_planner_answer, tools.prepare_calibration, tools.record_failure]
+    reg.by_kind["toolchain"] += [tools.offline_planner_answer, tools.prepare_calibration, tools.record_failure, tools.write_report]
     llm = LLMActivities(settings, store)
     reg.by_kind["llm"] += [llm.complete_chat]
     kernels = KernelActivities(store, settings, llm)
@@ -79,26 +80,79 @@ def parse_queue_kinds(spec: str) -> list[str]:
     return kinds
 
 
-def build_workers(
-    client: Client, registry: Registry, queues: TaskQueues, kinds: Sequence[str], executor: ThreadPoolExecutor,
+CPU_KINDS = frozenset({"toolchain", "kernels"})
+"""Queue kinds whose activities keep cores busy: conversion steps and evaluations, the kernel reference
+probe and the verifier's reference and candidate children (each child imports torch and runs on a core)."""
+IO_SLOTS = 32
+"""Activities at once on the other queues: LLM calls, container tests and bookkeeping mostly wait."""
+
+
+def host_cpus() -> int:
+    """The cores this process may run on (its affinity, so `taskset` and container CPU sets count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def activity_slots(kinds: Sequence[str], cpus: int) -> int:
+    """How many activities one worker runs at once on a queue that serves `kinds` (pure).
+
+    A queue of CPU-heavy kinds only gets one slot per core: more would make 20 verifiers share 2 cores,
+    so every child runs 10x slower, a candidate can time out (a false "no") and heartbeats lag; the
+    server keeps the rest queued (no start-to-close time passes there). A queue that mixes in other
+    kinds (tests' single queue) keeps IO_SLOTS: capping it would queue LLM calls, container tests and
+    bookkeeping behind CPU work."""
+    if set(kinds) <= CPU_KINDS:
+        return max(1, cpus)
+    return IO_SLOTS
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """One Worker: its queue, the kinds it serves there, what it registers and how many activities at once."""
+
+    task_queue: str
+    kinds: tuple[str, ...]
+    workflows: tuple[type, ...]
+    activities: tuple[Callable, ...]
+    max_concurrent_activities: int
+
+
+def plan_workers(
+    registry: Registry, queues: TaskQueues, kinds: Sequence[str], *, cpus: int,
     workflows: Sequence[type] = WORKFLOWS,
-) -> list[Worker]:
-    """One Worker per distinct task queue; kinds sharing a queue (tests: one queue) are merged."""
-    per_queue: dict[str, tuple[list[type], list[Callable]]] = {}
+) -> list[WorkerPlan]:
+    """One Worker per distinct task queue (pure); kinds sharing a queue (tests: one queue) are merged,
+    their activities registered once."""
+    per_queue: dict[str, tuple[list[str], list[type], list[Callable]]] = {}
     for kind in kinds:
         q = getattr(queues, kind)
-        wfs, acts = per_queue.setdefault(q, ([], []))
+        ks, wfs, acts = per_queue.setdefault(q, ([], [], []))
+        ks.append(kind)
         if kind == "workflows":
-            wfs += list(workflows)
+            wfs += [w for w in workflows if w not in wfs]
         acts += [a for a in registry.by_kind[kind] if a not in acts]  # kinds sharing a queue share activities
     return [
-        Worker(
-            client, task_queue=q, workflows=wfs, activities=acts, activity_executor=executor,
-            interceptors=[FleetforgeInterceptor()], graceful_shutdown_timeout=timedelta(seconds=10),
-            max_concurrent_activities=32,
-        )
-        for q, (wfs, acts) in per_queue.items()
+        WorkerPlan(q, tuple(ks), tuple(wfs), tuple(acts), activity_slots(ks, cpus))
+        for q, (ks, wfs, acts) in per_queue.items()
         if wfs or acts
+    ]
+
+
+def build_workers(
+    client: Client, registry: Registry, queues: TaskQueues, kinds: Sequence[str], executor: ThreadPoolExecutor,
+    workflows: Sequence[type] = WORKFLOWS, cpus: int | None = None,
+) -> list[Worker]:
+    """The Workers of `plan_workers`, on the cores this process may use unless `cpus` says otherwise."""
+    plans = plan_workers(registry, queues, kinds, cpus=cpus or host_cpus(), workflows=workflows)
+    return [
+        Worker(
+            client, task_queue=p.task_queue, workflows=list(p.workflows), activities=list(p.activities),
+            activity_executor=executor, interceptors=[FleetforgeInterceptor()],
+            graceful_shutdown_timeout=timedelta(seconds=10), max_concurrent_activities=p.max_concurrent_activities,
+        )
+        for p in plans
     ]
 
 
@@ -120,10 +174,11 @@ async def serve(settings: Settings, kinds: Sequence[str], stop: asyncio.Event, c
     log = get_logger("fleetforge.worker")
     confine_children(settings, store, log)
     with ThreadPoolExecutor(max_workers=32, thread_name_prefix="activity") as executor:
-        workers = build_workers(client, build_registry(settings, store), settings.queues, kinds, executor)
+        workers = build_workers(client, build_registry(settings, store), settings.queues, kinds, executor,
+                                cpus=settings.cpu_slots)
         async with running_workers(workers):
             log.info("worker started", queues=sorted({w.task_queue for w in workers}), store=store.url,
-                     temporal=settings.temporal_address)
+                     temporal=settings.temporal_address, cpu_slots=settings.cpu_slots or host_cpus())
             await stop.wait()
             log.info("worker stopping")
 

@@ -18,6 +18,7 @@ from activities.storage import ArtifactStore
 from contracts.errors import Err, FleetforgeError, clip
 from contracts.models import ModelFormat, ModelRef, OnnxInfo, TensorSpec
 from contracts.settings import Settings
+from contracts.uploads import UPLOAD_SCHEME
 
 
 class CatalogEntry(BaseModel, frozen=True):
@@ -172,6 +173,10 @@ class ModelHub:
     def locate(self, reference: str) -> tuple[str, Path]:
         """(display name, local path) of a reference; s3:// models are downloaded into the cache."""
         parsed = urlparse(reference)
+        if parsed.scheme == UPLOAD_SCHEME:  # what the client shipped (contracts/uploads.py)
+            from activities.uploads import fetch_upload
+
+            return Path(parsed.path).name or parsed.netloc, fetch_upload(self.store, self.settings.cache_dir, reference)
         if parsed.scheme == "s3":
             return Path(parsed.path).name, self._fetch_s3(parsed.netloc, parsed.path.lstrip("/"))
         if parsed.scheme == "file":
@@ -223,9 +228,18 @@ class ModelHub:
             locations = external_data_files(onnx.load(str(path), load_external_data=False))
             sidecars = [self.store.put_file(p, name=loc) for loc, p in zip(locations, _sidecar_paths(path, locations))]
         return ModelRef(
-            name=name, source=reference, format=fmt, sha256=artifact.sha256, size=artifact.size,
+            name=name, source=_source(self.store, reference), format=fmt, sha256=artifact.sha256, size=artifact.size,
             artifact=artifact, filename=filename, onnx=info, sidecars=sidecars,
         )
+
+
+def _source(store: ArtifactStore, reference: str) -> str:
+    """The reference as the user gave it: a shipped input's path on the client."""
+    if not reference.startswith(f"{UPLOAD_SCHEME}://"):
+        return reference
+    from activities.uploads import shipped_source
+
+    return shipped_source(store, reference)
 
 
 class ModelHubActivities:

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from contracts.settings import Settings
 
 CHUNK = 8 * 1024 * 1024
+
+Progress = Callable[[int], None]
+"""Told the number of bytes just moved (an upload's progress bar adds them up)."""
 
 
 def sha256_file(path: Path) -> str:
@@ -45,11 +49,14 @@ class ArtifactStore(ABC):
     url: str
 
     # -- blobs ---------------------------------------------------------------------------
-    def put_file(self, path: Path, *, media_type: str = "application/octet-stream", name: str = "") -> ArtifactRef:
-        sha = sha256_file(path)
+    def put_file(self, path: Path, *, media_type: str = "application/octet-stream", name: str = "",
+                 progress: Progress | None = None, sha256: str | None = None) -> ArtifactRef:
+        """Upload `path` unless the store has its blob already (then nothing moves). `progress` is
+        told the bytes as they go; `sha256`, when the caller hashed the file already."""
+        sha = sha256 or sha256_file(path)
         size = path.stat().st_size
         if not self._has(blob_key(sha), size):
-            self._upload_file(path, blob_key(sha), sha)
+            self._upload_file(path, blob_key(sha), sha, progress)
         return ArtifactRef(uri=self._uri(blob_key(sha)), sha256=sha, size=size, media_type=media_type, name=name)
 
     def put_bytes(self, data: bytes, *, media_type: str = "application/octet-stream", name: str = "") -> ArtifactRef:
@@ -108,7 +115,7 @@ class ArtifactStore(ABC):
     @abstractmethod
     def _has(self, key: str, size: int) -> bool: ...
     @abstractmethod
-    def _upload_file(self, path: Path, key: str, sha256: str | None) -> None: ...
+    def _upload_file(self, path: Path, key: str, sha256: str | None, progress: Progress | None = None) -> None: ...
     @abstractmethod
     def _upload_bytes(self, data: bytes, key: str, sha256: str | None) -> None: ...
     @abstractmethod
@@ -153,10 +160,13 @@ class FileStore(ArtifactStore):
         finally:
             Path(tmp).unlink(missing_ok=True)
 
-    def _upload_file(self, path: Path, key: str, sha256: str | None) -> None:
+    def _upload_file(self, path: Path, key: str, sha256: str | None, progress: Progress | None = None) -> None:
         def copy(f: Any) -> None:
             with open(path, "rb") as src:
-                shutil.copyfileobj(src, f, CHUNK)
+                while chunk := src.read(CHUNK):
+                    f.write(chunk)
+                    if progress is not None:
+                        progress(len(chunk))
         self._write_atomic(key, copy)
 
     def _upload_bytes(self, data: bytes, key: str, sha256: str | None) -> None:
@@ -238,10 +248,10 @@ class S3Store(ArtifactStore):
     def _extra(sha256: str | None) -> dict[str, Any]:
         return {"Metadata": {"sha256": sha256}} if sha256 else {}
 
-    def _upload_file(self, path: Path, key: str, sha256: str | None) -> None:
+    def _upload_file(self, path: Path, key: str, sha256: str | None, progress: Progress | None = None) -> None:
         self._call(
             f"upload {self._uri(key)}", self.client.upload_file, str(path), self.bucket, self._key(key),
-            ExtraArgs=self._extra(sha256), Config=self.transfer,
+            ExtraArgs=self._extra(sha256), Config=self.transfer, Callback=progress,
         )
 
     def _upload_bytes(self, data: bytes, key: str, sha256: str | None) -> None:

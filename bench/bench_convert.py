@@ -69,7 +69,7 @@ async def main_async(model_arg: str | None, workdir: Path) -> None:
             runs = []
             for _ in range(2):
                 req = ConversionRequest(model=str(model), target_soc="sm8550", precision=Precision.INT8, queues=queues,
-                                        run_id=uuid.uuid4().hex[:8])
+                                        run_id=uuid.uuid4().hex[:8], synthetic_calibration=True)
                 t0 = time.monotonic()
                 handle = await client.start_workflow(ConverterWorkflow.run, req, id=f"bench-convert/{req.run_id}",
                                                      task_queue=queues.workflows,

@@ -1,6 +1,13 @@
-"""KernelBench Level-1-style tasks through the kernel conductor, offline agents, as a user runs them.
+"""KernelBench tasks through the kernel conductor, offline agents, as a user runs them.
 
-    .venv/bin/python -m bench.bench_kernelbench [--only SUBSTRING] [--concurrency N] [--workdir DIR]
+    .venv/bin/python -m bench.bench_kernelbench [--suite ours|public] [--level 1,2] [--only SUBSTRING]
+                                               [--concurrency N] [--workdir DIR] [--csv FILE]
+
+`--suite public` runs the public KernelBench Level 1 and Level 2 files (examples/kernelbench/level1, level2:
+ScalingIntelligence/KernelBench, MIT licence, unmodified) shrunk by the one rule of bench/kernelbench_shrink.py,
+prints a per-family table and the targets (>= 80 % of Level 1 and >= 60 % of Level 2 VERIFIED, 0 wrong kernels
+verified on the independent re-check), PASS/FAIL, and writes KernelBench's v3 `results.csv` columns (speed
+columns empty on the CPU interpreter). The default suite is ours:
 
 Takes every task file in examples/kernelbench/ (our own files in KernelBench's shape, with KernelBench-like
 module-level sizes), shrinks it for the CPU interpreter the way a user does (`--set NAME=VALUE`: SIZES below,
@@ -29,11 +36,18 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from activities.kernels.task_source import apply_overrides
+from bench.kernelbench_shrink import ladder, shrink
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "examples" / "kernelbench"
+PUBLIC = {1: TASKS / "level1", 2: TASKS / "level2"}
+PUBLIC_TARGETS = {1: 0.80, 2: 0.60}
+CSV_COLUMNS = ("level", "problem", "compiled", "correct", "speedup", "ref_ms", "turns", "total_tokens",
+               "estimated_cost_usd", "baseline_type", "precision_used")
 UNARY = {"batch_size": 8, "dim": 500}
 SIZES: dict[str, dict[str, int]] = {
     **{name: UNARY for name in ("01_ReLU", "02_LeakyReLU", "03_Sigmoid", "04_Tanh", "05_GELU", "06_TanhGELU",
@@ -62,18 +76,34 @@ SIZES: dict[str, dict[str, int]] = {
     "39_MSELoss": {"batch_size": 8, "dim": 50},
     "40_CrossEntropy": {"batch_size": 8, "classes": 10},
 }
-COVERED = frozenset(name for name in SIZES if int(name[:2]) <= 35)
-"""Tasks whose op family the issue lists (unary elementwise, softmax/log_softmax, reductions, norms, matmuls,
-matrix-scalar): the offline designer must cover them. The rest (cumsum, conv, pooling, losses) must end at once."""
+COVERED = frozenset(SIZES)
+"""Tasks the offline agents must cover: all 40 since the lowering (cumsum, conv, pooling and losses too). A task
+outside COVERED must end at once with NO_OFFLINE_TEMPLATE."""
 TARGET_COVERED_VERIFIED = 0.90
 MAX_STEPS_UNCOVERED = 3
 RECHECK_SEED = 4242
 
 
 @dataclass
+class Job:
+    """One task to run: its (shrunk) source and the settings that shrank it."""
+
+    name: str
+    source: str
+    overrides: dict = field(default_factory=dict)
+    covered: bool = True
+    level: int = 0
+    family: str = ""
+
+
+@dataclass
 class Row:
     name: str
     covered: bool
+    level: int = 0
+    kb_family: str = ""
+    compiled: bool = False
+    tokens: int = 0
     outcome: str = ""
     finish: str = ""
     steps: int = 0
@@ -85,12 +115,12 @@ class Row:
     error: str = ""
 
 
-async def run_all(workdir: Path, names: list[str], concurrency: int) -> list[Row]:
+async def run_all(workdir: Path, jobs: list[Job], concurrency: int) -> list[Row]:
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
     from activities.kernels.config_loader import load_workflow_config
-    from activities.kernels.task_source import apply_overrides, op_name_for
+    from activities.kernels.task_source import op_name_for
     from activities.storage import FileStore
     from client.binaries import temporal_binary
     from contracts.common import JobKind, TaskQueues
@@ -112,12 +142,13 @@ async def run_all(workdir: Path, names: list[str], concurrency: int) -> list[Row
         queues = TaskQueues.single(f"bench-kb-{uuid.uuid4().hex[:8]}")
         gate = asyncio.Semaphore(concurrency)
 
-        async def one(name: str) -> Row:
-            row = Row(name=name, covered=name in COVERED)
-            source = apply_overrides((TASKS / f"{name}.py").read_text(), SIZES[name], f"{name}.py")
-            op = op_name_for(name)
+        async def one(job: Job) -> Row:
+            name, source = job.name, job.source
+            row = Row(name=name, covered=job.covered, level=job.level, kb_family=job.family)
+            op = op_name_for(Path(name).name)[:60]
+            numbers = {k: v for k, v in job.overrides.items() if isinstance(v, (int, float))}
             task = KernelTask(op_name=op, task_desc=source, task_id=f"{op}-{uuid.uuid4().hex[:6]}", arch="cpu-interpreter",
-                              overrides=SIZES[name], source_file=f"{name}.py")
+                              overrides=numbers, source_file=f"{Path(name).name}.py")
             async with gate:
                 t0 = time.monotonic()
                 handle = await client.start_workflow(
@@ -129,20 +160,26 @@ async def run_all(workdir: Path, names: list[str], concurrency: int) -> list[Row
                 row.seconds = time.monotonic() - t0
             row.outcome, row.steps, row.family = result.outcome.value, result.steps, result.op_family
             row.finish = result.finish_reason.value if result.finish_reason else (result.failure.code if result.failure else "")
+            row.tokens = result.tokens.total_tokens
+            row.compiled = any(e.report is not None and (e.report.passed or e.report.mismatches)
+                               for e in result.trace if e.agent == "verifier")
             verified = [c.sha256 for e in result.trace if e.agent == "verifier" for c in e.candidates]
             row.reverified = len(verified) - len(set(verified))
             if result.failure is not None and not row.finish:
                 row.error = result.failure.message
             if result.outcome.value == "VERIFIED" and result.best_candidate is not None:
                 candidate = store.get_bytes(result.best_candidate).decode()
-                row.recheck, row.wrong = await asyncio.to_thread(recheck, source, candidate, workdir / "recheck" / name)
+                row.recheck, row.wrong = await asyncio.to_thread(recheck, source, candidate,
+                                                                 workdir / "recheck" / name.replace("/", "_"))
+            with (workdir / "rows.jsonl").open("a") as f:
+                f.write(json.dumps(row.__dict__) + "\n")
             print(f"  {name:<24} {row.outcome:<9} {row.finish:<20} steps={row.steps:<2} {row.seconds:6.1f} s  "
                   f"{row.family[:70]}  recheck: {row.recheck}", flush=True)
             return row
 
         async with new_worker(client, workflows=[ConductorWorkflow], activities=reg.by_kind["llm"] + reg.by_kind["kernels"],
                               task_queue=queues.workflows):
-            rows = list(await asyncio.gather(*(one(n) for n in names)))
+            rows = list(await asyncio.gather(*(one(j) for j in jobs)))
     finally:
         await env.shutdown()
     return rows
@@ -225,25 +262,155 @@ def report(rows: list[Row], wall: float) -> bool:
     return ok
 
 
+def family_of(level: int, stem: str) -> str:
+    """KernelBench's problem family, read from the file name (Level 2: the first op of the fusion)."""
+    n = stem.lower()
+    if level == 2:
+        for key, fam in (("convtranspose", "conv-transposed + epilogue"), ("conv", "conv + epilogue"),
+                         ("bmm", "gemm + epilogue"), ("gemm", "gemm + epilogue"), ("matmul", "gemm + epilogue")):
+            if key in n:
+                return fam
+        return "other fusion"
+    rules = (("conv_transposed", "conv transposed"), ("conv_depthwise", "conv depthwise/pointwise"),
+             ("conv_pointwise", "conv depthwise/pointwise"), ("conv_standard", "conv"), ("pooling", "pooling"),
+             ("norm", "norm"), ("loss", "loss"), ("cum", "scan"), ("attention", "attention"),
+             ("matmul", "matmul"), ("multiplication", "matmul"), ("reduction", "reduction"), ("arg", "reduction"),
+             ("softmax", "softmax"))
+    for key, fam in rules:
+        if key in n:
+            return fam
+    return "elementwise"
+
+
+def public_jobs(levels: list[int], only: str | None) -> list[Job]:
+    """Every public task file of the levels, shrunk by the first setting of the ladder at which it builds
+    and traces (checked here, in-process, on the meta device: nothing is computed)."""
+    from activities.kernels._probe import probe
+
+    jobs = []
+    for level in levels:
+        files = sorted(PUBLIC[level].glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
+        for path in files:
+            if only and only.lower() not in path.stem.lower():
+                continue
+            original = path.read_text()
+            with tempfile.TemporaryDirectory() as tmp:
+                for cap, batch_to_two in ladder():
+                    source, made = shrink(original, cap, batch_to_two)
+                    (Path(tmp) / "task.py").write_text(source)
+                    try:
+                        if not probe(str(Path(tmp) / "task.py"), 0).get("trace_error"):
+                            break
+                    except Exception:  # noqa: BLE001 - the task does not build at these sizes: next setting
+                        continue
+            jobs.append(Job(name=f"level{level}/{path.stem}", source=source, overrides=made, level=level,
+                            family=family_of(level, path.stem)))
+    return jobs
+
+
+def interleave(jobs: list[Job]) -> list[Job]:
+    """Level 1 and Level 2 tasks alternately, so a run stopped early covers both levels alike."""
+    levels = [[j for j in jobs if j.level == lv] for lv in sorted({j.level for j in jobs})]
+    out: list[Job] = []
+    for k in range(max((len(x) for x in levels), default=0)):
+        out += [x[k] for x in levels if k < len(x)]
+    return out
+
+
+def public_report(rows: list[Row], wall: float, csv_path: Path | None) -> bool:
+    """The per-family table, the targets per level, PASS/FAIL; results.csv when asked."""
+    print(f"\n{len(rows)} tasks in {wall:.0f} s wall ({sum(r.seconds for r in rows):.0f} s of job time)\n")
+    families = sorted({(r.level, r.kb_family) for r in rows})
+    print(f"  {'level':<6}{'family':<30}{'tasks':>6}{'verified':>9}{'no-lower':>9}{'other':>7}")
+    for level, fam in families:
+        sub = [r for r in rows if (r.level, r.kb_family) == (level, fam)]
+        ver = sum(r.outcome == "VERIFIED" and not r.wrong for r in sub)
+        refused = sum(r.finish == "NO_OFFLINE_TEMPLATE" for r in sub)
+        print(f"  {level:<6}{fam:<30}{len(sub):>6}{ver:>9}{refused:>9}{len(sub) - ver - refused:>7}")
+    checks = []
+    for level, target in PUBLIC_TARGETS.items():
+        sub = [r for r in rows if r.level == level]
+        if not sub:
+            continue
+        ver = sum(r.outcome == "VERIFIED" and not r.wrong for r in sub)
+        share = ver / len(sub)
+        checks.append((f"Level {level} VERIFIED: {ver}/{len(sub)} = {share:.0%} (target >= {target:.0%})",
+                       share >= target))
+    wrong = [r for r in rows if r.wrong]
+    checks.append((f"wrong kernels verified (re-checked outside the job on signed-normal inputs): {len(wrong)} "
+                   "(target 0)", not wrong))
+    print()
+    for line, ok in checks:
+        print(f"  {'PASS' if ok else 'FAIL'}  {line}")
+    for r in rows:
+        if r.outcome != "VERIFIED" or r.wrong:
+            print(f"  note: {r.name}: {r.outcome} {r.finish} {r.family[:160]} {r.error[:160]} {r.recheck}")
+    if csv_path is not None:
+        import csv
+
+        with csv_path.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(CSV_COLUMNS)
+            for r in sorted(rows, key=lambda r: (r.level, int(r.name.split("/")[1].split("_")[0]))):
+                w.writerow([r.level, r.name.split("/", 1)[1], r.compiled, r.outcome == "VERIFIED" and not r.wrong,
+                            "", "", r.steps, r.tokens, 0.0, "", "fp32"])
+        print(f"  results.csv: {csv_path}")
+    ok = all(ok for _, ok in checks)
+    print("PASS" if ok else "FAIL")
+    return ok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", choices=("ours", "public"), default="ours",
+                    help="ours: examples/kernelbench/*.py (40 files); public: KernelBench Level 1 and 2")
+    ap.add_argument("--level", default="1,2", help="public suite: the levels to run (default 1,2)")
+    ap.add_argument("--csv", help="public suite: where to write results.csv (default WORKDIR/results.csv or ./)")
     ap.add_argument("--only", help="run the tasks whose file name contains this")
     ap.add_argument("--concurrency", type=int, default=2, help="jobs at a time (default 2)")
     ap.add_argument("--workdir", help="state and artifacts folder (default: a temp dir)")
+    ap.add_argument("--resume", action="store_true", help="public suite: skip the tasks WORKDIR/rows.jsonl has")
+    ap.add_argument("--report-from", help="public suite: print the report from a run's WORKDIR/rows.jsonl (so far)")
     ap.add_argument("--recheck", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.recheck:
         recheck_child(Path(args.recheck))
         return
+    if args.report_from:
+        rows = [Row(**json.loads(line)) for line in Path(args.report_from).read_text().splitlines() if line.strip()]
+        ok = public_report(sorted(rows, key=lambda r: r.name), 0.0, Path(args.csv) if args.csv else None)
+        raise SystemExit(0 if ok else 1)
+    if args.suite == "public":
+        jobs = interleave(public_jobs([int(x) for x in args.level.split(",")], args.only))
+        done_rows = Path(args.workdir) / "rows.jsonl" if args.workdir else None
+        if args.resume and done_rows is not None and done_rows.exists():
+            done = {json.loads(line)["name"] for line in done_rows.read_text().splitlines() if line.strip()}
+            jobs = [j for j in jobs if j.name not in done]
+            print(f"resuming: {len(done)} tasks already in {done_rows}")
+        print(f"{len(jobs)} public KernelBench tasks (shrunk: bench/kernelbench_shrink.py), offline agents, default "
+              f"workflow, {args.concurrency} at a time:")
+        for j in jobs:
+            print(f"  {j.name:<60} {j.overrides}")
+        with tempfile.TemporaryDirectory() as tmp:
+            workdir = Path(args.workdir) if args.workdir else Path(tmp)
+            t0 = time.monotonic()
+            rows = asyncio.run(run_all(workdir, jobs, args.concurrency))
+            csv_path = Path(args.csv) if args.csv else Path("results.csv")
+            if args.resume and done_rows is not None:
+                rows = [Row(**json.loads(line)) for line in done_rows.read_text().splitlines() if line.strip()]
+            ok = public_report(sorted(rows, key=lambda r: r.name), time.monotonic() - t0, csv_path)
+        raise SystemExit(0 if ok else 1)
     names = sorted(n for n in SIZES if not args.only or args.only.lower() in n.lower())
     missing = sorted(p.stem for p in TASKS.glob("*.py")) != sorted(SIZES)
     if missing:
         raise SystemExit(f"examples/kernelbench and SIZES disagree: {sorted(p.stem for p in TASKS.glob('*.py'))}")
     print(f"{len(names)} KernelBench-format tasks, offline agents, default workflow, {args.concurrency} at a time:")
+    jobs = [Job(name=n, source=apply_overrides((TASKS / f"{n}.py").read_text(), SIZES[n], f"{n}.py"),
+                overrides=SIZES[n], covered=n in COVERED) for n in names]
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(args.workdir) if args.workdir else Path(tmp)
         t0 = time.monotonic()
-        rows = asyncio.run(run_all(workdir, names, args.concurrency))
+        rows = asyncio.run(run_all(workdir, jobs, args.concurrency))
         ok = report(sorted(rows, key=lambda r: r.name), time.monotonic() - t0)
     raise SystemExit(0 if ok else 1)
 

@@ -1,5 +1,6 @@
 """A job as the SDK sees it: its handle (status, progress, result, cancel, answer, outputs), its
-line in a listing, and the errors that say how it ended. `FleetforgeClient` (client/sdk.py) makes them.
+line in a listing, and the errors that say how it ended. `FleetforgeClient` (client/sdk.py) makes them;
+this module does not import it (a handle needs only a `JobContext`: the store and the Web UI address).
 
 How a closed job's status is read (`status_of`) and how `fleetforge list` filters (`list_query`)
 are one mapping: the execution status decides once the job is closed, FleetforgeStatus while it runs.
@@ -8,24 +9,27 @@ are one mapping: the execution status decides once the job is closed, Fleetforge
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializeAsAny
 from temporalio.client import (
-    WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle,
+    Client, WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle,
     WorkflowQueryFailedError, WorkflowQueryRejectedError, WorkflowUpdateFailedError,
 )
 from temporalio.common import TypedSearchAttributes
 from temporalio.exceptions import CancelledError, TerminatedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.storage import ArtifactStore
 from client import artifacts as outputs
 from client.ids import kind_of
 from contracts.common import ArtifactRef, JobKind, JobStatus
 from contracts.convert_job import ConversionProgress, ProvideInput
 from contracts.errors import Err, FleetforgeError
+from contracts.events import EVENTS_TOPIC, JobEvent
 from contracts.fleet_job import AttemptRecord, FleetProgress
 from contracts.kernel_job import TraceEntry
 from workflows import _visibility as vis
@@ -33,9 +37,6 @@ from workflows.conductor import ConductorWorkflow
 from workflows.converter import ConverterWorkflow
 from workflows.failures import result_from_failure
 from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
-
-if TYPE_CHECKING:
-    from client.sdk import FleetforgeClient
 
 ResultT = TypeVar("ResultT", bound=BaseModel)
 
@@ -96,6 +97,16 @@ class JobSummary(BaseModel):
     ui_url: str = ""
 
 
+class JobView(BaseModel):
+    """`FleetforgeClient.show`: a job's listing line, and its result contract once it has finished."""
+
+    summary: JobSummary
+    result: SerializeAsAny[BaseModel] | None = None
+    """The result contract (InspectResult, ConversionResult, ...) of a COMPLETED or FAILED job."""
+    step: str = ""
+    """What a running job is doing now (empty when no worker answers yet)."""
+
+
 class JobSnapshot(BaseModel):
     """A running job as a follower sees it (`JobHandle.snapshot`)."""
 
@@ -120,6 +131,12 @@ def status_of(execution_status: WorkflowExecutionStatus | None, attrs: TypedSear
         case WorkflowExecutionStatus.COMPLETED:  # FAILED: a job recorded before failures failed the execution
             return recorded if recorded in (JobStatus.COMPLETED, JobStatus.FAILED) else JobStatus.COMPLETED.value
     return recorded
+
+
+def _unknown_handler(e: Exception) -> bool:
+    """A workflow without the events stream's handlers (one from before events, a fleet row)."""
+    text = f"{e} {getattr(e, 'cause', '')}".lower()
+    return "unknown" in text or "not found" in text or "no handler" in text
 
 
 def _not_found(e: RPCError) -> bool:
@@ -155,14 +172,39 @@ def list_query(kind: JobKind | None = None, status: str | None = None, *, rows: 
     return " AND ".join(clauses)
 
 
+class JobContext(Protocol):
+    """What a handle needs from its client (FleetforgeClient is one)."""
+
+    @property
+    def store(self) -> ArtifactStore: ...
+
+    temporal: Client
+    """The Temporal client (its data converter decodes the job's live events)."""
+
+    def ui_url(self, workflow_id: str = "", run_id: str = "", *, query: str = "") -> str: ...
+
+
+def job_summary(
+    ctx: JobContext, workflow_id: str, run_id: str, status: WorkflowExecutionStatus | None,
+    attrs: TypedSearchAttributes, start: datetime | None, close: datetime | None,
+) -> JobSummary:
+    return JobSummary(
+        workflow_id=workflow_id, kind=attrs.get(vis.JOB) or kind_of(workflow_id).value,
+        status=status_of(status, attrs), model=attrs.get(vis.MODEL) or "", target=attrs.get(vis.TARGET) or "",
+        start_time=start, close_time=close, run_id=run_id, ui_url=ctx.ui_url(workflow_id, run_id),
+    )
+
+
 class JobHandle(Generic[ResultT]):
     """A job. `id` is its workflow id (`<kind>/<run_id>`, a fleet row `fleet/<fleet_id>/<row>`)."""
 
     def __init__(self, handle: WorkflowHandle[Any, ResultT], result_type: type[ResultT],
-                 client: "FleetforgeClient | None" = None):
+                 client: JobContext | None = None, notes: list[str] | None = None):
         self._handle = handle
         self.result_type = result_type
         self._client = client
+        self.notes: list[str] = list(notes or [])
+        """What the SDK wants the user told about this start (e.g. a slow verifier); empty: nothing."""
 
     @property
     def id(self) -> str:
@@ -188,8 +230,8 @@ class JobHandle(Generic[ResultT]):
 
     async def summary(self) -> JobSummary:
         desc = await self.describe()
-        return self._fc._summary(desc.id, desc.run_id, desc.status, desc.typed_search_attributes,
-                                 desc.start_time, desc.close_time)
+        return job_summary(self._fc, desc.id, desc.run_id, desc.status, desc.typed_search_attributes,
+                           desc.start_time, desc.close_time)
 
     async def ui_url(self) -> str:
         """The Web UI page of the job's latest run (the namespace, the URL-encoded id and the run id)."""
@@ -290,6 +332,22 @@ class JobHandle(Generic[ResultT]):
         except _QUERY_ERRORS:
             return []
 
+    async def events(self, *, from_offset: int = 0) -> AsyncIterator[JobEvent]:
+        """The job's live events (contracts/events.py) as they happen: steps, agents' tool calls and
+        answers, LLM token deltas, status changes. Starts at the job's first event (`from_offset`: a
+        later one); follows continue-as-new; ends once the job has closed and its last events are
+        read. A job whose workflow publishes no events (one started before they existed, a fleet row)
+        ends at once. Transport errors raise."""
+        from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
+        stream = WorkflowStreamClient.create(self._fc.temporal, self.id)
+        try:
+            async for item in stream.subscribe([EVENTS_TOPIC], from_offset, result_type=JobEvent):
+                yield item.data
+        except (WorkflowUpdateFailedError, WorkflowQueryFailedError) as e:
+            if not _unknown_handler(e):
+                raise
+
     async def cancel(self) -> None:
         """Request cancellation. JobFinished when the job has already ended (nothing to cancel)."""
         desc = await self.describe()
@@ -344,7 +402,7 @@ class JobHandle(Generic[ResultT]):
         return await asyncio.to_thread(outputs.download, store, refs, Path(out_dir))
 
     @property
-    def _fc(self) -> "FleetforgeClient":
+    def _fc(self) -> JobContext:
         if self._client is None:
             raise FleetforgeError(Err.INTERNAL, "this handle was made without a FleetforgeClient")
         return self._client

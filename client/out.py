@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn, DownloadColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
+    TransferSpeedColumn,
+)
 
 from contracts.common import JobStatus
 from contracts.errors import Err, remedy
@@ -138,3 +142,44 @@ def progress(title: str, *, every_s: float = 0.0, bar: bool = False, console: Co
         columns = [SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()]
     with Progress(*columns, console=console, transient=True) as live:
         yield Follow(title, every_s, console, live)
+
+
+class UploadBar:
+    """The CLI's `FleetforgeClient.upload_progress`: a bar per big local input as it goes to the store
+    (stderr, transient, on a terminal); in a log, one line per file. Thread-safe (boto3 reports from
+    its transfer threads)."""
+
+    def __init__(self, console: Console | None = None):
+        self._console = console or _stderr
+        self._live: Progress | None = None
+        self._tasks: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str, done: int, total: int) -> None:
+        with self._lock:
+            if name not in self._tasks:
+                self._tasks[name] = self._start(name, total)
+            task = self._tasks[name]
+            if self._live is not None and task is not None:
+                self._live.update(task, completed=done)
+            if done >= total:  # the bar goes when its file is in (a job's own progress display follows)
+                self._tasks.pop(name)
+                if self._live is not None and task is not None:
+                    self._live.remove_task(task)
+                if not any(t is not None for t in self._tasks.values()):
+                    self.close_locked()
+
+    def _start(self, name: str, total: int) -> Any:
+        if not self._console.is_terminal:
+            self._console.print(f"uploading {name} ({total} bytes) to the artifact store", markup=False, style="dim")
+            return None
+        if self._live is None:
+            self._live = Progress(TextColumn("uploading {task.description}"), BarColumn(bar_width=20), DownloadColumn(),
+                                  TransferSpeedColumn(), console=self._console, transient=True)
+            self._live.start()
+        return self._live.add_task(name, total=total)
+
+    def close_locked(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

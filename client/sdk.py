@@ -1,14 +1,27 @@
-"""The typed client SDK: start jobs, follow them, list, cancel and answer them, fetch their outputs
-(STYLE G17). The CLI is a thin layer on top of this.
+"""The typed client SDK (STYLE G17). It owns every job rule, so every front door (the CLI in
+client/cli/, the MCP server, a script) behaves the same:
+
+* start each job kind with checked inputs: `start_inspect`, `start_convert`, `rerun_convert`,
+  `start_kernel`, `start_fleet_test` (bad input raises FleetforgeError before anything starts);
+* ship what the user points at: a local model (with its `.onnx.data` sidecars, or a SavedModel
+  folder) and calibration data are uploaded to the artifact store, content-addressed (a blob the
+  store has is not sent again), and the request carries `upload://` references (contracts/uploads.py),
+  so workers on other machines read only the store. Paths follow one rule (client/paths.py): relative
+  to `cwd` (default: the working directory); s3:// URIs and catalog names go to the worker as given;
+* follow and steer a job: `job(id)` / `handle(id)` -> JobHandle (status, snapshot, result, outcome,
+  cancel, answer, artifacts, download), `answer`, `approve`, `cancel`, `list_jobs`;
+* a fleet's manifest: `fleet_request`, `manifest_mismatch`, `write_back` (verdicts into the CSV).
 
 ```python
 async with FleetforgeClient.connect() as fc:          # Settings() and its store by default
-    handle = await fc.start_convert("model.onnx", soc="sm8550", precision="int8")
-    result = await handle.result()                    # raises JobFailed (carrying the result)
+    handle = await fc.start_convert("model.onnx", soc="sm8550", precision="int8", calibration="calib/")
+    result = await handle.outcome()                   # the result contract, COMPLETED or FAILED
     await handle.download("out/")                     # the outputs under their workspace names
 ```
 
-Every method that takes a job id takes every id the tool prints (client/ids.py).
+`fc.upload_progress = fn(name, bytes_done, size)` is told of big uploads (the CLI draws a bar).
+Every method that takes a job id takes every id the tool prints (client/ids.py). Rules live in
+per-job modules: client/convert.py, client/kernel.py, client/fleet.py, client/uploads.py.
 """
 
 from __future__ import annotations
@@ -23,23 +36,28 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError, WorkflowUpdateFailedError
-from temporalio.common import TypedSearchAttributes
+from temporalio.client import Client, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.connection import connect
 from activities.storage import ArtifactStore, open_store
-from client.ids import candidates, kind_of
+from client import convert as rules
+from client import fleet
+from client.fleet import WriteBack
+from client.ids import candidates, kind_of, run_id_for
 from client.jobs import (  # noqa: F401  (the SDK's public names live here too)
-    CANCELLED, JobCancelled, JobFailed, JobFinished, JobHandle, JobNotFound, JobSnapshot, JobSummary, ResultT,
-    _not_found, fleet_label, fleet_step, list_query, status_of,
+    CANCELLED, JobCancelled, JobFailed, JobFinished, JobHandle, JobNotFound, JobSnapshot, JobSummary, JobView, ResultT,
+    _not_found, fleet_label, fleet_step, job_summary, list_query, status_of,
 )
+from client.kernel import kernel_request
+from client.paths import local_path
+from client.uploads import Uploader, UploadProgress
 from contracts.common import JobKind, JobStatus
 from contracts.convert_job import ConversionProgress, ConversionRequest, ConversionResult
 from contracts.errors import Err, FleetforgeError
-from contracts.fleet_job import FleetTestRequest, FleetTestResult, ModelTestResult
+from contracts.fleet import HardwareProfile
+from contracts.fleet_job import FleetTestRequest, FleetTestResult, ModelTestResult, RunnerKind
 from contracts.inspect import InspectRequest, InspectResult
-from contracts.kernel import CPU_ARCHES
 from contracts.kernel_job import KernelRequest, KernelResult
 from contracts.settings import Settings
 from workflows import _visibility as vis
@@ -51,7 +69,7 @@ from workflows.inspect import InspectModelWorkflow
 
 __all__ = [
     "FleetforgeClient", "JobHandle", "JobSummary", "JobSnapshot", "JobFailed", "JobCancelled", "JobFinished",
-    "JobNotFound", "new_run_id", "kind_of",
+    "JobNotFound", "JobView", "WriteBack", "new_run_id", "kind_of",
 ]
 
 RESULT_TYPES: dict[JobKind, type[BaseModel]] = {
@@ -114,6 +132,8 @@ class FleetforgeClient:
         self.temporal = client
         self.settings = settings
         self._store = store
+        self.upload_progress: UploadProgress | None = None
+        """Told (file name, bytes sent, size) while a big local input uploads; None: silent."""
 
     @classmethod
     def connect(cls, settings: Settings | None = None, store: ArtifactStore | None = None) -> _Connecting:
@@ -155,9 +175,13 @@ class FleetforgeClient:
 
     # -- starting jobs ---------------------------------------------------------------------
 
+    def uploader(self, progress: UploadProgress | None = None) -> Uploader:
+        """What ships local inputs into this client's store (every `start_*` uses one)."""
+        return Uploader(self.store, progress if progress is not None else self.upload_progress)
+
     async def _start(
         self, run: Callable[..., Awaitable[ResultT]], request: BaseModel, *, kind: JobKind, run_id: str,
-        result_type: type[ResultT], model: str = "", target: str = "",
+        result_type: type[ResultT], model: str = "", target: str = "", notes: list[str] | None = None,
     ) -> JobHandle[ResultT]:
         if not model and isinstance(request, FleetTestRequest):
             model = request.manifest.name  # a fleet is named by its CSV
@@ -166,57 +190,137 @@ class FleetforgeClient:
             search_attributes=vis.start_attributes(kind, model, target), result_type=result_type,
             static_summary=presentation.summary(request), static_details=presentation.details(request),
         )
-        return JobHandle(handle, result_type, self)
+        return JobHandle(handle, result_type, self, notes)
 
-    async def start_inspect(self, model: str | InspectRequest, **fields: Any) -> JobHandle[InspectResult]:
-        """Inspect a model (path, file:// or s3:// URI, catalog name); `fields`: InspectRequest fields."""
-        request = model if isinstance(model, InspectRequest) else InspectRequest(model=local_model(model), **fields)
-        req = request.model_copy(update={"run_id": request.run_id or new_run_id(), "queues": self.settings.queues})
+    async def start_inspect(
+        self, model: str | InspectRequest, *, cwd: Path | None = None, **fields: Any,
+    ) -> JobHandle[InspectResult]:
+        """Inspect a model: a local path (relative to `cwd`, default the working directory; uploaded to
+        the store), a file:// or s3:// URI, or a catalog name. A str is checked first (MODEL_NOT_FOUND,
+        MODEL_INVALID); a ready InspectRequest is only shipped. `fields`: InspectRequest fields."""
+        if isinstance(model, InspectRequest):
+            request = model
+        else:
+            await asyncio.to_thread(rules.check_model, model, self.settings, cwd)
+            request = InspectRequest(model=model, **fields)
+        shown = rules.resolve_local(request.model)
+        shipped = await asyncio.to_thread(self.uploader().ship_model, request.model, cwd)
+        req = request.model_copy(update={"model": shipped, "run_id": request.run_id or new_run_id(),
+                                         "queues": self.settings.queues})
         return await self._start(InspectModelWorkflow.run, req, kind=JobKind.INSPECT, run_id=req.run_id,
-                                 result_type=InspectResult, model=req.model)
+                                 result_type=InspectResult, model=shown)
 
     async def start_convert(
-        self, model: str | ConversionRequest, *, soc: str | None = None, precision: str | None = None, **fields: Any,
+        self, model: str | ConversionRequest, *, soc: str | None = None, precision: str | None = None,
+        calibration: str | None = None, cwd: Path | None = None, **fields: Any,
     ) -> JobHandle[ConversionResult]:
         """Convert a model for a SoC (`soc="sm8550"`) and precision (`"int8"`, `"fp16"`, ...); a missing
-        one makes the job ask (NEEDS_INPUT). `fields`: further ConversionRequest fields (output, preset, ...)."""
+        one makes the job ask (NEEDS_INPUT). `model` and `calibration` as in `start_inspect` (local ones
+        are uploaded). `fields`: further ConversionRequest fields (output, toolchain, preset, min_cosine,
+        ...). A str model is checked before anything starts (BAD_INPUT for an unknown SoC, a combination
+        no plan can satisfy or calibration data that does not fit; MODEL_NOT_FOUND, MODEL_INVALID);
+        a ready ConversionRequest is only shipped."""
         if isinstance(model, ConversionRequest):
             request = model
         else:
-            request = ConversionRequest(model=local_model(model), target_soc=soc, precision=precision, **fields)
+            request = await asyncio.to_thread(rules.convert_request, model, settings=self.settings, soc=soc,
+                                              precision=precision, calibration=calibration, cwd=cwd, **fields)
+        return await self._start_conversion(request, cwd)
+
+    async def rerun_convert(
+        self, run_id: str, *, overrides: dict[str, str] | None = None, model: str | None = None,
+        min_cosine: float | None = None, cwd: Path | None = None, **fields: Any,
+    ) -> JobHandle[ConversionResult]:
+        """Convert again with an earlier conversion's plan (the planner is skipped), its step args changed
+        by `overrides` (e.g. {"soc": "sm8650"}). `run_id`: the earlier run's id or job id. `model`, when
+        given, must be the earlier run's. BAD_INPUT before anything starts for an unknown run or an
+        override no step takes."""
+        earlier = run_id_for(JobKind.CONVERT, run_id)
+        overrides = dict(overrides or {})
+        given = await asyncio.to_thread(rules.rerun_fields, self.store, earlier, model, overrides, min_cosine,
+                                        self.uploader())
+        request = ConversionRequest(**{**given, **fields}, rerun_of=earlier, overrides=overrides)
+        rules.check_request(request)
+        return await self._start_conversion(request, cwd)
+
+    async def _start_conversion(self, request: ConversionRequest, cwd: Path | None) -> JobHandle[ConversionResult]:
+        shown = rules.resolve_local(request.model)
+        shipped = await asyncio.to_thread(rules.shipped_request, request, self.uploader(), cwd)
         update: dict[str, Any] = {"run_id": request.run_id or new_run_id(), "queues": self.settings.queues}
-        req = request.model_copy(update=_with_llm(ConversionRequest, request, update, self.settings))
+        req = shipped.model_copy(update=_with_llm(ConversionRequest, request, update, self.settings))
         return await self._start(ConverterWorkflow.run, req, kind=JobKind.CONVERT, run_id=req.run_id,
-                                 result_type=ConversionResult, model=req.model, target=req.target_soc or "")
+                                 result_type=ConversionResult, model=shown, target=req.target_soc or "")
 
     async def start_kernel(
         self, task: str | Path | KernelRequest, *, run_id: str = "", arch: str = "cpu", workflow: str = "default",
-        **fields: Any,
+        op_name: str | None = None, sets: dict[str, str] | None = None, cwd: Path | None = None, **fields: Any,
     ) -> JobHandle[KernelResult]:
         """Write and verify a Triton kernel for the PyTorch reference in the task file `task` (`arch`
-        "cpu": the Triton interpreter). `fields` go to KernelTask (op_name, num_candidates, max_step,
-        ...) or KernelRequest (verify_timeout_s, ...), whichever has them; a KernelRequest is used as is."""
+        "cpu": the Triton interpreter). `sets`: module-level constants of the task to change
+        ({"batch_size": "16"}). `fields` go to KernelTask (num_candidates, max_step, ...) or
+        KernelRequest (max_llm_answers, verify_timeout_s, ...), whichever has them; a KernelRequest is
+        used as is. The handle's `notes` carry the verifier's hint for slow sizes."""
         run_id = run_id or new_run_id()
-        request = task if isinstance(task, KernelRequest) else _kernel_request(Path(task), run_id, arch, workflow, fields)
+        notes: list[str] = []
+        if isinstance(task, KernelRequest):
+            request = task
+        else:
+            start = await asyncio.to_thread(kernel_request, task, run_id=run_id, arch=arch, workflow=workflow,
+                                            op_name=op_name, sets=sets, cwd=cwd, **fields)
+            request = start.request
+            notes = [start.hint] if start.hint else []
         req = request.model_copy(update=_with_llm(KernelRequest, request, {"queues": self.settings.queues}, self.settings))
         return await self._start(ConductorWorkflow.run, req, kind=JobKind.KERNEL, run_id=run_id,
-                                 result_type=KernelResult, model=req.task.op_name, target=req.task.arch)
+                                 result_type=KernelResult, model=req.task.op_name, target=req.task.arch, notes=notes)
 
     async def start_fleet_test(
-        self, csv_text: str, *, name: str = "manifest.csv", run_id: str = "", store: ArtifactStore | None = None,
-        **fields: Any,
+        self, csv: str | Path, *, name: str = "manifest.csv", run_id: str = "", store: ArtifactStore | None = None,
+        hardware: HardwareProfile | Path | None = None, cwd: Path | None = None, **fields: Any,
     ) -> JobHandle[FleetTestResult]:
-        """Validate and upload the manifest CSV to the artifact store, then start the fleet
-        (MANIFEST_INVALID before anything starts). `fields` are further FleetTestRequest fields."""
+        """Check and upload the manifest (`csv`: its text, or a Path to the CSV file, relative to
+        `cwd`), then start the fleet (MANIFEST_INVALID before anything starts). `hardware`: a
+        HardwareProfile or a path to its YAML; without one, this host's GPUs; a profile or row asking for
+        GPUs the host lacks is HOST_LACKS_GPUS before anything starts. `fields` are further
+        FleetTestRequest fields (runner, concurrency, max_attempts, require_approval, require_tier,
+        evidence_columns, max_per_family, ...)."""
         from activities.containers.activities import upload_manifest
 
+        if isinstance(csv, Path):
+            path = local_path(str(csv), cwd) or csv
+            csv_text, name = fleet.read_manifest(path), path.name
+        else:
+            csv_text = csv
+        runner = RunnerKind(fields.get("runner", FleetTestRequest.model_fields["runner"].default))
+        fleet.check_manifest(csv_text, runner)
+        where = "the profile"
+        if isinstance(hardware, Path):
+            where = str(hardware)
+            hardware = fleet.load_hardware(local_path(str(hardware), cwd) or hardware)
+        fields["hardware"] = fleet.host_checked_profile(csv_text, hardware, where, fields.get("require_tier"))
         run_id = run_id or new_run_id()
-        runner = fields.get("runner", FleetTestRequest.model_fields["runner"].default)
-        ref = upload_manifest(store or open_store(self.settings), csv_text, name=name, runner=runner)
+        ref = await asyncio.to_thread(upload_manifest, store or self.store, csv_text, name=name, runner=runner)
         base = FleetTestRequest(manifest=ref, fleet_id=run_id, queues=self.settings.queues, **fields)
         req = base.model_copy(update=_with_llm(FleetTestRequest, base, {}, self.settings))
         return await self._start(FleetTestWorkflow.run, req, kind=JobKind.FLEET_TEST, run_id=run_id,
                                  result_type=FleetTestResult, target=req.runner.value)
+
+    # -- a fleet's manifest ----------------------------------------------------------------
+
+    async def fleet_request(self, job_id: str) -> FleetTestRequest:
+        """The request a fleet-test job started with (its manifest ref and fleet id); any fleet id."""
+        handle = await self.job(job_id)
+        return await fleet.fleet_request(self.temporal, handle.id)
+
+    async def manifest_mismatch(self, job_id: str, csv_path: Path) -> str:
+        """Why `csv_path` is not the manifest the fleet started from ("" when it is)."""
+        request = await self.fleet_request(job_id)
+        return await asyncio.to_thread(fleet.manifest_mismatch, self.store, request, csv_path)
+
+    async def write_back(self, job_id: str, csv_path: Path, *, force: bool = False) -> WriteBack:
+        """Merge the fleet's verdicts so far into `csv_path` (see client/fleet.py `write_back`):
+        MANIFEST_CHANGED when it is not the fleet's manifest, unless `force`."""
+        request = await self.fleet_request(job_id)
+        return await asyncio.to_thread(fleet.write_back, self.store, request, csv_path, force=force)
 
     async def approve(self, workflow_id: str, attempt: int, *, approved: bool = True, reason: str = "") -> tuple[str, str]:
         """Approve (or refuse) a model-test row's pending command of `attempt` (the `approve_command`
@@ -284,11 +388,26 @@ class FleetforgeClient:
                 return False
             raise
 
+    async def show(self, job_id: str) -> JobView:
+        """A job as `fleetforge show` (and an MCP `show` tool) presents it: its listing line and, once
+        it has finished, its result contract (COMPLETED or FAILED); while it runs, its current step.
+        JobCancelled for a cancelled job, JobNotFound for none."""
+        handle = await self.job(job_id)
+        summary = await handle.summary()
+        if summary.status == CANCELLED:
+            raise JobCancelled(handle.id)
+        if summary.status in (JobStatus.COMPLETED, JobStatus.FAILED):
+            return JobView(summary=summary, result=await handle.outcome())
+        return JobView(summary=summary, step=await handle.step())
+
     async def answer(self, job_id: str, **answers: str | None) -> ConversionProgress:
         """Answer a NEEDS_INPUT convert job (see JobHandle.answer)."""
         kind_check = candidates(job_id)
         if len(kind_check) == 1 and kind_of(kind_check[0]) is not JobKind.CONVERT:
             raise FleetforgeError(Err.BAD_INPUT, f"{job_id} is not a convert job; only convert jobs take answers")
+        for key in ("calibration", "eval_data"):  # the worker does not share this working directory
+            if answers.get(key):
+                answers[key] = await asyncio.to_thread(self.uploader().ship_calibration, str(answers[key]))
         return await (await self.job(job_id)).answer(**answers)
 
     async def cancel(self, job_id: str) -> None:
@@ -302,40 +421,6 @@ class FleetforgeClient:
         jobs: list[JobSummary] = []
         query = list_query(kind, str(status) if status else None, rows=rows)
         async for ex in self.temporal.list_workflows(query, limit=limit):
-            jobs.append(self._summary(ex.id, ex.run_id, ex.status, ex.typed_search_attributes,
+            jobs.append(job_summary(self, ex.id, ex.run_id, ex.status, ex.typed_search_attributes,
                                       ex.start_time, ex.close_time))
         return jobs
-
-    def _summary(
-        self, workflow_id: str, run_id: str, status: WorkflowExecutionStatus | None, attrs: TypedSearchAttributes,
-        start: datetime | None, close: datetime | None,
-    ) -> JobSummary:
-        return JobSummary(
-            workflow_id=workflow_id, kind=attrs.get(vis.JOB) or kind_of(workflow_id).value,
-            status=status_of(status, attrs), model=attrs.get(vis.MODEL) or "", target=attrs.get(vis.TARGET) or "",
-            start_time=start, close_time=close, run_id=run_id, ui_url=self.ui_url(workflow_id, run_id),
-        )
-
-
-def local_model(model: str) -> str:
-    """A model reference as the worker must see it: a relative path that exists here made absolute
-    (the worker runs elsewhere); URIs and catalog names unchanged."""
-    path = Path(model)
-    if "://" not in model and not path.is_absolute() and path.exists():
-        return str(path.resolve())
-    return model
-
-
-def _kernel_request(path: Path, run_id: str, arch: str, workflow: str, fields: dict[str, Any]) -> KernelRequest:
-    """A KernelRequest from a task file: op name = the file's stem, the shipped (or given) workflow."""
-    from activities.kernels.config_loader import config_for_task
-    from contracts.kernel import KernelTask
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise FleetforgeError(Err.BAD_INPUT, f"{path}: cannot read the kernel task: {e}") from None
-    request_fields = {k: fields.pop(k) for k in list(fields) if k in KernelRequest.model_fields}
-    task_fields = {"op_name": path.stem, "task_id": f"{path.stem}-{run_id}", **fields}
-    kt = KernelTask(task_desc=text, arch="cpu" if arch in CPU_ARCHES else arch, workflow=workflow, **task_fields)
-    return KernelRequest(task=kt, config=config_for_task(kt), **request_fields)

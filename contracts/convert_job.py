@@ -48,7 +48,7 @@ def parse_input_shape(text: str) -> tuple[str, InputShape]:
 
 class ConversionRequest(BaseModel, frozen=True):
     model: str = Field(min_length=1)
-    """Local path, file://, s3:// URI, or a catalog name."""
+    """upload:// reference (a local model the SDK uploaded), s3:// URI, catalog name, or a path on the workers' disk."""
     target_soc: str | None = None
     """e.g. "SM8550" (case-insensitive); None: the job asks (NEEDS_INPUT)."""
     precision: Precision | None = None
@@ -57,8 +57,9 @@ class ConversionRequest(BaseModel, frozen=True):
     toolchain: Toolchain = Toolchain.AUTO
     calibration: str | None = None
     """Calibration data: an .npz (input name → array, samples along a leading axis) or a folder of
-    them, as an absolute path, file:// or s3:// URI (the client resolves relative paths). The job
-    copies it into the workspace, content-addressed; None: seeded synthetic calibration."""
+    them, as an upload:// reference (the SDK uploads local data: contracts/uploads.py), an s3:// URI,
+    or an absolute path on the workers' disk. The job copies it into the workspace, content-addressed;
+    None: seeded synthetic calibration."""
     min_cosine: float | None = Field(default=None, ge=0.0, le=1.0)
     """Accuracy gate: the worst output's cosine to the fp32 model must reach this. None: the
     precision's default (converter_policy.DEFAULT_MIN_COSINE); 0: accept a lossy result explicitly."""
@@ -80,6 +81,18 @@ class ConversionRequest(BaseModel, frozen=True):
     input_shapes: dict[str, InputShape] = Field(default_factory=dict)
     """Static input shapes (`--input-shape NAME=1,3,224,224`): a PyTorch model's export shapes, and the
     sizes an ONNX model's symbolic dims are fixed to (fix_input_dims; unnamed symbolic dims become 1)."""
+    eval_data: str | None = None
+    """Evaluation data kept apart from the calibration data (same format as `calibration`). None: the
+    accuracy gate grades a held-out part of the calibration data, or synthetic inputs of other families
+    and seeds than the calibration's; never a sample the quantizer calibrated on."""
+    eval_samples: int = Field(default=32, ge=1, le=4096)
+    """Samples the accuracy gate grades (synthetic inputs; with user data, at most this many held out)."""
+    synthetic_calibration: bool = False
+    """int8/w8a16 without calibration data: True calibrates on synthetic inputs (the verdict then says
+    `unverified on real data`); False asks for calibration data (NEEDS_INPUT)."""
+    precision_fallback: bool = False
+    """Whether the planner may deliver another precision than the requested one (int8 → w8a16) to meet
+    the gate; False: the delivered precision is the requested one, a wider one is only proposed."""
 
 
 class ProvideInput(BaseModel, frozen=True):
@@ -88,9 +101,13 @@ class ProvideInput(BaseModel, frozen=True):
     soc: str | None = None
     precision: str | None = None
     calibration: str | None = None
+    eval_data: str | None = None
+    synthetic_calibration: bool | None = None
+    """True: calibrate on synthetic inputs (the verdict says `unverified on real data`)."""
 
     def is_empty(self) -> bool:
-        return not any((v or "").strip() for v in (self.soc, self.precision, self.calibration))
+        return self.synthetic_calibration is None and not any(
+            (v or "").strip() for v in (self.soc, self.precision, self.calibration, self.eval_data))
 
 
 class AttemptRecord(BaseModel, frozen=True):
@@ -105,16 +122,31 @@ class AttemptRecord(BaseModel, frozen=True):
 
 
 class OutputFigures(BaseModel, frozen=True):
-    """One graph output of the converted model against the fp32 model, over every sample."""
+    """One graph output of the converted model against the fp32 model: per-sample cosines and their
+    spread, errors over every sample."""
 
     name: str
     cosine: float
+    """The gate's figure: the lowest per-sample cosine (before per-sample figures: the pooled cosine)."""
     max_abs: float
     mean_abs: float
     sqnr_db: float
     """Signal-to-quantization-noise ratio (onnxruntime.quantization.qdq_loss_debug's formula)."""
     nonfinite_mismatches: int = 0
     """Positions where exactly one of the two models gave NaN/Inf (counted as wrong)."""
+    samples: int = 0
+    """Samples the per-sample figures are over (0: a report from before them)."""
+    cosine_p05: float | None = None
+    """5th percentile of the per-sample cosines (the lower of two neighbours: a value some sample had)."""
+    cosine_median: float | None = None
+    cosine_mean: float | None = None
+    cosine_std: float | None = None
+    """Spread of the per-sample cosines."""
+    cosine_pooled: float | None = None
+    """Cosine over every sample concatenated (hides single bad samples: shown, never gated on)."""
+    top1_agreement: float | None = None
+    """For a classifier-like output (one axis of 2+ classes): share of samples whose argmax equals the
+    fp32 model's. None: not a classifier output."""
 
 
 class OffloadReport(BaseModel, frozen=True):
@@ -160,12 +192,25 @@ class EvaluationReport(BaseModel, frozen=True):
     """True when these figures were restored from the evaluation cache (same reference and candidate
     content, samples and seed) instead of running both models again."""
     outputs: list[OutputFigures] = Field(default_factory=list)
-    inputs: Literal["synthetic", "calibration"] = "synthetic"
+    inputs: Literal["synthetic", "calibration", "held_out", "eval_data"] = "synthetic"
+    """Where the evaluation inputs came from: synthetic (seeded, other families than the calibration's),
+    held_out (a part of the user's calibration data the quantizer never saw), eval_data (the user's
+    separate evaluation set). "calibration": a run from before held-out evaluation (in-sample)."""
     sqnr_db: float | None = None
     """The worst output's SQNR."""
+    families: list[str] = Field(default_factory=list)
+    """The synthetic input families the evaluation drew from (empty for user data)."""
+    calibration: Literal["none", "data", "synthetic", "unknown"] = "none"
+    """What the candidate was calibrated on (read from the steps that built it)."""
+    calibration_samples: int = 0
+    """Calibration samples checked against the evaluation samples: none of them is graded."""
 
 
-Verdict = Literal["passed", "accepted_lossy", "below_threshold", "not_offloaded", "unevaluated", "not_evaluable"]
+Verdict = Literal["passed", "unverified", "accepted_lossy", "below_threshold", "not_offloaded", "unevaluated",
+                  "not_evaluable"]
+"""`passed`: the figures reach the threshold on real (held-out) data, or a float conversion on synthetic
+inputs; `unverified`: a quantized model whose figures reach it only on synthetic inputs (accuracy:
+unverified on real data), never the same word as a verified pass."""
 
 
 class AccuracyVerdict(BaseModel, frozen=True):
@@ -182,6 +227,10 @@ class AccuracyVerdict(BaseModel, frozen=True):
     remedies: list[str] = Field(default_factory=list)
     """The planner's remedies applied to reach this result (e.g. "w8a16"), in order."""
     note: str = ""
+    samples: int | None = None
+    """Samples the gate graded (per-sample criterion: the lowest per-sample cosine of every output)."""
+    inputs: str = ""
+    """Where those samples came from (EvaluationReport.inputs)."""
 
 
 class ConversionProgress(BaseModel):
@@ -222,6 +271,12 @@ class ConversionResult(BaseModel):
     planner: list[AgentProvenance] = Field(default_factory=list)
     """How each plan was decided (LLM, offline, or the offline fallback after refused LLM answers)."""
     finished_at: datetime | None = None
+    requested_precision: Precision | None = None
+    delivered_precision: Precision | None = None
+    """What the artifacts compute in (read from the steps that built them): the requested precision
+    unless the request allowed a fallback (precision_fallback), or the HTP has no such math (fp32)."""
+    report: ConversionReport | None = None
+    """The deployment report (also stored as `report/conversion_report.md` and `.json` artifacts)."""
 
 
 # ---- toolchain activities -------------------------------------------------------------------
@@ -301,6 +356,17 @@ class PlannerToolResult(BaseModel, frozen=True):
     is_error: bool = False
 
 
+class CalibrationSource(BaseModel, frozen=True):
+    """What one step of the plan calibrated on: a workspace .npz, or seeded synthetic samples."""
+
+    step_id: str
+    model: str
+    """Workspace-relative model the step read (synthetic samples are generated for its inputs)."""
+    data: str | None = None
+    samples: int = 0
+    seed: int = 0
+
+
 class EvaluateRequest(BaseModel, frozen=True):
     workspace: WorkspaceRef
     reference: str
@@ -308,10 +374,18 @@ class EvaluateRequest(BaseModel, frozen=True):
     samples: int = 4
     seed: int = 1234
     calibration: str | None = None
-    """Workspace-relative calibration .npz: its samples are the evaluation inputs (up to `samples`)."""
+    """Before held-out evaluation: the calibration .npz whose samples were the evaluation inputs."""
     source: str | None = None
     """Workspace-relative PyTorch model (.pt/.pt2) the `reference` ONNX was exported from: the reference
     outputs then come from the torch module itself, so the export is judged too."""
+    evaluation: str | None = None
+    """Workspace-relative .npz of evaluation samples (held out, or the user's --eval-data); None:
+    synthetic inputs of the evaluation families."""
+    held_out: bool = False
+    """`evaluation` is a held-out part of the calibration data (else the user's separate set)."""
+    calibrated_on: list[CalibrationSource] | None = None
+    """What the candidate was calibrated on; the evaluation refuses to grade any of those samples.
+    None: a request from before the check."""
 
 
 class CalibrationRequest(BaseModel, frozen=True):
@@ -323,6 +397,11 @@ class CalibrationRequest(BaseModel, frozen=True):
     """Absolute path, file:// or s3:// URI of an .npz or a folder of .npz files."""
     model: str
     """Workspace-relative model whose inputs the data must feed."""
+    eval_source: str | None = None
+    """The user's separate evaluation data (like `source`); None: hold out part of `source`."""
+    eval_samples: int = 0
+    """0: keep every sample for calibration (a request from before held-out evaluation); else hold
+    out up to this many samples (at most half) for the accuracy gate, unless `eval_source` is given."""
 
 
 class CalibrationRef(BaseModel, frozen=True):
@@ -331,6 +410,11 @@ class CalibrationRef(BaseModel, frozen=True):
     sha256: str
     samples: int
     inputs: list[str]
+    evaluation: str | None = None
+    """Workspace-relative .npz of the evaluation samples (`input/evaluation_<sha256 prefix>.npz`)."""
+    evaluation_samples: int = 0
+    held_out: bool = False
+    """The evaluation samples are held out of the user's calibration data (not a separate set)."""
 
 
 class RecordFailureRequest(BaseModel, frozen=True):
@@ -339,3 +423,61 @@ class RecordFailureRequest(BaseModel, frozen=True):
     workspace: WorkspaceRef
     failure: Failure
     attempts: list[AttemptRecord] = Field(default_factory=list)
+
+
+class PlacementRow(BaseModel, frozen=True):
+    """One op type of a compiled model: how many nodes, and where they run."""
+
+    op_type: str
+    nodes: int
+    htp: int = 0
+    """Inside the HTP context binary."""
+    cpu: int = 0
+    """On the CPU, outside every HTP partition (a NOT_FULLY_OFFLOADED artifact has some)."""
+    io: int = 0
+    """On the CPU converting the float graph inputs/outputs (QuantizeLinear/DequantizeLinear at the
+    boundary of a QDQ model; the offload share does not count them)."""
+
+
+class ArtifactReport(BaseModel, frozen=True):
+    name: str
+    """Workspace-relative name."""
+    sha256: str
+    size: int
+    role: str
+    """What it is: "QNN context model", "HTP context binary", "QDQ ONNX model", ..."""
+    placement: list[PlacementRow] = Field(default_factory=list)
+    """Per op type (models only): where the nodes run."""
+
+
+class ConversionReport(BaseModel, frozen=True):
+    """What a deployment engineer reads about a finished conversion: per artifact where its ops run,
+    the toolchain that built it, and the accuracy per output with its sample count and spread."""
+
+    run_id: str
+    model: str
+    target_soc: str | None = None
+    requested_precision: Precision | None = None
+    delivered_precision: Precision | None = None
+    artifacts: list[ArtifactReport] = Field(default_factory=list)
+    toolchain: dict[str, str] = Field(default_factory=dict)
+    evaluation: EvaluationReport | None = None
+    accuracy: AccuracyVerdict | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ReportRequest(BaseModel, frozen=True):
+    workspace: WorkspaceRef
+    report: ConversionReport
+    """The facts the workflow knows (artifacts, verdict, figures); the activity adds placement and versions."""
+    context_sources: dict[str, str] = Field(default_factory=dict)
+    """Context model → the model its compile step was given (placement is counted against it)."""
+
+
+class ReportResult(BaseModel, frozen=True):
+    report: ConversionReport
+    files: list[ArtifactRef] = Field(default_factory=list)
+    """`report/conversion_report.md` and `report/conversion_report.json` in the store."""
+
+
+ConversionResult.model_rebuild()

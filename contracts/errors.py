@@ -18,6 +18,8 @@ class Err(StrEnum):
     INTEGRITY_ERROR = "INTEGRITY_ERROR"
     RUN_NOT_FOUND = "RUN_NOT_FOUND"
     PATH_ESCAPE = "PATH_ESCAPE"
+    STORE_NOT_SHARED = "STORE_NOT_SHARED"
+    """The client uploaded an input to a store this worker cannot see (a file:// store on another machine)."""
     # temporal / client
     TEMPORAL_UNAVAILABLE = "TEMPORAL_UNAVAILABLE"
     JOB_NOT_FOUND = "JOB_NOT_FOUND"
@@ -57,6 +59,8 @@ class Err(StrEnum):
     """A quantization scale came out non-finite or absurd (a mask constant of float32 min in the range)."""
     INPUT_SHAPE_NEEDED = "INPUT_SHAPE_NEEDED"
     """A PyTorch model's input shapes are not recorded (TorchScript) or dynamic: --input-shape gives them."""
+    EVALUATION_NOT_HELD_OUT = "EVALUATION_NOT_HELD_OUT"
+    """An evaluation sample is also a calibration sample: a gate on in-sample data proves nothing."""
     # kernel
     KERNEL_TASK_INVALID = "KERNEL_TASK_INVALID"
     WORKFLOW_CONFIG_INVALID = "WORKFLOW_CONFIG_INVALID"
@@ -89,6 +93,7 @@ REMEDY: dict[Err, str] = {
     Err.CATALOG_INVALID: "fix the catalog YAML: a mapping `models: {name: {path: ...}}`",
     Err.STORE_URL_INVALID: "set FLEETFORGE_STORE_URL to file:///ABS/PATH or s3://BUCKET[/PREFIX]",
     Err.STORE_UNAVAILABLE: "check FLEETFORGE_S3_ENDPOINT and the AWS_* credentials, and that the bucket exists",
+    Err.STORE_NOT_SHARED: "give the client and every worker one shared store: FLEETFORGE_STORE_URL=s3://BUCKET/PREFIX (and FLEETFORGE_S3_ENDPOINT)",
     Err.TEMPORAL_UNAVAILABLE: "start the embedded stack with `fleetforge dev`, or set TEMPORAL_ADDRESS (or a `temporal config` profile)",
     Err.JOB_NOT_FOUND: "list jobs with `fleetforge list`",
     Err.JOB_FINISHED: "see how it ended with `fleetforge show JOB_ID`",
@@ -111,6 +116,7 @@ REMEDY: dict[Err, str] = {
     Err.NOTHING_TO_QUANTIZE: "the model has no float math the quantizer can take: convert it with --precision fp16",
     Err.CALIBRATION_INVALID: "--calibration takes an .npz (input name -> array) or a folder of them matching the model's inputs",
     Err.CALIBRATION_NEEDED: "give real inputs with --calibration FILE.npz (input name -> array) for the named inputs",
+    Err.EVALUATION_NOT_HELD_OUT: "give --eval-data with samples that are not in the calibration data, or more calibration samples so some can be held out",
     Err.WORKFLOW_CONFIG_INVALID: "fix the workflow.yaml named in the message",
     Err.SANDBOX_UNAVAILABLE: "install bubblewrap on the worker (apt-get install bubblewrap) and allow namespaces; "
                              "FLEETFORGE_SANDBOX=off runs untrusted code unconfined (every job then says so)",

@@ -399,6 +399,8 @@ class FleetCarry(BaseModel, frozen=True):
     tokens: TokenTotals = Field(default_factory=TokenTotals)
     ahead: list[int] = Field(default_factory=list)
     """Positions in FleetPlan.pending past `cursor` whose rows already ran (a family cap let them start early)."""
+    events_offset: int = 0
+    """Where the next run's live events continue (a follower's offsets go on across runs)."""
 
 
 def default_fleet_id(workflow_id: str, *, legacy: bool = False) -> str:

@@ -13,7 +13,7 @@ from contracts.runs import WorkspaceRef
 
 class InspectRequest(BaseModel, frozen=True):
     model: str = Field(min_length=1)
-    """Local path, file://, s3:// URI, or a catalog name."""
+    """upload:// reference (a local model the SDK uploaded), s3:// URI, catalog name, or a path on the workers' disk."""
     user_id: str = "local"
     run_id: str = ""
     """Readable id chosen by the client; the workflow derives one when empty."""

@@ -144,9 +144,11 @@ class KernelPlan(BaseModel, frozen=True):
       (`keepdim` says how a per-row output is shaped).
     matmul: `inputs[0] @ inputs[1]` with `transpose_a` / `transpose_b`, `batched` for bmm, a trailing
       vector for matvec.
+    lowered: any other graph the lowering takes (activities.kernels.lowering): the coder lowers the traced
+      reference again, so the plan carries only its label (history stays small).
     """
 
-    template: Literal["elementwise", "rowwise", "matmul"]
+    template: Literal["elementwise", "rowwise", "matmul", "lowered"]
     label: str
     """What the designer recognised, for people: `elementwise(gelu tanh)`, `rowwise dims=[1]: softmax`."""
     x: int = 0

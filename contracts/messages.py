@@ -103,6 +103,9 @@ class ChatRequest(BaseModel):
     """JSON schema of the expected answer: sent as response_format json_schema where the endpoint takes
     it, else json_object / plain instructions (the caller validates the answer either way)."""
     agent: str = "chat"
+    live: bool = False
+    """Publish the streamed answer's text to the calling workflow's live events as it arrives (the
+    workflow hosts a JobEvents stream; activities/llm/live.py)."""
 
 
 class ChatResult(BaseModel):

@@ -103,6 +103,10 @@ class Settings(BaseSettings):
 
     qairt_sdk_root: Path | None = Field(default=None, validation_alias=AliasChoices("QAIRT_SDK_ROOT"))
 
+    cpu_slots: int | None = Field(default=None, ge=1)
+    """Activities one worker runs at once on each CPU-heavy queue (toolchain, kernels); default: the cores
+    the worker may use (worker.py `activity_slots`)."""
+
     sandbox: Literal["bwrap", "off"] = "bwrap"
     """How children that run untrusted code are confined (activities/sandbox). `off` is an operator's explicit,
     loud opt-out: children run unconfined and every affected job says so."""

@@ -25,6 +25,18 @@ for _var in ("FLEETFORGE_LLM", "FLEETFORGE_LLM_BASE_URL", "FLEETFORGE_LLM_API_KE
 ARTIFACTS_DIR = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite tests/golden/*.md that differ from what the code renders now; those tests "
+                          "still fail, so a run with this option is never green")
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    """The golden tests' one switch (an option, not an environment variable a CI job could leave set)."""
+    return bool(request.config.getoption("--update-golden"))
+
+
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     """The real dev server, with fleetforge's search attributes, and the pydantic converter."""

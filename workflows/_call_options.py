@@ -38,12 +38,12 @@ LLM = CallOptions(
 )
 
 TOOLCHAIN = CallOptions(
-    start_to_close=timedelta(hours=2), heartbeat=timedelta(seconds=10),  # steps beat every 2 s: a dead worker is noticed in 10 s
+    start_to_close=timedelta(hours=2), heartbeat=timedelta(seconds=10),  # a side thread beats every 2 s: a dead worker is noticed in 10 s
     retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=[Err.EXECUTOR_ERROR, Err.COMPILER_ERROR, Err.PATH_ESCAPE, Err.TOOLCHAIN_UNAVAILABLE]),
 )
 
 KERNEL = CallOptions(
-    start_to_close=timedelta(minutes=15), heartbeat=timedelta(seconds=10),  # the verifier beats every 0.5 s: a dead worker is noticed in 10 s
+    start_to_close=timedelta(minutes=15), heartbeat=timedelta(seconds=10),  # a side thread beats every 2 s (activities/heartbeat.py): a dead worker is noticed in 10 s
     retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=[Err.VERIFIER_ERROR, Err.KERNEL_TASK_INVALID]),
 )
 

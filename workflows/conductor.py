@@ -70,6 +70,8 @@ with workflow.unsafe.imports_passed_through():
     from contracts.messages import TokenUsage
     from workflows import _visibility as ui
     from workflows._call_options import KERNEL, LLM
+    from workflows._events import JobEvents
+    from contracts.events import EventKind, JobEvent
     from workflows._llm import token_totals
     from workflows.agent_ladder import Accepted, climb
     from workflows.conductor_policy import (
@@ -95,6 +97,8 @@ CONDUCTOR_V2 = "kernel-conductor-traced-reference-ladder"
 @workflow.defn
 class ConductorWorkflow:
     def __init__(self) -> None:
+        self._events = JobEvents()
+        """Live events for followers (steps, each agent's outcome); never read back."""
         self._state = ConductorState()
         self._trace: list[TraceEntry] = []
         self._design: KernelDesign | None = None
@@ -223,6 +227,8 @@ class ConductorWorkflow:
             "fallback": go.fallback, "routing": routing, "routing_provenance": routing_prov, "started_at": started,
             "duration_s": round((workflow.now() - started).total_seconds(), 3), "tokens": entry.tokens + analysis_tokens,
         }))
+        self._events.publish(JobEvent(kind=EventKind.AGENT, agent=str(go.agent),
+                                      text=f"step {go.step} {'ok' if entry.ok else 'failed'}: {entry.summary}"[:300]))
         return ended
 
     async def _design_step(self, go: Go, config: ConductorConfig) -> tuple[AgentRecord, TraceEntry, Finish | None]:
@@ -439,6 +445,7 @@ class ConductorWorkflow:
         return end_failed(self._result(outcome=KernelOutcome.FAILED, status=JobStatus.FAILED, failure=failure), failure)
 
     def _show(self, step: str, error: str = "") -> None:
+        self._events.step(step)
         last = self._trace[-1] if self._trace else None
         ui.details(f"kernel {self._req.task.op_name}", {
             "step": step, "steps run": self._state.step,

@@ -22,15 +22,18 @@ with workflow.unsafe.imports_passed_through():
     from activities.toolchains import llm_planner
     from activities.toolchains.activities import ToolchainActivities
     from activities.toolchains.offline_planner import (
-        evaluation_pair, next_remedy, plan_remedies, plan_warnings, remedy_words,
+        evaluation_pair, next_remedy, plan_remedies, plan_warnings, questions_for, remedy_words,
     )
+    from activities.toolchains.report import accuracy_rows, placement_rows, verdict_words
     from contracts.agents import AgentProvenance, AnswerSource
     from contracts.common import ArtifactRef, Failure, JobKind, JobStatus, TokenTotals
-    from contracts.convert import CompiledStep, CompileResult, ConversionPlan, PlanStatus
+    from contracts.convert import CompiledStep, CompileResult, ConversionPlan, PlanStatus, Precision
+    from contracts.events import EventKind, JobEvent
     from contracts.convert_job import (
         AccuracyVerdict, AttemptRecord, CalibrationRequest, CompileRequest, ConversionProgress, ConversionRequest,
         ConversionResult, EvaluateRequest, EvaluationReport, ExecuteStepRequest, OffloadReport, PlanFeedback,
         PlannerToolRequest, PlanRequest, ProvideInput, RecordFailureRequest, RerunRequest, StepResult,
+        ArtifactReport, ConversionReport, ReportRequest, ReportResult,
     )
     from contracts.messages import ChatRequest, ChatResult, Message, ToolResultBlock
     from contracts.errors import Err, clip
@@ -38,11 +41,13 @@ with workflow.unsafe.imports_passed_through():
     from contracts.runs import WorkspaceRef
     from workflows import _visibility as ui
     from workflows._call_options import TOOLCHAIN
+    from workflows._events import JobEvents
     from workflows._init_steps import RunContext, run_id_for
     from workflows._llm import ask, token_totals
     from workflows.agent_ladder import Accepted, climb
     from workflows.converter_policy import (
-        Complete, Evaluate, Execute, GiveUp, Replan, answer_hint, answer_problems, apply_answer, gate, min_cosine_for,
+        EVAL_SEED, Complete, Evaluate, Execute, GiveUp, Replan, answer_hint, answer_problems, apply_answer,
+        calibration_question, calibration_sources, check_precision, delivered_precision, gate, min_cosine_for,
         next_after_compile, next_after_execution, next_after_failed_remedy, rerun_gives_up, wait_summary,
     )
     from workflows.failures import failure_from
@@ -58,6 +63,11 @@ GRAPH_PASSES = "convert-graph-passes"
 """Patch: a deterministic planner gets a compile failure that names an op (or a code) a graph pass fixes
 as remedy feedback, instead of the job ending there."""
 EVAL_SAMPLES_WITH_CALIBRATION = 8
+HELD_OUT_GATE = "convert-held-out-gate"
+"""Patch: quantizing without calibration data asks for it (or the synthetic opt-in); the gate grades
+samples the candidate never calibrated on (held out, --eval-data, or other synthetic families), per
+sample; the delivered precision is the requested one unless a fallback is allowed; the deployment
+report. Runs from before it keep the in-sample evaluation."""
 
 
 @workflow.defn
@@ -84,11 +94,24 @@ class ConverterWorkflow:
         self._accuracy: AccuracyVerdict | None = None
         self._trusted = False
         self._calibrated_from: str | None = None
+        self._events = JobEvents()
+        """Live events for followers (steps, planner tools and answers, status); not state: never read back."""
+        self._gate = False
+        self._calibration_source: str | None = None
+        """The user's calibration data as given (the request then names the workspace copy)."""
+        self._ingested: tuple[str | None, str | None] = (None, None)
+        self._eval_set: str | None = None
+        """Workspace .npz the gate grades (held out or --eval-data); None: synthetic evaluation inputs."""
+        self._held_out = False
+        self._ran: list[CompiledStep] = []
+        """The steps of the attempt that ran last (what built the artifacts)."""
+        self._report: ReportResult | None = None
 
     @workflow.run
     async def run(self, req: ConversionRequest) -> ConversionResult:
         self._req = req
         self._trusted = workflow.patched(TRUSTED)
+        self._gate = self._trusted and workflow.patched(HELD_OUT_GATE)
         ctx = RunContext(run_id=run_id_for(req.run_id), kind=JobKind.CONVERT, queues=req.queues)
         try:
             ws = await self._init(ctx)
@@ -96,12 +119,12 @@ class ConverterWorkflow:
                 plan = await self._load_rerun_plan()
                 compiled = await self._compile(plan, ws, 0)
             else:
-                plan, compiled = await self._plan(attempt=0)
+                plan, compiled = await self._plan_or_ask()
             while plan.status is PlanStatus.NEEDS_INPUT:
                 if not await self._wait_for_answer(ctx, plan.questions):
                     return await self._unanswered(ctx, plan.questions)
                 await self._ingest_calibration()
-                plan, compiled = await self._plan(attempt=0)
+                plan, compiled = await self._plan_or_ask()
             return await self._convert(ctx, ws, plan, compiled)
         except (ActivityError, asyncio.CancelledError) as e:
             if is_cancellation(e):
@@ -120,6 +143,8 @@ class ConverterWorkflow:
         """The gate's verdict this attempt's plan is a remedy for."""
         for attempt in itertools.count():
             compiled = compiled or await self._compile(plan, ws, attempt)
+            if self._gate:  # a plan that delivers another precision than allowed does not run
+                compiled = check_precision(compiled, req)
             verdict = next_after_compile(compiled, attempt=attempt, replans=self._progress.replans,
                                          max_replans=req.max_replans, tried=frozenset(tried),
                                          last_feedback=self._progress.last_error,
@@ -128,6 +153,7 @@ class ConverterWorkflow:
             compiled = None
             if isinstance(verdict, Execute):
                 tried.add(verdict.fingerprint)
+                self._ran = list(verdict.steps)
                 failure = await self._execute(verdict.steps, ws)
                 if failure is not None and remedying is not None and self._trusted and self._deterministic:
                     remedies, float_outputs, _ = plan_remedies(plan)
@@ -179,7 +205,8 @@ class ConverterWorkflow:
         remedies, float_outputs, failed = plan_remedies(plan)
         verdict = gate(self._evaluation, self._offload(), request=self._request, attempt=attempt,
                        replans=self._progress.replans, max_replans=self._request.max_replans, remedies=remedies,
-                       float_outputs=float_outputs, can_remedy=self._can_remedy, failed=failed)
+                       float_outputs=float_outputs, can_remedy=self._can_remedy, failed=failed,
+                       delivered=self._delivered())
         if not isinstance(verdict, Complete):
             self._accuracy = verdict.accuracy
         return verdict
@@ -199,6 +226,10 @@ class ConverterWorkflow:
     def _deterministic(self) -> bool:
         """The offline planner (or a rerun's fixed plan): the same feedback gives the same plan."""
         return self._request.llm != "openai" or bool(self._request.rerun_of)
+
+    def _delivered(self) -> Precision | None:
+        """What the built artifacts compute in (None: a run from before the precision check)."""
+        return delivered_precision(self._ran, self._request.precision) if self._gate and self._ran else None
 
     def _offload(self) -> OffloadReport | None:
         return next((s.offload for s in reversed(self._steps) if s.offload is not None), None)
@@ -240,9 +271,22 @@ class ConverterWorkflow:
         await self._ingest_calibration()
         return self._workspace
 
+    async def _plan_or_ask(self) -> tuple[ConversionPlan, CompileResult | None]:
+        """The first plan, unless quantizing without calibration data and without the synthetic opt-in:
+        then the job asks for the data (with any other missing fact) before a planner runs."""
+        question = calibration_question(self._request) if self._gate else None
+        if question is None:
+            return await self._plan(attempt=0)
+        return ConversionPlan(status=PlanStatus.NEEDS_INPUT, questions=[*questions_for(self._request), question],
+                              rationale="calibration data needed"), None
+
     async def _ingest_calibration(self) -> None:
         """Copy the user's calibration data into the workspace (content-addressed); from then on the
-        request names the workspace copy, so planner, quantizer and evaluation read the same data."""
+        request names the workspace copy, so planner, quantizer and evaluation read the same data.
+        With the held-out gate the evaluation samples are set apart there too (`_ingest_split`)."""
+        if self._gate:
+            await self._ingest_split()
+            return
         req = self._request
         if not self._trusted or not req.calibration or req.calibration == self._calibrated_from:
             return
@@ -256,6 +300,30 @@ class ConverterWorkflow:
             retry_policy=TOOLCHAIN.retry)
         self._req = req.model_copy(update={"calibration": ref.path})
         self._calibrated_from = ref.path
+
+    async def _ingest_split(self) -> None:
+        """Ingest the calibration data and the evaluation data, never overlapping: `--eval-data` checked
+        against the calibration data, or a held-out part of it (prepare_calibration)."""
+        req = self._request
+        calibration = self._calibration_source if req.calibration == self._calibrated_from else req.calibration
+        sources = (calibration, req.eval_data)
+        if not any(sources) or sources == self._ingested:
+            return
+        assert self._workspace is not None and self._model is not None
+        self._show("calibration data")
+        what = " and ".join(x for x in (calibration and f"the calibration data {calibration}",
+                                         req.eval_data and f"the evaluation data {req.eval_data}") if x)
+        ref = await workflow.execute_activity_method(
+            ToolchainActivities.prepare_calibration,
+            CalibrationRequest(workspace=self._workspace, source=calibration or "", model=f"input/{self._model.filename}",
+                               eval_source=req.eval_data, eval_samples=req.eval_samples),
+            task_queue=req.queues.toolchain, summary=f"copy {what} into the workspace, evaluation samples kept apart",
+            start_to_close_timeout=TOOLCHAIN.start_to_close, heartbeat_timeout=TOOLCHAIN.heartbeat,
+            retry_policy=TOOLCHAIN.retry)
+        self._ingested, self._calibration_source = sources, calibration
+        self._req = req.model_copy(update={"calibration": ref.path or None})
+        self._calibrated_from = ref.path or None
+        self._eval_set, self._held_out = ref.evaluation, ref.held_out
 
     async def _plan(self, attempt: int, feedback: str = "", remedy: PlanFeedback | None = None,
                     ) -> tuple[ConversionPlan, CompileResult | None]:
@@ -291,6 +359,8 @@ class ConverterWorkflow:
         climbed = await climb(llm_planner.AGENT, llm=llm if req.llm == "openai" else None, offline=offline,
                               max_llm_answers=req.max_replans + 1)
         self._provenance.append(climbed.provenance)
+        self._events.publish(JobEvent(kind=EventKind.AGENT, agent=llm_planner.AGENT,
+                                      text=f"answered ({climbed.provenance.source.value})"))
         if climbed.provenance.source is AnswerSource.FALLBACK:
             self._planner_warnings.append(f"{climbed.provenance.fallback_reason}; planned with the offline planner instead")
         if climbed.value is None:  # the offline planner always answers; kept for the type
@@ -341,7 +411,7 @@ class ConverterWorkflow:
             self._messages.append(Message.user(note))
         for tick in range(req.planner_max_tool_iters):
             result = await ask(ChatRequest(messages=list(self._messages), tools=llm_planner.TOOL_DEFINITIONS,
-                                           agent=llm_planner.AGENT, temperature=0.0, stream=False),
+                                           agent=llm_planner.AGENT, temperature=0.0, stream=True, live=True),
                                queue=req.queues.llm, summary=f"planner: ask the LLM (attempt {attempt}, tick {tick + 1})")
             self._llm_calls.append(result)
             msg = result.message
@@ -361,6 +431,7 @@ class ConverterWorkflow:
             return ToolResultBlock(tool_call_id=call_id, content=llm_planner.refusal(name), is_error=True)
         assert self._workspace is not None
         self._show(f"plan: {name}", attempt=attempt)
+        self._events.publish(JobEvent(kind=EventKind.TOOL, agent=llm_planner.AGENT, text=f"{name} {arguments}"[:300]))
         out = await workflow.execute_activity_method(
             ToolchainActivities.planner_tool, PlannerToolRequest(name=name, arguments=arguments, workspace=self._workspace),
             task_queue=self._request.queues.toolchain, summary=f"planner tool {name}, attempt {attempt}",
@@ -374,7 +445,8 @@ class ConverterWorkflow:
         self._progress.replans += 1
         self._progress.last_error = feedback
         if remedy is not None and self._request.llm == "openai":
-            feedback = llm_planner.gate_feedback(remedy, feedback)
+            feedback = llm_planner.gate_feedback(remedy, feedback,
+                                                 allow_wider=not self._gate or self._request.precision_fallback)
         elif self._request.llm == "openai":
             feedback = llm_planner.feedback_prompt(feedback)
         return await self._plan(attempt, feedback, remedy)
@@ -386,6 +458,7 @@ class ConverterWorkflow:
         self._progress.status = JobStatus.NEEDS_INPUT
         self._waiting = True
         ui.set_status(JobStatus.NEEDS_INPUT)
+        self._events.status(JobStatus.NEEDS_INPUT, " / ".join(questions))
         self._show("needs input")
         try:
             timeout_s = self._request.needs_input_timeout_s
@@ -443,12 +516,16 @@ class ConverterWorkflow:
             return None
         ref, cand = pair
         self._show("evaluate")
-        calibration = self._request.calibration if self._trusted else None
-        more = {"calibration": calibration, "samples": EVAL_SAMPLES_WITH_CALIBRATION} if calibration else {}
         source = plan.intent.get("source_model")  # a PyTorch model: the torch module is the reference
-        if isinstance(source, str):
-            more["source"] = source
-        req = EvaluateRequest(workspace=ws, reference=ref, candidate=cand, **more)  # type: ignore[arg-type]
+        torch_ref = {"source": source} if isinstance(source, str) else {}
+        if self._gate:
+            req = EvaluateRequest(workspace=ws, reference=ref, candidate=cand, samples=self._request.eval_samples,
+                                  seed=EVAL_SEED, evaluation=self._eval_set, held_out=self._held_out,
+                                  calibrated_on=calibration_sources(self._ran), **torch_ref)  # type: ignore[arg-type]
+        else:
+            calibration = self._request.calibration if self._trusted else None
+            more = {"calibration": calibration, "samples": EVAL_SAMPLES_WITH_CALIBRATION} if calibration else {}
+            req = EvaluateRequest(workspace=ws, reference=ref, candidate=cand, **more, **torch_ref)  # type: ignore[arg-type]
         return await workflow.execute_activity_method(
             ToolchainActivities.evaluate, req,
             task_queue=self._request.queues.toolchain, summary=f"evaluate {cand} against {ref}",
@@ -461,20 +538,45 @@ class ConverterWorkflow:
 
     async def _complete(self, ctx: RunContext, ws: WorkspaceRef) -> ConversionResult:
         artifacts = self._artifacts()
+        if self._accuracy is not None and self._accuracy.verdict == "unverified":
+            self._warnings.append(self._accuracy.note)
+        if self._gate:
+            self._report = await self._write_report(ctx, ws, artifacts)
+            artifacts = artifacts + self._report.files
         self._show("attach")
         await ctx.attach(artifacts)
         await ctx.finish(JobStatus.COMPLETED)
         ui.set_status(JobStatus.COMPLETED)
         self._progress.status = JobStatus.COMPLETED
+        self._events.status(JobStatus.COMPLETED)
         self._show("completed")
         if self._accuracy is not None and self._accuracy.verdict == "accepted_lossy":
             self._warnings.append(self._accuracy.note)
         return self._result(ctx, JobStatus.COMPLETED, artifacts=artifacts)
 
+    async def _write_report(self, ctx: RunContext, ws: WorkspaceRef, artifacts: list[ArtifactRef]) -> ReportResult:
+        """The deployment report (placement per op type, toolchain, accuracy per output), stored beside
+        the artifacts."""
+        self._show("report")
+        req = self._request
+        facts = ConversionReport(
+            run_id=ctx.run_id, model=self._model.name if self._model else req.model, target_soc=req.target_soc,
+            requested_precision=req.precision, delivered_precision=self._delivered(),
+            artifacts=[ArtifactReport(name=a.name or a.uri, sha256=a.sha256, size=a.size, role="") for a in artifacts],
+            evaluation=self._evaluation, accuracy=self._accuracy,
+            warnings=self._planner_warnings + self._warnings + self._remedy_warnings())
+        sources = {str(s.params["output"]): str(s.params["model"]) for s in self._ran
+                   if s.tool_name == "ortqnn.context_binary" and "output" in s.params and "model" in s.params}
+        return await workflow.execute_activity_method(
+            ToolchainActivities.write_report, ReportRequest(workspace=ws, report=facts, context_sources=sources),
+            task_queue=req.queues.toolchain, summary="write the deployment report (placement, toolchain, accuracy)",
+            start_to_close_timeout=TOOLCHAIN.start_to_close, retry_policy=TOOLCHAIN.retry)
+
     async def _fail(self, ctx: RunContext, failure: Failure, *, attach: bool = False, **result: object) -> ConversionResult:
         """End FAILED: logs/last_error.json, the run record, and (an unevaluated conversion) its artifacts."""
         self._progress.status = JobStatus.FAILED
         self._progress.last_error = f"[{failure.code}] {failure.where}: {failure.message}"
+        self._events.status(JobStatus.FAILED, self._progress.last_error)
         self._show("failed", error=self._progress.last_error)
         if attach and self._artifacts():
             result["artifacts"] = self._artifacts()
@@ -500,6 +602,7 @@ class ConverterWorkflow:
         self._progress.questions = []
         self._waiting = False
         mark_cancelled()
+        self._events.status(JobStatus.CANCELLED)
         self._show("cancelled")
 
     async def _unanswered(self, ctx: RunContext, questions: list[str]) -> ConversionResult:
@@ -518,12 +621,14 @@ class ConverterWorkflow:
             warnings=self._planner_warnings + self._warnings + self._remedy_warnings(), tokens=self._tokens(),
             transcripts=[c.transcript for c in self._llm_calls], evaluation=self._evaluation,
             accuracy=self._accuracy if self._trusted else None, offload=self._offload(), planner=self._provenance,
-            finished_at=workflow.now(), **kw,  # type: ignore[arg-type]
+            finished_at=workflow.now(), requested_precision=self._request.precision if self._gate else None,
+            delivered_precision=self._delivered(), report=self._report.report if self._report else None,
+            **kw,  # type: ignore[arg-type]
         )
 
     def _remedy_warnings(self) -> list[str]:
         acc = self._accuracy
-        if acc is None or not acc.remedies or acc.verdict not in ("passed", "accepted_lossy"):
+        if acc is None or not acc.remedies or acc.verdict not in ("passed", "unverified", "accepted_lossy"):
             return []
         return [f"the accuracy gate (cosine >= {acc.min_cosine:g}) was met only with: "
                 + ", ".join(remedy_words(r) for r in acc.remedies)]
@@ -538,6 +643,7 @@ class ConverterWorkflow:
 
     def _show(self, step: str, run_id: str = "", *, attempt: int | None = None, error: str = "") -> None:
         self._progress.step = step
+        self._events.step(step)
         if attempt is not None:
             self._progress.attempt = attempt
         if error:
@@ -546,8 +652,13 @@ class ConverterWorkflow:
             "step": step, "run": run_id, "attempt": attempt, "replans": self._progress.replans,
             "target": ui.normalise_target(self._req.target_soc or "") if self._req else "", "done": ", ".join(self._progress.steps_done),
             "accuracy": accuracy_row(self._accuracy, self._evaluation),
+            "precision": precision_row(self._request.precision if self._req else None, self._delivered()),
             "offload": offload_row(self._offload()),
-            "evaluation": self._evaluation,
+            "evaluation": evaluation_facts(self._evaluation) if self._gate else self._evaluation,
+            "accuracy per output": accuracy_rows(self._evaluation) if self._gate and self._evaluation else [],
+            "op placement": placement_rows(self._report.report) if self._report else [],
+            "toolchain": self._report.report.toolchain if self._report else {},
+            "report": self._report.files[0] if self._report else None,
             "artifacts": self._artifacts() if step in ("completed", "failed") else [],
             "questions": " / ".join(self._progress.questions),
             "waiting for": (f"an answer: `{answer_hint(workflow.info().workflow_id)}`"
@@ -560,12 +671,27 @@ def accuracy_row(accuracy: AccuracyVerdict | None, evaluation: EvaluationReport 
     """The Web UI's accuracy cell: verdict, worst cosine against the threshold, remedies."""
     if accuracy is None:
         return f"cosine {evaluation.cosine:.4f} (not judged yet)" if evaluation is not None else ""
-    words = accuracy.verdict.replace("_", " ")
-    if accuracy.cosine is not None:
+    words = verdict_words(accuracy)
+    if accuracy.cosine is not None and accuracy.samples:
+        words += (f": lowest per-sample cosine {accuracy.cosine:.4f} (threshold {accuracy.min_cosine:g}) on "
+                  f"{accuracy.samples} {accuracy.inputs.replace('_', '-')} samples")
+    elif accuracy.cosine is not None:
         words += f": cosine {accuracy.cosine:.4f} (threshold {accuracy.min_cosine:g})"
     if accuracy.remedies:
         words += " after " + ", ".join(accuracy.remedies)
     return words
+
+
+def evaluation_facts(evaluation: EvaluationReport | None) -> dict[str, object] | None:
+    """The evaluation's scalar facts for the details (its outputs have their own table)."""
+    return evaluation.model_dump(mode="json", exclude={"outputs"}) if evaluation is not None else None
+
+
+def precision_row(requested: Precision | None, delivered: Precision | None) -> str:
+    """`int8` when delivered as requested, else `requested int8, delivered w8a16`."""
+    if delivered is None or requested is None:
+        return ""
+    return delivered.value if delivered == requested else f"requested {requested.value}, delivered {delivered.value}"
 
 
 def offload_row(offload: OffloadReport | None) -> str:

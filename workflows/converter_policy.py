@@ -18,7 +18,8 @@ from activities.toolchains.socs import lookup_soc
 from contracts.common import Failure
 from contracts.convert import CompiledStep, CompileResult, OutputKind, Precision
 from contracts.convert_job import (
-    AccuracyVerdict, AttemptRecord, ConversionRequest, EvaluationReport, OffloadReport, PlanFeedback, ProvideInput,
+    AccuracyVerdict, AttemptRecord, CalibrationSource, ConversionRequest, EvaluationReport, OffloadReport, PlanFeedback,
+    ProvideInput,
 )
 from contracts.errors import Err, FleetforgeError, clip
 
@@ -31,6 +32,15 @@ DEFAULT_MIN_COSINE: dict[Precision, float] = {
 }
 """The accuracy gate's default: the worst output's cosine to the fp32 model, per requested precision."""
 CONTEXT_OUTPUTS = frozenset({OutputKind.QNN_CONTEXT_BINARY, OutputKind.DLC})
+QUANTIZED = frozenset({Precision.INT8, Precision.W8A16})
+REAL_INPUTS = frozenset({"held_out", "eval_data"})
+"""Evaluation inputs that are the user's data the candidate never calibrated on."""
+EVAL_SEED = 1234
+"""Synthetic evaluation inputs: another seed than any calibration's (the offline planner's is 0)."""
+QUANTIZE_DEFAULTS = {"ortqnn.quantize_qdq": (8, 0), "onnx.quantize_static": (8, 0)}
+"""Tools that calibrate → their (calibration_samples, seed) defaults when the plan leaves them out."""
+WIDER = {Precision.INT8: (Precision.W8A16, Precision.FP16, Precision.FP32), Precision.W8A16: (Precision.FP16, Precision.FP32),
+         Precision.FP16: (Precision.FP32,)}
 
 
 @dataclass(frozen=True)
@@ -174,16 +184,19 @@ def min_cosine_for(request: ConversionRequest) -> float:
 
 def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, request: ConversionRequest,
          attempt: int, replans: int, max_replans: int, remedies: list[str], float_outputs: list[str],
-         can_remedy: Callable[[PlanFeedback], bool], failed: list[str] | None = None) -> Complete | Replan | GiveUp:
-    """The accuracy gate: a context binary must run entirely inside the binary, and the worst output's
-    cosine must reach the threshold (NaN/Inf where fp32 has none is a failure), else the planner gets
-    the figures as feedback while the budget lasts and `can_remedy` says it has a remedy, else the job
-    fails with the figures and the remedies tried. `min_cosine` 0 accepts a lossy result (the
-    verdict says so)."""
+         can_remedy: Callable[[PlanFeedback], bool], failed: list[str] | None = None,
+         delivered: Precision | None = None) -> Complete | Replan | GiveUp:
+    """The accuracy gate: a context binary must run entirely inside the binary, and every output's
+    lowest per-sample cosine must reach the threshold (NaN/Inf where fp32 has none is a failure), else
+    the planner gets the figures as feedback while the budget lasts and `can_remedy` says it has a
+    remedy, else the job fails with the figures, the remedies tried and the ones it may not apply.
+    `min_cosine` 0 accepts a lossy result (the verdict says so). A quantized model that passes only on
+    synthetic inputs completes `unverified` (accuracy: unverified on real data), never `passed`."""
     threshold = min_cosine_for(request)
     figures = AccuracyVerdict(verdict="passed", min_cosine=threshold, cosine=report.cosine if report else None,
                               sqnr_db=report.sqnr_db if report else None, offload_share=offload.share if offload else None,
-                              cpu_ops=list(offload.cpu_ops) if offload else [], remedies=list(remedies))
+                              cpu_ops=list(offload.cpu_ops) if offload else [], remedies=list(remedies),
+                              samples=report.samples if report else None, inputs=report.inputs if report else "")
     record = AttemptRecord(attempt=attempt, outcome="succeeded", remedies=list(remedies))
     failed = list(failed or [])
     tried = f"; remedies tried: {', '.join(remedies)}" if remedies else ""
@@ -204,16 +217,115 @@ def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, requ
         note = f"accepted as lossy (--min-cosine 0): worst cosine {report.cosine:.4f}"
         return Complete(record, figures.model_copy(update={"verdict": "accepted_lossy", "note": note}))
     if report.cosine >= threshold and not bad:
+        if (delivered or request.precision) in QUANTIZED and report.inputs not in REAL_INPUTS:
+            note = (f"accuracy: unverified on real data: lowest per-sample cosine {report.cosine:.4f} >= {threshold:g} on "
+                    f"{report.samples} {report.inputs} samples only; give real inputs with --calibration (a held-out part "
+                    "grades the result) or --eval-data to verify it")
+            return Complete(record, figures.model_copy(update={"verdict": "unverified", "note": note}))
         return Complete(record, figures)
-    worst = ", ".join(f"{o.name} cosine {o.cosine:.4f} sqnr {o.sqnr_db:.1f} dB"
+    worst = ", ".join(f"{o.name} cosine {o.cosine:.4f}" + _spread(o) + f" sqnr {o.sqnr_db:.1f} dB"
                       + (f" {o.nonfinite_mismatches} NaN/Inf mismatches" if o.nonfinite_mismatches else "")
                       for o in sorted(report.outputs, key=lambda o: o.cosine)[:3])
-    message = f"worst output cosine {report.cosine:.4f} < {threshold:g} on {report.samples} {report.inputs} samples ({worst}){tried}"
+    tried += proposal(request, delivered)
+    message = (f"lowest per-sample cosine {report.cosine:.4f} < {threshold:g} on {report.samples} {report.inputs} "
+               f"samples ({worst}){tried}")
     feedback = PlanFeedback(kind="accuracy", remedies=remedies, failed=failed, float_outputs=float_outputs,
                             evaluation=report, offload=offload, min_cosine=threshold)
     verdict = figures.model_copy(update={"verdict": "below_threshold"})
     return _below(Failure(code=Err.ACCURACY_BELOW_THRESHOLD, where="evaluate", message=message), verdict, feedback,
                   attempt=attempt, replans=replans, max_replans=max_replans, can_remedy=can_remedy)
+
+
+def _spread(o: object) -> str:
+    """` (p5 X, median Y over N samples)` for per-sample figures; empty for a report from before them."""
+    p05, median, n = getattr(o, "cosine_p05", None), getattr(o, "cosine_median", None), getattr(o, "samples", 0)
+    return f" (p5 {p05:.4f}, median {median:.4f} over {n} samples)" if p05 is not None and median is not None else ""
+
+
+def proposal(request: ConversionRequest, delivered: Precision | None) -> str:
+    """The wider precision the gate may not apply by itself (no --precision-fallback), as advice."""
+    current = delivered or request.precision
+    if request.precision_fallback or current is not Precision.INT8 or request.output is OutputKind.ORT:
+        return ""
+    return ("; not applied (the delivered precision stays the requested one): 16-bit activations might reach the "
+            "threshold: convert with --precision w8a16, or allow it with --precision-fallback")
+
+
+def calibration_question(request: ConversionRequest) -> str | None:
+    """int8/w8a16 without calibration data and without the synthetic opt-in: ask for the data (a job
+    must not quietly calibrate on noise and call the result passed). None: nothing to ask."""
+    if request.precision not in QUANTIZED or request.calibration or request.synthetic_calibration or request.rerun_of:
+        return None
+    return (f"Which real inputs should calibrate the {request.precision.value} quantization? Answer "
+            "calibration=FILE.npz (input name -> [N, *shape]; a held-out part of it grades the result, or add "
+            "eval_data=FILE.npz), or synthetic_calibration=yes to calibrate on synthetic inputs (the accuracy "
+            "verdict will then say: unverified on real data).")
+
+
+def calibration_sources(steps: list[CompiledStep]) -> list[CalibrationSource]:
+    """What each calibrating step of a plan calibrates on (its own params, the tool's defaults)."""
+    out = []
+    for s in steps:
+        defaults = QUANTIZE_DEFAULTS.get(s.tool_name)
+        if defaults is None or not isinstance(s.params.get("model"), str):
+            continue
+        data = s.params.get("calibration_data")
+        out.append(CalibrationSource(step_id=s.step_id, model=s.params["model"], data=data if isinstance(data, str) else None,
+                                     samples=0 if data else int(s.params.get("calibration_samples") or defaults[0]),
+                                     seed=int(s.params.get("seed", defaults[1]) or 0)))
+    return out
+
+
+def delivered_precision(steps: list[CompiledStep], requested: Precision | None) -> Precision | None:
+    """What the built model computes in, read from the steps: a QDQ quantizer's precision (16-bit
+    activations = w8a16), onnx's static quantizer (int8), an fp16 cast or an HTP compile at fp16;
+    otherwise the requested precision (a plan without a precision step keeps the source's)."""
+    found: list[Precision] = []
+    for s in steps:
+        p = s.params.get("precision")
+        if s.tool_name in ("onnx.quantize_static", "onnx.quantize_dynamic"):
+            found.append(Precision.INT8)
+        elif s.tool_name == "onnx.fp16":
+            found.append(Precision.FP16)
+        elif isinstance(p, str) and p in {x.value for x in Precision}:
+            found.append(Precision(p))
+        elif s.params.get("act_bitwidth") is not None:  # QAIRT quantizer: 16-bit activations = w8a16
+            found.append(Precision.W8A16 if str(s.params["act_bitwidth"]) == "16" else Precision.INT8)
+        elif s.argv and any(a.startswith("--act_bitwidth") or a.startswith("--act_bw") for a in s.argv):
+            i = next(i for i, a in enumerate(s.argv) if a.startswith("--act_bitwidth") or a.startswith("--act_bw"))
+            value = s.argv[i].split("=", 1)[1] if "=" in s.argv[i] else (s.argv[i + 1] if i + 1 < len(s.argv) else "")
+            found.append(Precision.W8A16 if value == "16" else Precision.INT8)
+    quantized = [p for p in found if p in QUANTIZED]
+    if quantized:
+        return Precision.W8A16 if Precision.W8A16 in quantized else Precision.INT8
+    if found:
+        return Precision.FP16 if Precision.FP16 in found and requested is not Precision.FP32 else found[0]
+    return requested
+
+
+def precision_refusal(request: ConversionRequest, delivered: Precision | None) -> str | None:
+    """Why a plan may not run: it delivers a wider precision than the requested one and the request
+    did not allow a fallback. The HTP's fp16 math for an fp32 request is the target's, not a fallback."""
+    wanted = request.precision
+    if wanted is None or delivered is None or delivered == wanted or request.precision_fallback:
+        return None
+    if wanted is Precision.FP32 and delivered is Precision.FP16:
+        return None
+    if delivered in WIDER.get(wanted, ()) or delivered in QUANTIZED:
+        return (f"the plan delivers {delivered.value}, but {wanted.value} was requested and no fallback was allowed: "
+                f"build {wanted.value}, or the user may allow it with --precision-fallback")
+    return None
+
+
+def check_precision(result: CompileResult, request: ConversionRequest) -> CompileResult:
+    """A clean compile whose plan delivers another precision than the request allows becomes a rejection
+    (PLAN_INVALID, where "plan"): an LLM planner is told why, a deterministic one ends with it."""
+    if not result.ok:
+        return result
+    why = precision_refusal(request, delivered_precision(result.steps, request.precision))
+    if why is None:
+        return result
+    return CompileResult(ok=False, errors=[Failure(code=Err.PLAN_INVALID, where="plan", message=why)])
 
 
 def _below(failure: Failure, verdict: AccuracyVerdict, feedback: PlanFeedback, *, attempt: int, replans: int,
@@ -247,7 +359,7 @@ def _one_line(text: str, limit: int = 600) -> str:
 def answer_problems(answer: ProvideInput) -> list[str]:
     """Why an answer cannot be accepted (empty: acceptable)."""
     if answer.is_empty():
-        return ["the answer is empty: give soc, precision or calibration"]
+        return ["the answer is empty: give soc, precision, calibration, eval_data or synthetic_calibration"]
     problems = []
     if answer.soc is not None:
         try:
@@ -288,4 +400,8 @@ def apply_answer(request: ConversionRequest, answer: ProvideInput) -> Conversion
         update["precision"] = Precision(answer.precision.strip().lower())
     if answer.calibration and answer.calibration.strip():
         update["calibration"] = answer.calibration.strip()
+    if answer.eval_data and answer.eval_data.strip():
+        update["eval_data"] = answer.eval_data.strip()
+    if answer.synthetic_calibration is not None:
+        update["synthetic_calibration"] = answer.synthetic_calibration
     return request.model_copy(update=update)

@@ -24,6 +24,8 @@ with workflow.unsafe.imports_passed_through():
         ModelTestResult, PlanFleetRequest, RowVerdict, SaveVerdictsRequest, default_fleet_id,
     )
     from workflows._call_options import STORAGE
+    from workflows._events import JobEvents, resumed_stream
+    from contracts.events import EventKind, JobEvent
     from workflows.failures import failure_from, result_from_failure
     from workflows.job_end import end_failed, is_cancellation, mark_cancelled
     from workflows.fleet_policy import (
@@ -46,7 +48,10 @@ def _cheap(summary: str) -> dict:
 
 @workflow.defn
 class FleetTestWorkflow:
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, req: FleetTestRequest) -> None:
+        self._events = JobEvents(resumed_stream(req.carry.events_offset if req.carry else 0))
+        """Live events (row verdicts, progress, status); their offsets go on across continue-as-new."""
         self._carry = FleetCarry()
         self._plan = FleetPlan(total=0, pending=[], skipped=0)
         self._running: dict[int, asyncio.Task[None]] = {}
@@ -76,6 +81,7 @@ class FleetTestWorkflow:
             cursor = await self._window(req, fleet_id)
             batches = await self._save_batch(req, fleet_id)
             if cursor < len(self._plan.pending):
+                self._events.detach()  # followers' polls are update handlers: release them, or this waits on them
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(req.model_copy(update={"carry": self._next_carry(cursor, batches), "fleet_id": fleet_id}))
             return await self._finish(req, fleet_id, batches)
@@ -191,6 +197,9 @@ class FleetTestWorkflow:
                                      category=ErrorCategory.UNKNOWN.value, reason=f"{failure.code}: {failure.message}")
         self._verdicts.append(verdict)
         status = verdict.row_status
+        self._events.publish(JobEvent(kind=EventKind.PROGRESS, text=f"row {row} {verdict.model_name}: {status.value}",
+                                      done=self._carry.passed + self._carry.failed + self._carry.errors + 1,
+                                      total=self._plan.total - self._plan.skipped))
         self._carry = self._carry.model_copy(update={
             "passed": self._carry.passed + (status is RowStatus.YES), "failed": self._carry.failed + (status is RowStatus.NO),
             "errors": self._carry.errors + (status is RowStatus.ERROR),
@@ -216,7 +225,8 @@ class FleetTestWorkflow:
 
     def _next_carry(self, cursor: int, batches: list[ArtifactRef]) -> FleetCarry:
         return self._carry.model_copy(update={"cursor": cursor, "batches": batches, "runs": self._carry.runs + 1,
-                                              "paused": self._paused, "ahead": sorted(self._ahead)})
+                                              "paused": self._paused, "ahead": sorted(self._ahead),
+                                              "events_offset": self._events.next_offset()})
 
     async def _finish(self, req: FleetTestRequest, fleet_id: str, batches: list[ArtifactRef]) -> FleetTestResult:
         done = await workflow.execute_activity_method(

@@ -10,6 +10,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.inspect import InspectRequest, InspectResult
     from contracts.runs import WorkspaceRef
     from workflows import _visibility as ui
+    from workflows._events import JobEvents
     from workflows._init_steps import RunContext, run_id_for
     from workflows.failures import failure_from
     from workflows.job_end import end_failed, is_cancellation, mark_cancelled
@@ -20,6 +21,7 @@ class InspectModelWorkflow:
     def __init__(self) -> None:
         self._result: InspectResult | None = None
         self._step = "starting"
+        self._events = JobEvents()
 
     @workflow.run
     async def run(self, req: InspectRequest) -> InspectResult:
@@ -67,5 +69,6 @@ class InspectModelWorkflow:
 
     def _show(self, step: str, run_id: str, error: str = "") -> None:
         self._step = step
+        self._events.step(step)
         ui.details("inspect", {"step": step, "run": run_id, "last error": error})
 

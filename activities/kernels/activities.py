@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections.abc import Callable
 
 from temporalio import activity
 
+from activities.heartbeat import heartbeating
 from activities.kernels import llm_agents, offline_coder, offline_designer, parsers
 from activities.kernels.static_checks import static_check
 from activities.llm.activity import LLMActivities, record_offline_answer
@@ -53,11 +55,6 @@ CPU_SPEED_NOTE = "speed not measurable on CPU (Triton interpreter): correctness 
 NO_TEMPLATE_HINT = "configure an LLM (FLEETFORGE_LLM_BASE_URL) to write this kernel"
 
 
-def _heartbeat(detail: str) -> None:
-    if activity.in_activity():
-        activity.heartbeat(detail)
-
-
 class KernelActivities:
     def __init__(self, store: ArtifactStore, settings: Settings, llm: LLMActivities | None = None):
         self.store = store
@@ -72,7 +69,8 @@ class KernelActivities:
         be built is KERNEL_TASK_INVALID (non-retryable: the file is wrong, not the worker)."""
         from activities.kernels.reference import trace_reference
 
-        return trace_reference(req.task.task_desc, timeout_s=req.timeout_s, heartbeat=_heartbeat)
+        with heartbeating("tracing the reference") as note:
+            return trace_reference(req.task.task_desc, timeout_s=req.timeout_s, heartbeat=note)
 
     # -- agents ------------------------------------------------------------------------------------
 
@@ -81,7 +79,7 @@ class KernelActivities:
         base = f"kernels/{req.task.task_id}/designer-step{req.step}-a{len(req.repair)}"
         fmt = parsers.output_format("designer", req.output)
         if req.llm == "offline":
-            chosen = offline_designer.design(req.reference)
+            chosen = await asyncio.to_thread(offline_designer.design, req.reference)  # off the event loop
             text = (f"no offline template: {chosen}\n" if isinstance(chosen, str)
                     else chosen.model_dump_json(indent=2, exclude_defaults=True))
             call = await self._offline("designer", base, req, text)
@@ -105,12 +103,17 @@ class KernelActivities:
         base = f"kernels/{req.task.task_id}/{req.role}-step{req.step}-c{req.candidate_index}-a{len(req.repair)}"
         fmt = parsers.output_format(req.role, req.output)
         if req.llm == "offline":
-            plan = offline_coder.plan_for(req.task, req.design, req.reference)
+            plan = await asyncio.to_thread(offline_coder.plan_for, req.task, req.design, req.reference)
             if isinstance(plan, str):
                 call = await self._offline(req.role, base, req, f"no offline template: {plan}\n")
                 return CodeResult(parsed_ok=False, reason=f"no offline template: {plan}; {NO_TEMPLATE_HINT}",
                                   rejection=Rejection.NO_TEMPLATE, call=call)
-            text = _offline_answer(offline_coder.render(plan, req.task.task_desc), fmt)
+            rendered = await asyncio.to_thread(offline_coder.render, plan, req.task.task_desc, req.reference)
+            if rendered.startswith("no offline"):
+                call = await self._offline(req.role, base, req, rendered + "\n")
+                return CodeResult(parsed_ok=False, reason=f"{rendered}; {NO_TEMPLATE_HINT}",
+                                  rejection=Rejection.NO_TEMPLATE, call=call)
+            text = _offline_answer(rendered, fmt)
             call = await self._offline(req.role, base, req, text)
         else:
             sources = [await self._get_text(a.candidate) for a in req.attempts]
@@ -118,7 +121,7 @@ class KernelActivities:
         source = llm_agents.source_from(text, fmt)
         if isinstance(source, Rejected):
             return CodeResult(parsed_ok=False, reason=source.reason, rejection=Rejection.UNUSABLE, call=call)
-        static = static_check(source)
+        static = await asyncio.to_thread(static_check, source)
         if not static.ok:
             return CodeResult(parsed_ok=False, reason="static check: " + "; ".join(static.reasons),
                               rejection=Rejection.STATIC, call=call)
@@ -176,7 +179,13 @@ class KernelActivities:
 
     @activity.defn
     def verify(self, req: VerifyRequest) -> VerifyResult:
-        """Correctness first; then, on a GPU and only for a passing candidate, the profiler's speedup."""
+        """Correctness first; then, on a GPU and only for a passing candidate, the profiler's speedup.
+        Heartbeats go out from a side thread the whole time (activities/heartbeat.py): the children,
+        loading their outputs and the comparison may each be slow on a loaded host."""
+        with heartbeating("verifying") as note:
+            return self._verify(req, note)
+
+    def _verify(self, req: VerifyRequest, note: Callable[[str], None]) -> VerifyResult:
         from activities.kernels.verifier import profile, verify
 
         try:
@@ -186,7 +195,7 @@ class KernelActivities:
         if not req.task.on_cpu:
             _require_gpu(req.task.arch)
         report = verify(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, trials=req.trials,
-                        heartbeat=_heartbeat, gpu=not req.task.on_cpu)
+                        heartbeat=note, gpu=not req.task.on_cpu)
         if sandbox.mode() is SandboxMode.OFF:  # the operator's choice, said in the result and the Web UI
             report = report.model_copy(update={"confinement": sandbox.confinement_note()})
         if report.reason.startswith("reference failed"):  # the task's failure, never the candidate's verdict
@@ -196,8 +205,8 @@ class KernelActivities:
             return VerifyResult(report=report, speed=CPU_SPEED_NOTE)
         if not report.passed:
             return VerifyResult(report=report)
-        speedup, note = profile(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, heartbeat=_heartbeat)
-        return VerifyResult(report=report, speed=note, speedup=speedup)
+        speedup, note_text = profile(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, heartbeat=note)
+        return VerifyResult(report=report, speed=note_text, speedup=speedup)
 
     @activity.defn
     def record_trace(self, req: RecordTraceRequest) -> ArtifactRef:

@@ -14,7 +14,7 @@ import textwrap
 
 from contracts.kernel import KernelTask
 from contracts.kernel_job import KernelDesign, KernelPlan, Operand, PlanOp, ReferenceAnalysis
-from activities.kernels import offline_designer
+from activities.kernels import lowering, offline_designer
 
 TL_DTYPES = {"float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16", "float64": "tl.float64",
              "int64": "tl.int64", "int32": "tl.int32"}
@@ -36,11 +36,21 @@ def plan_for(task: KernelTask, design: KernelDesign | None, reference: Reference
 def code(task: KernelTask, design: KernelDesign | None, reference: ReferenceAnalysis | None) -> str | None:
     """A full candidate source, or None when no template fits (`plan_for` says why)."""
     plan = plan_for(task, design, reference)
-    return None if isinstance(plan, str) else render(plan, task.task_desc)
+    if isinstance(plan, str):
+        return None
+    source = render(plan, task.task_desc, reference)
+    return source if not source.startswith("no offline") else None
 
 
-def render(plan: KernelPlan, task_source: str) -> str:
+def render(plan: KernelPlan, task_source: str, reference: ReferenceAnalysis | None = None) -> str:
+    """The candidate for a plan; a `lowered` plan is lowered again from the traced reference (it needs it:
+    without one the answer is a refusal line starting "no offline")."""
     init = textwrap.indent(_init_source(task_source), "    ")
+    if plan.template == "lowered":
+        lowered = lowering.lower(reference) if reference is not None else "no traced reference"
+        if isinstance(lowered, str):
+            return f"no offline lowering: {lowered}"
+        return lowering.render(lowered, init, _HEADER, _HELPERS)
     body = {"elementwise": _elementwise, "rowwise": _rowwise, "matmul": _matmul}[plan.template](plan)
     return _HEADER + body.replace("__INIT__", init)
 

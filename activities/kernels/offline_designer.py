@@ -1,5 +1,11 @@
 """The offline designer: reads the traced reference (aten ops and their arguments, never the source
-text) and chooses and parameterises one of three templates, or says why none fits.
+text) and chooses a plan: one of two single-kernel templates when the graph is that simple, otherwise
+the general lowering (activities.kernels.lowering: the traced graph lowered op by op into fused Triton
+kernels), or says which op nothing offline can take.
+
+Order: the elementwise and matmul templates first (one fused kernel each); a rowwise graph goes to the
+lowering (many rows per program: far faster under the interpreter than the template's program per
+row), with the rowwise template kept only for a graph the lowering refuses.
 
 * elementwise: every op is pointwise on the one tensor input (relu, gelu in both forms, x*sigmoid(x),
   x/(1+|x|), A*s, ...): the plan is the op chain itself, so composed activations are covered too;
@@ -17,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from activities.kernels import lowering
 from contracts.kernel_job import KernelDesign, KernelPlan, Operand, PlanOp, ReferenceAnalysis, TensorSpec
 
 VIEW_OPS = frozenset({"view", "_unsafe_view", "reshape", "clone", "contiguous", "alias", "detach", "lift_fresh_copy"})
@@ -51,9 +58,18 @@ def choose_plan(a: ReferenceAnalysis) -> KernelPlan | str:
     if a.trace_error:
         return f"the reference could not be traced ({a.trace_error})"
     try:
-        return _Reader(a).plan()
+        plan = _Reader(a).plan()
+        if plan.template != "rowwise":
+            return plan
+        template_refusal = ""
     except _NoTemplate as e:
-        return f"{e} (aten ops: {', '.join(a.aten_ops) or 'none'})"
+        plan, template_refusal = None, str(e)
+    lowered = lowering.lower(a)
+    if isinstance(lowered, str) and plan is not None:
+        return plan
+    if isinstance(lowered, str):
+        return f"{lowered}; templates: {template_refusal} (aten ops: {', '.join(a.aten_ops) or 'none'})"
+    return KernelPlan(template="lowered", label=lowered.label, out_dtype="float32")
 
 
 def design(a: ReferenceAnalysis | None) -> KernelDesign | str:
@@ -69,11 +85,15 @@ def design(a: ReferenceAnalysis | None) -> KernelDesign | str:
                    "reduction, then a pass that writes per-element outputs (or one value per row)",
         "matmul": "2-D output tiles, K loop with tl.dot (ieee fp32), fp32 accumulator, masked edges; "
                   "transposes are strides, not copies",
+        "lowered": "the traced graph lowered op by op: pointwise chains fused into their consumer's kernel, "
+                   "reductions over strided rows, matmul / implicit-GEMM convolution with tl.dot, pooling and "
+                   "scans as their own kernels; torch only allocates and takes views",
     }[plan.template]
     blocks = {"matmul": {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}, "elementwise": {"BLOCK": 1024},
-              "rowwise": {"BLOCK": 1024}}[plan.template]
+              "rowwise": {"BLOCK": 1024}, "lowered": {}}[plan.template]
     grid = {"elementwise": "cdiv(numel, BLOCK)", "rowwise": "(rows,)",
-            "matmul": "(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)" + (", batch)" if plan.batched else ")")}[plan.template]
+            "matmul": "(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)" + (", batch)" if plan.batched else ")"),
+            "lowered": "one grid per kernel launch, sized from the run-time shapes"}[plan.template]
     return KernelDesign(family=plan.template, block_sizes=blocks, grid=grid, tiling=tiling,
                         notes=f"read from the traced reference: {plan.label}", plan=plan)
 

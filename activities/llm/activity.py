@@ -30,6 +30,7 @@ from temporalio import activity
 from activities.llm import interop
 from activities.llm.converters import OpenAIConverter, dump_response, require_openai, to_openai_messages
 from activities.llm.interop import EndpointQuirks, StructuredMode
+from activities.llm.live import LiveTokens
 from activities.llm.provider_errors import error_message, map_openai_error
 from activities.llm.structured import render
 from activities.storage import ArtifactStore
@@ -143,8 +144,9 @@ class LLMActivities:
     def _model(self, req: ChatRequest) -> str:
         return req.model or self.settings.llm_model
 
-    async def _call(self, kw: dict[str, Any]) -> Message:
-        """One HTTP exchange; provider exceptions propagate unmapped (the caller adapts or maps them)."""
+    async def _call(self, kw: dict[str, Any], live: LiveTokens | None = None) -> Message:
+        """One HTTP exchange; provider exceptions propagate unmapped (the caller adapts or maps them).
+        `live`: where a streamed answer's text deltas go as they arrive."""
         stream = bool(kw.get("stream"))
         first = asyncio.Event()
         interval = self._beat_interval()
@@ -178,6 +180,8 @@ class LLMActivities:
             async for m in self.converter.convert_streaming_response(chunks()):
                 if not m.delta:
                     final = m
+                elif live is not None:
+                    live.add(m.text)
             assert final is not None  # the converter always ends with one consolidated message or raises
             return final
         except FleetforgeError as e:
@@ -191,7 +195,7 @@ class LLMActivities:
                 await beater
 
     async def _answer(self, req: ChatRequest, quirks: EndpointQuirks, max_tokens: int | None,
-                      notes: list[str]) -> tuple[Message, dict[str, Any]]:
+                      notes: list[str], live: LiveTokens | None = None) -> tuple[Message, dict[str, Any]]:
         """One answer, adapting to what the endpoint refuses (bounded: each adaptation moves one way)."""
         openai = require_openai()
         force_whole = False
@@ -199,7 +203,7 @@ class LLMActivities:
             stream = interop.should_stream(req.stream, quirks) and not force_whole
             kw = self._kwargs(req, quirks, stream=stream, max_tokens=max_tokens)
             try:
-                message = await self._call(kw)
+                message = await self._call(kw, live)
             except _EmptyStream:
                 if force_whole:
                     raise FleetforgeError(Err.LLM_STREAM_INCOMPLETE, "the stream ended before its first chunk",
@@ -237,15 +241,18 @@ class LLMActivities:
         notes: list[str] = []
         usage: TokenUsage | None = None
         max_tokens = req.max_tokens or self.settings.llm_max_tokens
+        live = LiveTokens(req.agent) if req.live and activity.in_activity() else None
         try:
-            message, kw = await self._answer(req, quirks, max_tokens, notes)
+            async with live or contextlib.nullcontext():
+                message, kw = await self._answer(req, quirks, max_tokens, notes, live)
             usage = _add(usage, message.usage)
             # once, and only for the caller's own max_tokens: the worker's default is a budget, not a guess
             larger = interop.larger_max_tokens(req.max_tokens) if message.finish_reason == "length" else None
             if larger is not None:
                 notes.append(f"the answer was cut off at max_tokens={max_tokens}: asked again with {larger}")
                 max_tokens = larger
-                message, kw = await self._answer(req, quirks, max_tokens, notes)
+                async with live or contextlib.nullcontext():
+                    message, kw = await self._answer(req, quirks, max_tokens, notes, live)
                 usage = _add(usage, message.usage)
         except FleetforgeError:
             raise

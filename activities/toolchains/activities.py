@@ -12,11 +12,9 @@ processes (activities/toolchains/isolate.py): a native crash fails the step, not
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hashlib
 import json
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -24,6 +22,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import is_cancelled_exception
 
+from activities.heartbeat import heartbeating
 from activities.storage import ArtifactStore, sha256_file
 from activities.toolchains.compiler import compile_plan as compile_plan_fn
 from activities.toolchains.isolate import DEFAULT_LIMITS, ChildLimits, run_isolated
@@ -34,15 +33,14 @@ from contracts.common import ArtifactRef
 from contracts.convert import CompiledStep, CompileResult, ConversionPlan
 from contracts.convert_job import (
     CalibrationRef, CalibrationRequest, CompileRequest, EvaluateRequest, EvaluationReport, ExecuteStepRequest,
-    OffloadReport, PlannerToolRequest, PlannerToolResult, PlanRequest, RecordFailureRequest, RerunRequest, StepResult,
+    OffloadReport, PlannerToolRequest, PlannerToolResult, PlanRequest, RecordFailureRequest, ReportRequest, ReportResult,
+    RerunRequest, StepResult,
 )
 from contracts.errors import Err, FleetforgeError
 from contracts.messages import ChatResult
 from contracts.runs import WorkspaceRef
 from contracts.settings import Settings
 
-HEARTBEAT_EVERY_S = 2.0
-"""Well inside TOOLCHAIN's 10 s heartbeat timeout (workflows/_call_options.py)."""
 ERROR_TAIL = 2000
 PLAN_FILE, COMPILED_FILE = "plan.json", "compiled_steps.json"
 """At the workspace root (README: `input/ converted/ logs/ metadata.json plan.json compiled_steps.json`)."""
@@ -95,29 +93,6 @@ def _cancel_probe() -> Callable[[], bool] | None:
     return activity.is_cancelled if activity.in_activity() else None
 
 
-@contextlib.contextmanager
-def heartbeating(what: str, every_s: float = HEARTBEAT_EVERY_S) -> Iterator[None]:
-    """Heartbeat from a side thread while a blocking call runs (no-op outside an activity)."""
-    if not activity.in_activity():
-        yield
-        return
-    stop = threading.Event()
-    ctx = contextvars.copy_context()
-
-    def beat() -> None:
-        while not stop.wait(every_s):
-            ctx.run(activity.heartbeat, what)
-
-    activity.heartbeat(what)
-    t = threading.Thread(target=beat, name=f"heartbeat-{what}", daemon=True)
-    t.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        t.join()
-
-
 class ToolchainActivities:
     def __init__(self, store: ArtifactStore, settings: Settings, registry: ToolRegistry | None = None, *,
                  toolchain: dict[str, str] | None = None, limits: ChildLimits = DEFAULT_LIMITS):
@@ -167,26 +142,61 @@ class ToolchainActivities:
     @activity.defn
     def prepare_calibration(self, req: CalibrationRequest) -> CalibrationRef:
         """Copy the user's calibration data into the workspace as one canonical .npz (content-addressed:
-        `input/calibration_<sha256>.npz`), checked against the model's inputs."""
-        from activities.modelhub import ModelHub
-        from activities.toolchains.feeds import ingest
+        `input/calibration_<sha256>.npz`), checked against the model's inputs. With `eval_samples`, the
+        accuracy gate's samples are kept apart (`input/evaluation_<sha256>.npz`): the user's separate
+        evaluation set, checked to share no sample with the calibration data, or a held-out part of
+        the calibration data that the calibration copy no longer holds."""
+        from activities.toolchains.feeds import ingest, ingest_split
 
         ws = self.workspace(req.workspace)
         ws.materialize()
-        parsed = urlparse(req.source)
-        if parsed.scheme == "s3":
+        source = self._local_data(req.source, "calibration data") if req.source else None
+        if not req.eval_samples and not req.eval_source:  # a run from before held-out evaluation
+            assert source is not None
+            rel, sha, samples, inputs = ingest(source, ws.path(req.model), ws.root)
+            ws.push([rel])
+            return CalibrationRef(path=rel, sha256=sha, samples=samples, inputs=inputs)
+        eval_source = self._local_data(req.eval_source, "evaluation data") if req.eval_source else None
+        got = ingest_split(source, ws.path(req.model), ws.root, eval_source=eval_source, eval_samples=req.eval_samples)
+        ws.push([p for p in (got.calibration, got.evaluation) if p])
+        return CalibrationRef(path=got.calibration or "", sha256=got.calibration_sha256, samples=got.calibration_samples,
+                              inputs=got.inputs, evaluation=got.evaluation, evaluation_samples=got.evaluation_samples,
+                              held_out=got.held_out)
+
+    def _local_data(self, value: str, what: str) -> Path:
+        """A local path for an absolute path, file://, s3:// or upload:// URI of user data (upload: what the
+        client shipped, contracts/uploads.py); CALIBRATION_INVALID otherwise."""
+        from activities.modelhub import ModelHub
+
+        parsed = urlparse(value)
+        if parsed.scheme in ("s3", "upload"):
             try:
-                _, source = ModelHub(self.store, self.settings).locate(req.source)
+                return ModelHub(self.store, self.settings).locate(value)[1]
             except FleetforgeError as e:
-                raise FleetforgeError(Err.CALIBRATION_INVALID, f"calibration data: {e.message}") from e
-        else:
-            source = Path(unquote(parsed.path)) if parsed.scheme == "file" else Path(req.source)
-            if not source.is_absolute():
-                raise FleetforgeError(Err.CALIBRATION_INVALID, f"calibration path {req.source!r} is relative; give an "
-                                      "absolute path or a file:// or s3:// URI (the fleetforge CLI resolves it for you)")
-        rel, sha, samples, inputs = ingest(source, ws.path(req.model), ws.root)
-        ws.push([rel])
-        return CalibrationRef(path=rel, sha256=sha, samples=samples, inputs=inputs)
+                if e.code is Err.STORE_NOT_SHARED:
+                    raise
+                raise FleetforgeError(Err.CALIBRATION_INVALID, f"{what}: {e.message}") from e
+        source = Path(unquote(parsed.path)) if parsed.scheme == "file" else Path(value)
+        if not source.is_absolute():
+            raise FleetforgeError(Err.CALIBRATION_INVALID, f"{what} path {value!r} is relative; give an "
+                                  "absolute path or a file:// or s3:// URI (the fleetforge CLI resolves it for you)")
+        return source
+
+    @activity.defn
+    def write_report(self, req: ReportRequest) -> ReportResult:
+        """The deployment report: the workflow's facts plus, per model artifact, where each op type runs
+        (HTP context binary or CPU) and the toolchain versions; stored as `report/conversion_report.md`
+        and `.json` in the run's workspace."""
+        from activities.toolchains.report import REPORT_JSON, REPORT_MD, complete_report, render_markdown
+
+        ws = self.workspace(req.workspace)
+        ws.materialize()
+        report = complete_report(req.report, ws.root, req.context_sources, self.toolchain)
+        ws.path(REPORT_MD).parent.mkdir(parents=True, exist_ok=True)
+        ws.path(REPORT_MD).write_text(render_markdown(report))
+        ws.write_json(REPORT_JSON, report.model_dump(mode="json"))
+        index = ws.push([REPORT_MD, REPORT_JSON])
+        return ReportResult(report=report, files=[index[REPORT_MD], index[REPORT_JSON]])
 
     @activity.defn
     def record_failure(self, req: RecordFailureRequest) -> None:
@@ -266,7 +276,8 @@ class ToolchainActivities:
         ws = self.workspace(req.workspace)
         ws.materialize()
         params = EvalParams(reference=req.reference, candidate=req.candidate, samples=req.samples, seed=req.seed,
-                            calibration=req.calibration, source=req.source)
+                            calibration=req.calibration, source=req.source, evaluation=req.evaluation,
+                            held_out=req.held_out, calibrated_on=req.calibrated_on)
         key = evaluation_cache_key(ws.root, params, self.toolchain)
         raw = self.store.get_doc(eval_cache_doc_key(key))
         if raw is not None:

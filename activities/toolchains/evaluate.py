@@ -1,10 +1,17 @@
 """Numerical check of a converted model against the fp32 original on the same inputs: CPU EP for the
 original, the QNN EP (HTP emulation on x86) for an EPContext model, CPU otherwise.
 
-Inputs: the run's calibration data when given, else seeded synthetic inputs (activities/toolchains/
-feeds.py). Figures per graph output: cosine, max/mean abs error, SQNR, and positions where only one
-model gave NaN/Inf. `evaluate` loads both models into native runtimes: the activity runs it in a
-child process (`evaluate_in_child`), so an emulator crash is EVALUATION_CRASHED, not a dead worker.
+Inputs: samples the candidate was never calibrated on: a held-out part of the user's data, the user's
+separate evaluation set, or seeded synthetic inputs of other families and another seed than the
+calibration's (activities/toolchains/feeds.py). Before anything runs, every evaluation sample is checked
+against the samples the plan calibrated on (regenerated from the steps' own parameters): one shared
+sample is EVALUATION_NOT_HELD_OUT, so a gate on in-sample data cannot happen.
+
+Figures per graph output, per sample: cosine (the gate reads the lowest), its 5th percentile, median,
+mean and spread; max/mean abs error and SQNR over every sample; positions where only one model gave
+NaN/Inf; for a classifier-like output, top-1 agreement with the fp32 model. `evaluate` loads both
+models into native runtimes: the activity runs it in a child process (`evaluate_in_child`), so an
+emulator crash is EVALUATION_CRASHED, not a dead worker.
 """
 
 from __future__ import annotations
@@ -19,10 +26,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from activities.sandbox import safe_join
-from contracts.convert_job import EvaluationReport, OutputFigures
+from contracts.convert_job import CalibrationSource, EvaluationReport, OutputFigures
 from contracts.errors import Err, FleetforgeError
 
-EVALUATOR_VERSION = "2"
+EVALUATOR_VERSION = "3"
 """Part of the evaluation cache key: bump it when the evaluation's inputs or metrics change."""
 ZERO_TOLERANCE = 1e-6
 """An all-zero reference output matches a candidate within this (cosine is undefined there)."""
@@ -36,10 +43,15 @@ class EvalParams(BaseModel, frozen=True):
     samples: int = 4
     seed: int = 1234
     calibration: str | None = None
-    """Workspace-relative calibration .npz: its first `samples` samples are the inputs."""
+    """Before held-out evaluation: the calibration .npz whose first `samples` samples are the inputs."""
     source: str | None = None
     """Workspace-relative PyTorch model `reference` was exported from: its module gives the reference
     outputs (activities/toolchains/torch_export.py); `reference` still defines the inputs."""
+    evaluation: str | None = None
+    """Workspace-relative .npz of evaluation samples (held out or separate); None: synthetic."""
+    held_out: bool = False
+    calibrated_on: list[CalibrationSource] | None = None
+    """What the candidate calibrated on; None (an old request): not checked."""
 
 
 def _is_context_model(path: Path) -> bool:
@@ -71,8 +83,14 @@ def evaluation_cache_key(root: Path, params: EvalParams, toolchain: dict[str, st
     for name, p in (("reference", ref), ("candidate", cand)):  # an ONNX model's external data is its content too
         for sidecar in sorted(p.parent.glob(f"{p.name}.data")):
             files[f"{name}:{sidecar.name}"] = sha256_file(sidecar)
+    if params.evaluation:
+        files["evaluation"] = sha256_file(safe_join(root, params.evaluation))
+    for src in params.calibrated_on or []:
+        if src.data:
+            files[f"calibrated_on:{src.step_id}"] = sha256_file(safe_join(root, src.data))
     doc = {"evaluator": EVALUATOR_VERSION, "samples": params.samples, "seed": params.seed, "files": files,
-           "toolchain": toolchain or {}}
+           "toolchain": toolchain or {}, "held_out": params.held_out,
+           "calibrated_on": [s.model_dump(mode="json") for s in params.calibrated_on or []]}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -81,19 +99,60 @@ def evaluate_in_child(root: str, params: dict[str, Any]) -> dict[str, Any]:
     return evaluate(Path(root), EvalParams.model_validate(params)).model_dump(mode="json")
 
 
+def evaluation_feeds(root: Path, params: EvalParams, reference: Path) -> tuple[list[Any], str, list[str]]:
+    """(samples, where they came from, synthetic families) for the evaluation."""
+    from activities.toolchains.feeds import calibration_feeds, families_used, synthetic_feeds
+
+    if params.evaluation:
+        feeds = calibration_feeds(safe_join(root, params.evaluation), reference, limit=params.samples)
+        return feeds, "held_out" if params.held_out else "eval_data", []
+    if params.calibration:  # a request from before held-out evaluation
+        return calibration_feeds(safe_join(root, params.calibration), reference, limit=params.samples), "calibration", []
+    feeds = synthetic_feeds(reference, samples=params.samples, seed=params.seed, purpose="evaluation")
+    return feeds, "synthetic", families_used(reference, "evaluation", params.samples)
+
+
+def calibration_samples(root: Path, sources: list[CalibrationSource]) -> tuple[list[Any], str]:
+    """Every sample the plan calibrated on, regenerated from the steps' own parameters, and its kind."""
+    from activities.toolchains.feeds import calibration_feeds, synthetic_feeds
+
+    feeds: list[Any] = []
+    kinds = set()
+    for src in sources:
+        model = safe_join(root, src.model)
+        if src.data:
+            feeds += calibration_feeds(safe_join(root, src.data), model)
+            kinds.add("data")
+        elif src.samples:
+            feeds += synthetic_feeds(model, samples=src.samples, seed=src.seed, purpose="calibration")
+            kinds.add("synthetic")
+    kind = "none" if not kinds else kinds.pop() if len(kinds) == 1 else "synthetic"
+    return feeds, kind
+
+
+def check_held_out(evaluation: list[Any], calibration: list[Any], where: str) -> None:
+    """EVALUATION_NOT_HELD_OUT when any evaluation sample is a calibration sample."""
+    from activities.toolchains.feeds import overlap
+
+    shared = overlap(evaluation, calibration)
+    if shared:
+        raise FleetforgeError(Err.EVALUATION_NOT_HELD_OUT, f"{shared} of {len(evaluation)} evaluation samples ({where}) "
+                              f"are samples the candidate was calibrated on: a gate on in-sample data proves nothing; "
+                              "evaluate on held-out data (--eval-data, or more calibration samples to hold some out)")
+
+
 def evaluate(root: Path, params: EvalParams) -> EvaluationReport:
     import numpy as np
     import onnxruntime as ort
 
-    from activities.toolchains.feeds import calibration_feeds, synthetic_feeds
     from activities.toolchains.ort_qnn import qnn_session
 
     ref_path, cand_path = safe_join(root, params.reference), safe_join(root, params.candidate)
     t0 = time.monotonic()
-    if params.calibration:
-        feeds = calibration_feeds(safe_join(root, params.calibration), ref_path, limit=params.samples)
-    else:
-        feeds = synthetic_feeds(ref_path, samples=params.samples, seed=params.seed)
+    feeds, inputs, families = evaluation_feeds(root, params, ref_path)
+    calibrated, calibration_kind = calibration_samples(root, params.calibrated_on or [])
+    if params.calibrated_on is not None:
+        check_held_out(feeds, calibrated, inputs)
     try:
         ref = ort.InferenceSession(str(ref_path), providers=["CPUExecutionProvider"])
         if params.source:  # hook: the torch module the reference was exported from answers instead
@@ -118,8 +177,8 @@ def evaluate(root: Path, params: EvalParams) -> EvaluationReport:
                 raise FleetforgeError(Err.EVALUATION_ERROR, f"{params.candidate} has {len(cand_out)} outputs, "
                                       f"{params.reference} has {len(ref_out)}")
             for i, j in enumerate(order):
-                a[i].append(np.asarray(ref_out[i], dtype=np.float64).ravel())
-                b[i].append(np.asarray(cand_out[j], dtype=np.float64).ravel())
+                a[i].append(np.asarray(ref_out[i], dtype=np.float64))
+                b[i].append(np.asarray(cand_out[j], dtype=np.float64))
     except FleetforgeError:
         raise
     except Exception as e:
@@ -127,15 +186,39 @@ def evaluate(root: Path, params: EvalParams) -> EvaluationReport:
 
         raise FleetforgeError(Err.EVALUATION_ERROR, f"evaluating {params.candidate} against {params.reference} "
                               f"failed: {tidy(str(e))}") from e
-    figures = [_figures(name, np.concatenate(x), np.concatenate(y)) for name, x, y in zip(names, a, b)]
+    figures = [output_figures(name, x, y) for name, x, y in zip(names, a, b)]
     worst = min(figures, key=lambda f: f.cosine)
-    total = sum(len(np.concatenate(x)) for x in a)
-    mean_abs = sum(f.mean_abs * len(np.concatenate(x)) for f, x in zip(figures, a)) / total if total else 0.0
+    sizes = [sum(v.size for v in x) for x in a]
+    total = sum(sizes)
+    mean_abs = sum(f.mean_abs * n for f, n in zip(figures, sizes)) / total if total else 0.0
     return EvaluationReport(
         reference=params.reference, candidate=params.candidate, samples=len(feeds), max_abs=max(f.max_abs for f in figures),
         mean_abs=mean_abs, cosine=worst.cosine, candidate_provider=provider, seconds=time.monotonic() - t0,
-        outputs=figures, inputs="calibration" if params.calibration else "synthetic",
-        sqnr_db=min(f.sqnr_db for f in figures))
+        outputs=figures, inputs=inputs, sqnr_db=min(f.sqnr_db for f in figures), families=families,
+        calibration=calibration_kind if params.calibrated_on is not None else "unknown",
+        calibration_samples=len(calibrated))
+
+
+def output_figures(name: str, ref: list[Any], cand: list[Any]) -> OutputFigures:
+    """One output's figures over its samples (each an array of the output's shape): per-sample cosines
+    and their spread, the gate's figure (the lowest), errors and SQNR over everything, top-1 agreement
+    for a classifier-like output."""
+    import numpy as np
+
+    pooled = _figures(name, np.concatenate([x.ravel() for x in ref]), np.concatenate([y.ravel() for y in cand]))
+    per_sample = np.array([_cosine(x.ravel(), y.ravel()) for x, y in zip(ref, cand)])
+    top1 = None
+    if ref and _is_classifier(ref[0].shape):
+        top1 = float(np.mean([int(np.argmax(x)) == int(np.argmax(y)) for x, y in zip(ref, cand)]))
+    return pooled.model_copy(update={
+        "cosine": float(per_sample.min()), "samples": len(per_sample), "cosine_pooled": pooled.cosine,
+        "cosine_p05": float(np.quantile(per_sample, 0.05, method="lower")), "cosine_median": float(np.median(per_sample)),
+        "cosine_mean": float(per_sample.mean()), "cosine_std": float(per_sample.std()), "top1_agreement": top1})
+
+
+def _is_classifier(shape: tuple[int, ...]) -> bool:
+    """Logits of one sample: exactly one axis of two or more classes ([1, 1000], [10])."""
+    return sum(d > 1 for d in shape) == 1 and len(shape) <= 2
 
 
 def _figures(name: str, x: Any, y: Any) -> OutputFigures:
@@ -159,6 +242,20 @@ def _figures(name: str, x: Any, y: Any) -> OutputFigures:
         cosine = float(np.clip(np.dot(x, y) / (nx * ny), -1.0, 1.0))
     return OutputFigures(name=name, cosine=cosine, max_abs=max_abs, mean_abs=float(diff.mean()) if diff.size else 0.0,
                          sqnr_db=sqnr_db(x, y), nonfinite_mismatches=mismatches)
+
+
+def _cosine(x: Any, y: Any) -> float:
+    """One sample's cosine (NaN/Inf positions left out; an all-zero pair within tolerance is 1)."""
+    import numpy as np
+
+    both = np.isfinite(x) & np.isfinite(y)
+    if not both.all() and (~np.isfinite(x) != ~np.isfinite(y)).any():
+        return 0.0  # NaN/Inf where the other model has a number: this sample is wrong
+    x, y = x[both], y[both]
+    nx, ny = float(np.linalg.norm(x)), float(np.linalg.norm(y))
+    if nx == 0.0 or ny == 0.0:
+        return 1.0 if (float(np.abs(x - y).max()) if x.size else 0.0) <= ZERO_TOLERANCE else 0.0
+    return float(np.clip(np.dot(x, y) / (nx * ny), -1.0, 1.0))
 
 
 def sqnr_db(x: Any, y: Any) -> float:

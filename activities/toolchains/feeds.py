@@ -12,7 +12,14 @@ Synthetic data (seeded) respects each input's dtype and role, read from the ops 
 * an input that sets a shape, axes, sizes or counts (Reshape.shape, Slice.starts, ReduceSum.axes,
   TopK.k, ...) cannot be guessed: CALIBRATION_NEEDED names it and asks for real data;
 * a float input of an op with a restricted domain (Log, Sqrt, Acos, ...) gets values inside it;
+* an input named like a mask (`attention_mask`, ...) is a padding mask: ones with a run of zeros at the end;
 * other integers are in [1, 8) (never 0: integer division), booleans are 0/1, floats standard normal.
+
+Calibration and evaluation never see the same sample (the accuracy gate would grade its own homework):
+synthetic evaluation inputs use another seed *and* families the calibration never draws from (smooth
+images with natural 1/f statistics beside noise; Zipf-distributed token ids, padded where the mask is
+zero, instead of uniform ids; masks that always contain zeros); user data is split (`split_held_out`)
+and a separate evaluation set is checked against it (`overlap`).
 """
 
 from __future__ import annotations
@@ -22,9 +29,15 @@ import io
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from contracts.errors import Err, FleetforgeError
+
+Purpose = Literal["calibration", "evaluation"]
+CALIBRATION_FAMILIES = {"float": ("noise",), "index": ("uniform ids",), "mask": ("padding masks",)}
+EVALUATION_FAMILIES = {"float": ("natural images", "noise"), "index": ("zipf token ids",), "mask": ("padding masks",)}
+"""Input kind → the synthetic families drawn from (sample i takes family i mod n). Every kind with more
+than one family in the world has one in evaluation that calibration never uses."""
 
 Feed = dict[str, Any]
 """Input name → numpy array (one sample)."""
@@ -89,18 +102,71 @@ def graph_inputs(model: Path) -> list[InputSpec]:
 # ---- synthetic inputs ---------------------------------------------------------------------------
 
 
-def synthetic_feeds(model: Path, *, samples: int, seed: int) -> list[Feed]:
+def synthetic_feeds(model: Path, *, samples: int, seed: int, purpose: Purpose = "calibration") -> list[Feed]:
     """Seeded inputs valid for every input's role (see the module doc); CALIBRATION_NEEDED when an
-    input's valid values cannot be guessed."""
+    input's valid values cannot be guessed. `purpose` picks the families (CALIBRATION_FAMILIES or
+    EVALUATION_FAMILIES): the same seed gives different samples for each."""
     import numpy as np
 
     specs = graph_inputs(model)
     roles = _roles(model, {s.name for s in specs})
     rng = np.random.default_rng(seed)
+    families = CALIBRATION_FAMILIES if purpose == "calibration" else EVALUATION_FAMILIES
     feeds = []
-    for _ in range(samples):
-        feeds.append({s.name: _synthetic(s, roles.get(s.name, ("any", None)), rng) for s in specs})
+    for i in range(samples):
+        feed = {s.name: _synthetic(s, roles.get(s.name, ("any", None)), rng, _family(families, s, roles, i), purpose)
+                for s in specs}
+        feeds.append(_pad_tokens(feed, specs, roles))
     return feeds
+
+
+def families_used(model: Path, purpose: Purpose, samples: int) -> list[str]:
+    """The synthetic families `synthetic_feeds` draws from for `model` (for the report)."""
+    specs = graph_inputs(model)
+    roles = _roles(model, {s.name for s in specs})
+    families = CALIBRATION_FAMILIES if purpose == "calibration" else EVALUATION_FAMILIES
+    found = {_family(families, s, roles, i) for s in specs for i in range(min(samples, 4))}
+    return sorted(f for f in found if f)
+
+
+def _kind(spec: InputSpec, roles: dict[str, tuple[str, Any]]) -> str:
+    import numpy as np
+
+    role = roles.get(spec.name, ("any", None))[0]
+    if _is_mask(spec, role):
+        return "mask"
+    if role == "index":
+        return "index"
+    if role == "any" and np.dtype(spec.dtype).kind == "f":
+        return "float"
+    return ""
+
+
+def _family(families: dict[str, tuple[str, ...]], spec: InputSpec, roles: dict[str, tuple[str, Any]], i: int) -> str:
+    options = families.get(_kind(spec, roles), ())
+    return options[i % len(options)] if options else ""
+
+
+def _is_mask(spec: InputSpec, role: str) -> bool:
+    """A padding/attention mask: named so, an integer/bool/float input of rank >= 2 in no other role."""
+    import numpy as np
+
+    return (role == "any" and "mask" in spec.name.lower() and len(spec.shape) >= 2
+            and np.dtype(spec.dtype).kind in "biuf")
+
+
+def _pad_tokens(feed: Feed, specs: list[InputSpec], roles: dict[str, tuple[str, Any]]) -> Feed:
+    """Token ids where the padding mask is zero become 0 (the padding id), as a tokenizer pads."""
+    masks = [feed[s.name] for s in specs if _kind(s, roles) == "mask"]
+    if not masks:
+        return feed
+    out = dict(feed)
+    for s in specs:
+        if _kind(s, roles) == "index":
+            for m in masks:
+                if m.shape == out[s.name].shape:
+                    out[s.name] = (out[s.name] * (m != 0)).astype(out[s.name].dtype)
+    return out
 
 
 def _roles(model: Path, names: set[str]) -> dict[str, tuple[str, Any]]:
@@ -153,11 +219,17 @@ def _const_scalar(m: Any, name: str) -> int | None:
     return None
 
 
-def _synthetic(spec: InputSpec, role: tuple[str, Any], rng: Any) -> Any:
+def _synthetic(spec: InputSpec, role: tuple[str, Any], rng: Any, family: str = "", purpose: Purpose = "calibration") -> Any:
     import numpy as np
 
     kind, detail = role
     dtype = np.dtype(spec.dtype)
+    if family == "padding masks":
+        return _padding_mask(spec.shape, rng, always=purpose == "evaluation").astype(dtype)
+    if family == "zipf token ids" and isinstance(detail, int):
+        return ((rng.zipf(1.2, size=spec.shape) - 1) % int(detail)).astype(dtype)
+    if family == "natural images":
+        return _natural(spec.shape, rng).astype(dtype)
     if kind == "shape" or (kind == "index" and not isinstance(detail, int)):
         what = detail if kind == "shape" else f"the indices of {detail} into a dimension that is not static"
         raise FleetforgeError(Err.CALIBRATION_NEEDED, f"input {spec.name!r} is {what}: its valid values cannot be "
@@ -178,6 +250,90 @@ def _synthetic(spec: InputSpec, role: tuple[str, Any], rng: Any) -> Any:
     if kind == "positive":
         return rng.uniform(0.5, 2.0, size=spec.shape).astype(dtype)
     return rng.standard_normal(spec.shape).astype(dtype)
+
+
+def _padding_mask(shape: list[int], rng: Any, *, always: bool) -> Any:
+    """Ones with a run of zeros at the end of the last axis (right padding); `always`: at least one zero."""
+    import numpy as np
+
+    mask = np.ones(shape, dtype=np.int64)
+    length = shape[-1]
+    if length < 2:
+        return mask
+    flat = mask.reshape(-1, length)
+    for row in flat:
+        pad = int(rng.integers(1 if always else 0, length // 2 + 1))
+        if pad:
+            row[length - pad:] = 0
+    return flat.reshape(shape)
+
+
+def _natural(shape: list[int], rng: Any) -> Any:
+    """A smooth field with natural images' 1/f amplitude spectrum over the last two axes (the last one
+    for rank 2), standardised per leading index to mean 0, std 1 (the range of normalised images)."""
+    import numpy as np
+
+    if len(shape) < 2 or shape[-1] < 4:
+        return rng.standard_normal(shape)
+    axes = (-2, -1) if len(shape) >= 3 and shape[-2] >= 4 else (-1,)
+    white = rng.standard_normal(shape)
+    spectrum = np.fft.fftn(white, axes=axes)
+    freqs = [np.fft.fftfreq(shape[a]) for a in axes]
+    grid = np.meshgrid(*freqs, indexing="ij")
+    radius = np.sqrt(sum(g ** 2 for g in grid))
+    radius[(0,) * len(axes)] = 1.0
+    field = np.real(np.fft.ifftn(spectrum / radius, axes=axes))
+    lead = field.reshape(-1, *[shape[a] for a in axes])
+    lead = (lead - lead.mean(axis=tuple(range(1, lead.ndim)), keepdims=True)) / (
+        lead.std(axis=tuple(range(1, lead.ndim)), keepdims=True) + 1e-12)
+    return lead.reshape(shape)
+
+
+# ---- sample identity and the held-out split ----------------------------------------------------
+
+
+def sample_key(feed: Feed) -> str:
+    """sha256 of one sample (every input's name, dtype, shape and bytes): equal keys = the same sample."""
+    import numpy as np
+
+    h = hashlib.sha256()
+    for name in sorted(feed):
+        a = np.ascontiguousarray(feed[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def overlap(evaluation: list[Feed], calibration: list[Feed]) -> int:
+    """How many evaluation samples are also calibration samples (must be 0)."""
+    seen = {sample_key(f) for f in calibration}
+    return sum(sample_key(f) in seen for f in evaluation)
+
+
+def split_held_out(stacked: dict[str, Any], eval_samples: int, seed_text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(calibration part, held-out evaluation part) of the user's samples: up to `eval_samples` distinct
+    samples (at most half of them), drawn by a permutation seeded from `seed_text` (the data's sha256,
+    so the split is reproducible and not the file's order); a duplicate of a held-out sample is held out
+    with it, so no evaluation sample is ever a calibration sample. CALIBRATION_INVALID when fewer than
+    two distinct samples leave nothing to hold out."""
+    import numpy as np
+
+    feeds = feeds_from(stacked)
+    keys = [sample_key(f) for f in feeds]
+    distinct = list(dict.fromkeys(keys))
+    held = min(eval_samples, len(distinct) // 2)
+    if held < 1:
+        raise FleetforgeError(Err.CALIBRATION_INVALID, f"the calibration data holds {len(distinct)} distinct sample(s): "
+                              "none can be held out to grade the result; give more samples, or a separate evaluation "
+                              "set with --eval-data")
+    rng = np.random.default_rng(int(seed_text[:16], 16))
+    chosen = {distinct[i] for i in rng.permutation(len(distinct))[:held]}
+    first = {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+    eval_idx = sorted(first[k] for k in chosen)
+    cal_idx = [i for i, k in enumerate(keys) if k not in chosen]
+    return ({k: v[cal_idx] for k, v in stacked.items()}, {k: v[eval_idx] for k, v in stacked.items()})
 
 
 # ---- real data --------------------------------------------------------------------------------
@@ -279,12 +435,71 @@ def write_npz(arrays: dict[str, Any], dest: Path) -> str:
 def ingest(source: Path, model: Path, workspace_root: Path) -> tuple[str, str, int, list[str]]:
     """Check `source` against `model` and store it canonically in the workspace as
     `input/calibration_<sha256[:16]>.npz`; returns (relative path, sha256, samples, input names)."""
-    if not source.exists():
-        raise FleetforgeError(Err.CALIBRATION_INVALID, f"calibration data {source} does not exist")
     specs = graph_inputs(model)
-    stacked = samples_of(read_npz(source), specs)
-    tmp = workspace_root / "input" / ".calibration.tmp.npz"
-    sha = write_npz(stacked, tmp)
-    rel = f"input/calibration_{sha[:16]}.npz"
-    tmp.replace(workspace_root / rel)
+    stacked = _load(source, specs, "calibration data")
+    rel, sha = _store(stacked, workspace_root, "calibration")
     return rel, sha, min(len(v) for v in stacked.values()), [s.name for s in specs]
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """The user's data in the workspace: what calibrates and what the gate grades, never overlapping."""
+
+    calibration: str | None
+    calibration_sha256: str
+    calibration_samples: int
+    evaluation: str | None
+    evaluation_samples: int
+    held_out: bool
+    inputs: list[str]
+
+
+def ingest_split(source: Path | None, model: Path, workspace_root: Path, *, eval_source: Path | None,
+                 eval_samples: int) -> Ingested:
+    """Store the calibration data and the evaluation data canonically (`input/calibration_<sha>.npz`,
+    `input/evaluation_<sha>.npz`): a separate `eval_source` as it is, after checking that none of its
+    samples is a calibration sample (EVALUATION_NOT_HELD_OUT); else a held-out part of `source`
+    (split_held_out) that the calibration part no longer holds."""
+    specs = graph_inputs(model)
+    names = [s.name for s in specs]
+    stacked = _load(source, specs, "calibration data") if source is not None else None
+    if eval_source is not None:
+        evaluation = _load(eval_source, specs, "evaluation data")
+        if stacked is not None:
+            shared = overlap(feeds_from(evaluation), feeds_from(stacked))
+            if shared:
+                raise FleetforgeError(Err.EVALUATION_NOT_HELD_OUT, f"{shared} of {len(feeds_from(evaluation))} samples of "
+                                      f"the evaluation data ({eval_source.name}) are also in the calibration data "
+                                      f"({source.name if source else '-'}): a gate on samples the quantizer saw proves "
+                                      "nothing; give evaluation samples that are not calibration samples")
+        held_out = False
+    elif stacked is not None:
+        _, whole = _store(stacked, workspace_root, "calibration", keep=False)
+        stacked, evaluation = split_held_out(stacked, eval_samples, whole)
+        held_out = True
+    else:
+        raise FleetforgeError(Err.CALIBRATION_INVALID, "no calibration or evaluation data to ingest")
+    cal_rel, cal_sha = _store(stacked, workspace_root, "calibration") if stacked is not None else (None, "")
+    eval_rel, _ = _store(evaluation, workspace_root, "evaluation")
+    return Ingested(calibration=cal_rel, calibration_sha256=cal_sha,
+                    calibration_samples=min(len(v) for v in stacked.values()) if stacked is not None else 0,
+                    evaluation=eval_rel, evaluation_samples=min(len(v) for v in evaluation.values()),
+                    held_out=held_out, inputs=names)
+
+
+def _load(source: Path, specs: list[InputSpec], what: str) -> dict[str, Any]:
+    if not source.exists():
+        raise FleetforgeError(Err.CALIBRATION_INVALID, f"{what} {source} does not exist")
+    return samples_of(read_npz(source), specs)
+
+
+def _store(stacked: dict[str, Any], workspace_root: Path, prefix: str, *, keep: bool = True) -> tuple[str, str]:
+    """(workspace-relative path, sha256) of `stacked` written canonically as `input/<prefix>_<sha[:16]>.npz`."""
+    tmp = workspace_root / "input" / f".{prefix}.tmp.npz"
+    sha = write_npz(stacked, tmp)
+    rel = f"input/{prefix}_{sha[:16]}.npz"
+    if keep:
+        tmp.replace(workspace_root / rel)
+    else:
+        tmp.unlink()
+    return rel, sha

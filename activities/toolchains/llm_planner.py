@@ -65,11 +65,12 @@ def feedback_prompt(feedback: str) -> str:
     return render("planner_feedback.j2", feedback=feedback)
 
 
-def gate_feedback(remedy: PlanFeedback, feedback: str) -> str:
-    """The accuracy gate's figures and the remedies the LLM may apply."""
+def gate_feedback(remedy: PlanFeedback, feedback: str, *, allow_wider: bool = True) -> str:
+    """The accuracy gate's figures and the remedies the LLM may apply (a wider precision only when
+    the user allowed a fallback)."""
     outputs = sorted(remedy.evaluation.outputs, key=lambda o: o.cosine)[:8] if remedy.evaluation else []
     return render("planner_gate.j2", feedback=feedback, evaluation=remedy.evaluation, outputs=outputs,
-                  offload=remedy.offload, min_cosine=remedy.min_cosine, remedies=remedy.remedies)
+                  offload=remedy.offload, min_cosine=remedy.min_cosine, remedies=remedy.remedies, allow_wider=allow_wider)
 
 
 def repair_prompt(reason: str) -> str:

@@ -163,7 +163,8 @@ def next_remedy(request: ConversionRequest, feedback: PlanFeedback) -> str | Non
     for r in REMEDIES:
         if r in tried:
             continue
-        if r == W8A16 and precision is Precision.INT8 and request.output in QNN_OUTPUTS | {OutputKind.ONNX_QDQ}:
+        if (r == W8A16 and precision is Precision.INT8 and request.output in QNN_OUTPUTS | {OutputKind.ONNX_QDQ}
+                and request.precision_fallback):  # without the user's consent the gate only proposes it
             return r
         if r == FLOAT_OUTPUTS and qnn_quantizer and failing_outputs(feedback):
             return r

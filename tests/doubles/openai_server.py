@@ -94,6 +94,23 @@ def cut_stream(parts: list[str]) -> Scripted:
     return Scripted("cut", chunks=[chunk({"role": "assistant", "content": ""})] + [chunk({"content": p}) for p in parts])
 
 
+def as_stream(item: Scripted) -> Scripted:
+    """A scripted JSON answer as the SSE stream a server sends when the request asked for `stream`:
+    the text word by word, each tool call in two fragments, the finish reason, then the usage chunk."""
+    message = item.body["choices"][0]["message"]
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    words = (message.get("content") or "").split(" ")
+    chunks += [chunk({"content": w if i == 0 else " " + w}) for i, w in enumerate(words) if w or i]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        fn = call["function"]
+        chunks.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                             "function": {"name": fn["name"], "arguments": ""}}]}))
+        chunks.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": fn["arguments"]}}]}))
+    chunks.append(chunk({}, item.body["choices"][0]["finish_reason"]))
+    chunks.append(chunk(no_choices=True, usage=item.body["usage"]))
+    return Scripted("sse", chunks=chunks, chunk_delay_s=item.chunk_delay_s)
+
+
 class ScriptedOpenAIServer:
     def __init__(self, script: list[Scripted] | None = None):
         self.script: list[Scripted] = list(script or [])
@@ -129,6 +146,8 @@ class ScriptedOpenAIServer:
                     item = outer.script.pop(0) if outer.script else error(500, "script exhausted")
                 if item.delay_s:
                     time.sleep(item.delay_s)  # simulated model latency (server side, not a test wait)
+                if item.kind == "json" and item.status == 200 and outer.requests[-1].get("stream"):
+                    item = as_stream(item)  # a real server answers a streamed request with a stream
                 if item.kind in ("json", "error"):
                     self._send_json(item.status, item.body, item.headers)
                     return

@@ -16,14 +16,16 @@ from tests.helpers import wait_until
 def test_convert_wait_json_compiles_the_tiny_model_for_sm8550_int8_then_reruns_it_at_fp16(stack: Stack, model: Path,  # noqa: F811
                                                                                          tmp_path: Path):
     own = Path(shutil.copy(model, tmp_path / "tiny8.onnx"))  # file names of its own: no cache hits across tests
-    done = ff("convert", str(own), "--soc", "sm8550", "--precision", "int8", "--wait", "--json",
+    done = ff("convert", str(own), "--soc", "sm8550", "--precision", "int8", "--synthetic-calibration", "--wait", "--json",
               env=stack.env, timeout=120)
 
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)  # the whole stdout is one JSON object
     assert result["status"] == "COMPLETED", result.get("failure")
     assert result["artifacts"] and all(len(a["sha256"]) == 64 for a in result["artifacts"])
-    assert result["evaluation"]["samples"] > 0
+    assert result["evaluation"]["samples"] == 32 and result["accuracy"]["verdict"] == "unverified"
+    assert result["requested_precision"] == result["delivered_precision"] == "int8"
+    assert {"report/conversion_report.md", "report/conversion_report.json"} <= {a["name"] for a in result["artifacts"]}
     assert result["executed_steps"] == ["quantize", "context_binary"] and result["tokens"]["calls"] == 1
 
     # the issue's own example: the int8 plan at fp16 drops the quantizer (no planner call)
@@ -51,7 +53,8 @@ def test_convert_without_soc_needs_input_then_answer_completes_it(stack: Stack, 
     bad = ff("answer", wid, "soc=sm9999", "precision=int8", env=stack.env)
     assert_one_line_error(bad, 2, "sm9999")
 
-    good = ff("answer", wid, "soc=sm8550", "precision=int8", "--wait", "--json", env=stack.env, timeout=120)
+    good = ff("answer", wid, "soc=sm8550", "precision=int8", "synthetic_calibration=yes", "--wait", "--json",
+              env=stack.env, timeout=120)
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout)["status"] == "COMPLETED"
 
@@ -100,6 +103,22 @@ def test_convert_a_relative_path_from_another_directory(stack: Stack, model: Pat
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["status"] == "COMPLETED" and result["model"]["source"] == str(tmp_path / "rel.onnx"), result
+
+
+def test_inspect_a_relative_path_from_another_directory(stack: Stack, model: Path, tmp_path: Path):  # noqa: F811
+    """One path rule for every command (issue 23): inspect resolves `sub/m.onnx` like convert does, from the
+    caller's directory (it used to go to the worker as written and fail MODEL_NOT_FOUND there)."""
+    import subprocess
+
+    from tests.e2e.test_cli import FLEETFORGE
+
+    (tmp_path / "sub").mkdir()
+    shutil.copy(model, tmp_path / "sub" / "m.onnx")
+    done = subprocess.run([FLEETFORGE, "inspect", "sub/m.onnx", "--wait", "--json"], env=stack.env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "COMPLETED" and result["model"]["source"] == str(tmp_path / "sub" / "m.onnx"), result
 
 
 def test_convert_impossible_combinations_exit_2_before_starting(model: Path, tmp_path: Path):  # noqa: F811

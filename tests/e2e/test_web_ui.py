@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -25,7 +26,6 @@ from tests.conftest import ARTIFACTS_DIR
 from tests.helpers import assert_eventually
 from tests.e2e.test_cli import Stack, ff as fleetforge, start_dev, stack_env, stop_dev
 from workflows import presentation
-from workflows._visibility import web_ui_link
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -197,13 +197,15 @@ async def test_web_ui_filters_the_waiting_job_and_shows_its_summary_and_details(
         text = page.wait_for(lambda t: waiting.id in t, name="needs_input_list", what="the waiting job is not listed")
         assert inspected.id not in text, f"{inspected.id} listed under NEEDS_INPUT"
 
-        page.open(await waiting.ui_url())
+        link = await waiting.ui_url()
+        run_id = (await ff.temporal.get_workflow_handle(waiting.id).describe()).run_id  # asked of the server
+        assert link == f"{Settings().ui_url.rstrip('/')}/namespaces/default/workflows/{quote(waiting.id, safe='')}/{run_id}/history"
+        page.open(link)
         page.click_tab("User Metadata", name="waiting_job")
         summary = presentation.summary(waiting_request_of(model, waiting.id))
         text = page.wait_for(lambda t: summary in t and "needs input" in t, name="waiting_job",
                              what="summary/current details not on the job page")
         assert "waiting for" in text and "fleetforge answer" in text
-        assert web_ui_link(Settings().ui_url, "default", waiting.id) in await waiting.ui_url()
 
 
 def waiting_request_of(model: str, workflow_id: str):  # the request the waiting job was started with

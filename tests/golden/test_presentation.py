@@ -1,14 +1,15 @@
 """Golden tests: what a person reads about each job in the Web UI (static summary and details, and
 the current details a running or finished job shows).
 
-A change to `workflows/presentation.py` that changes these texts fails here with a diff; rerun
-with FLEETFORGE_UPDATE_GOLDEN=1 to accept it, and review the diff of tests/golden/*.md.
+A change to `workflows/presentation.py` that changes these texts fails here with a diff. To accept a
+deliberate change, run `pytest tests/golden --update-golden`: it rewrites the files that differ and
+fails those tests (so the option can never hide a change in CI); review `git diff tests/golden/*.md`
+and rerun without it.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,9 @@ from pydantic import BaseModel
 
 from contracts.common import ArtifactRef, TaskQueues
 from contracts.convert import Precision
-from contracts.convert_job import ConversionRequest, EvaluationReport
+from contracts.convert_job import (
+    AccuracyVerdict, ArtifactReport, ConversionReport, ConversionRequest, EvaluationReport, OutputFigures, PlacementRow,
+)
 from contracts.fleet_job import FleetTestRequest, ModelTestRequest, RowVerdict, RunnerKind
 from contracts.inspect import InspectRequest
 from contracts.kernel import ConductorConfig, KernelTask
@@ -26,7 +29,6 @@ from workflows import presentation
 
 GOLDEN = Path(__file__).resolve().parent
 ROOT = GOLDEN.parent.parent
-UPDATE = os.environ.get("FLEETFORGE_UPDATE_GOLDEN") == "1"
 MANIFEST = ArtifactRef(uri="file:///srv/fleetforge/artifacts/blobs/sha256/ab/" + "ab" * 32, sha256="ab" * 32, size=412,
                        media_type="text/csv", name="models.csv")
 QUEUES = TaskQueues()
@@ -54,18 +56,25 @@ def rendered(request: BaseModel) -> str:
     return f"<!-- summary -->\n{presentation.summary(request)}\n\n<!-- details -->\n{presentation.details(request)}\n"
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_summary_and_details_match_the_golden_text(name: str) -> None:
-    path = GOLDEN / f"{name}.md"
-    actual = rendered(CASES[name])
-    if UPDATE:
+def check_golden(path: Path, actual: str, *, update: bool) -> None:
+    """Pass only when the file holds exactly `actual`. With --update-golden a differing (or missing) file
+    is rewritten and the test still fails: an update is never a green run."""
+    expected = path.read_text() if path.exists() else None
+    if actual == expected:
+        return
+    if update:
         path.write_text(actual)
-    assert path.exists(), f"no golden file {path.name}; run with FLEETFORGE_UPDATE_GOLDEN=1 to create it"
-    expected = path.read_text()
-    if actual != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
-                                            f"golden/{path.name}", "presentation now"))
-        pytest.fail(f"what users see changed (rerun with FLEETFORGE_UPDATE_GOLDEN=1 if deliberate):\n{diff}")
+        pytest.fail(f"wrote golden/{path.name}: review `git diff {path.relative_to(ROOT)}`, then rerun without --update-golden")
+    if expected is None:
+        pytest.fail(f"no golden file golden/{path.name}; create it with `pytest tests/golden --update-golden`")
+    diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
+                                        f"golden/{path.name}", "presentation now"))
+    pytest.fail(f"what users see changed (if deliberate: `pytest tests/golden --update-golden`, review, rerun):\n{diff}")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_summary_and_details_match_the_golden_text(name: str, update_golden: bool) -> None:
+    check_golden(GOLDEN / f"{name}.md", rendered(CASES[name]), update=update_golden)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -80,16 +89,43 @@ def artifact(name: str, fill: str, size: int) -> ArtifactRef:
                        size=size, name=name)
 
 
-CURRENT: dict[str, tuple[str, dict[str, object]]] = {
-    "current_convert_completed": ("convert", {
+def completed_convert() -> dict[str, object]:
+    """A finished int8 conversion's rows, built by the workflow's own row functions (synthetic
+    calibration: the verdict says unverified on real data)."""
+    from activities.toolchains.report import accuracy_rows, placement_rows
+    from workflows.converter import accuracy_row, evaluation_facts, offload_row, precision_row
+    from contracts.convert_job import OffloadReport
+
+    logits = OutputFigures(name="logits", cosine=0.99912, max_abs=0.0123, mean_abs=0.00171, sqnr_db=31.4, samples=32,
+                           cosine_p05=0.99931, cosine_median=0.99987, cosine_mean=0.99979, cosine_std=0.00018,
+                           cosine_pooled=0.999871, top1_agreement=1.0)
+    evaluation = EvaluationReport(reference="input/tiny.onnx", candidate="converted/tiny_int8_sm8550_ctx.onnx",
+                                  samples=32, max_abs=0.0123, mean_abs=0.00171, cosine=0.99912,
+                                  candidate_provider="QNNExecutionProvider", seconds=1.42, outputs=[logits],
+                                  families=["natural images", "noise"], calibration="synthetic", calibration_samples=8)
+    accuracy = AccuracyVerdict(verdict="unverified", min_cosine=0.95, cosine=0.99912, samples=32, inputs="synthetic",
+                               offload_share=1.0, note="accuracy: unverified on real data: ...")
+    ctx = ArtifactReport(name="converted/tiny_int8_sm8550_ctx.onnx", sha256="4a" * 32, size=875, role="QNN context model",
+                         placement=[PlacementRow(op_type="DequantizeLinear", nodes=9, htp=8, io=1),
+                                    PlacementRow(op_type="QuantizeLinear", nodes=5, htp=4, io=1),
+                                    PlacementRow(op_type="Conv", nodes=2, htp=2)])
+    report = ConversionReport(run_id="r-0002", model="tiny", artifacts=[ctx], toolchain={"onnxruntime": "1.23.2"})
+    return {
         "step": "completed", "run": "r-0002", "attempt": 0, "replans": 0, "target": "SM8550",
         "done": "quantize, context_binary", "questions": "", "last error": "",
-        "evaluation": EvaluationReport(reference="input/tiny.onnx", candidate="converted/tiny_int8_sm8550_ctx.onnx",
-                                       samples=4, max_abs=0.0123, mean_abs=0.00171, cosine=0.999871,
-                                       candidate_provider="QNNExecutionProvider", seconds=1.42),
+        "accuracy": accuracy_row(accuracy, evaluation), "precision": precision_row(Precision.INT8, Precision.INT8),
+        "offload": offload_row(OffloadReport(nodes_total=16, context_nodes=1, cpu_nodes=0)),
+        "evaluation": evaluation_facts(evaluation), "accuracy per output": accuracy_rows(evaluation),
+        "op placement": placement_rows(report), "toolchain": report.toolchain,
+        "report": artifact("report/conversion_report.md", "5c", 2210),
         "artifacts": [artifact("converted/tiny_int8_sm8550_ctx.onnx", "4a", 875),
-                      artifact("converted/tiny_int8_sm8550_ctx_qnn.bin", "7e", 61440)],
-    }),
+                      artifact("converted/tiny_int8_sm8550_ctx_qnn.bin", "7e", 61440),
+                      artifact("report/conversion_report.md", "5c", 2210)],
+    }
+
+
+CURRENT: dict[str, tuple[str, dict[str, object]]] = {
+    "current_convert_completed": ("convert", completed_convert()),
     "current_convert_needs_input": ("convert", {
         "step": "needs input", "run": "r-0003", "questions": "Which SoC? / Which precision?",
         "waiting for": "an answer: `fleetforge answer convert/r-0003 soc=sm8550 precision=int8`",
@@ -106,18 +142,9 @@ CURRENT: dict[str, tuple[str, dict[str, object]]] = {
 
 
 @pytest.mark.parametrize("name", sorted(CURRENT))
-def test_current_details_match_the_golden_text(name: str) -> None:
+def test_current_details_match_the_golden_text(name: str, update_golden: bool) -> None:
     title, rows = CURRENT[name]
-    path = GOLDEN / f"{name}.md"
-    actual = presentation.current_details(title, rows)
-    if UPDATE:
-        path.write_text(actual)
-    assert path.exists(), f"no golden file {path.name}; run with FLEETFORGE_UPDATE_GOLDEN=1 to create it"
-    expected = path.read_text()
-    if actual != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
-                                            f"golden/{path.name}", "presentation now"))
-        pytest.fail(f"what users see changed (rerun with FLEETFORGE_UPDATE_GOLDEN=1 if deliberate):\n{diff}")
+    check_golden(GOLDEN / f"{name}.md", presentation.current_details(title, rows), update=update_golden)
 
 
 def test_table_cells_are_padded_escaped_and_one_line() -> None:

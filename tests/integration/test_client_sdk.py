@@ -138,7 +138,7 @@ async def test_convert_needs_input_answer_rejects_bad_soc_then_completes(ff, wor
         await ff.answer(handle.id, soc="sm9999", precision="int8")
     assert bad.value.code == Err.BAD_INPUT and "sm9999" in bad.value.message
 
-    await ff.answer(handle.id, soc="sm8550", precision="int8")
+    await ff.answer(handle.id, soc="sm8550", precision="int8", synthetic_calibration="yes")
     result = await handle.result()
     assert result.status is JobStatus.COMPLETED, result.failure
     assert result.artifacts and result.evaluation is not None

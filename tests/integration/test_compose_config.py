@@ -81,11 +81,24 @@ def test_search_attribute_job_registers_every_attribute(compose: dict[str, Any])
 
 
 def test_socket_mount_only_on_the_opt_in_containers_worker(compose: dict[str, Any]) -> None:
-    for name, service in compose["services"].items():
-        mounts = [str(v) for v in service.get("volumes", [])]
-        if any("docker.sock" in m for m in mounts):
-            assert name == "worker-containers" and service.get("profiles") == ["containers"]
-        assert not service.get("privileged"), name
+    services = compose["services"]
+    mounting = sorted(name for name, service in services.items()
+                      if any("docker.sock" in str(v) for v in service.get("volumes", [])))
+    assert mounting == ["worker-containers"], f"services that mount the docker socket: {mounting}"
+    assert services["worker-containers"].get("profiles") == ["containers"], "the socket worker must be opt-in"
+    assert [name for name, service in services.items() if service.get("privileged")] == []
+
+
+def test_the_remote_worker_shares_only_temporal_and_the_store(compose: dict[str, Any]) -> None:
+    worker = compose["services"]["worker-remote"]
+    assert worker["profiles"] == ["remote-worker"]  # opt-in: `up` on the server machine does not start it
+    assert not worker.get("volumes") and not worker.get("depends_on")  # no files, no local server services
+    env = worker["environment"]
+    assert env["FLEETFORGE_STORE_URL"].startswith("s3://")  # a file:// store cannot be shared across machines
+    assert "${FLEETFORGE_SERVER" in env["TEMPORAL_ADDRESS"] and "${FLEETFORGE_SERVER" in env["FLEETFORGE_S3_ENDPOINT"]
+    from worker import parse_queue_kinds
+
+    assert parse_queue_kinds(worker["command"][-1])
 
 
 def test_dockerfile_installs_the_project_with_toolchains() -> None:

@@ -197,6 +197,7 @@ async def test_after_n_llm_candidates_fail_verification_the_offline_template_is_
 async def test_a_rejected_candidate_sent_again_is_not_verified_again_and_the_job_ends_no_progress(
         temporal_env, tmp_path, file_store):
     cumsum = apply_overrides((EXAMPLES / "kernelbench" / "36_Cumsum.py").read_text(), {"batch_size": 4, "length": 10})
+    cumsum = cumsum.replace("torch.cumsum(x, dim=self.dim)", "torch.sort(x, dim=self.dim)[0]")  # no offline fallback
     wrong = KERNEL_SOURCE.format(mask="offs < n").replace("def __init__(self):", "def __init__(self, dim):")
     with ScriptedOpenAIServer([code_answer(wrong)] * 4) as server:
         result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only", source=cumsum)

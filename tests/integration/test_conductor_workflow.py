@@ -125,19 +125,20 @@ async def test_a_max_step_without_room_to_verify_ends_before_any_agent_runs(temp
     assert result.op_family == "elementwise(relu)" and result.aten_ops == ["aten.relu.default"]
 
 
-CUMSUM = (KERNELBENCH / "36_Cumsum.py").read_text()
+SORT = (KERNELBENCH / "36_Cumsum.py").read_text().replace("torch.cumsum(x, dim=self.dim)", "torch.sort(x, dim=self.dim)[0]")
+"""An op nothing offline lowers (sorting)."""
 
 
 async def test_an_op_without_offline_template_ends_at_once_naming_its_aten_ops(temporal_env, file_store, settings):
-    source = apply_overrides(CUMSUM, {"batch_size": 4, "length": 10})
-    task = KernelTask(op_name="Cumsum", task_desc=source, task_id=f"cumsum-{uuid.uuid4().hex[:6]}", arch="cpu",
+    source = apply_overrides(SORT, {"batch_size": 4, "length": 10})
+    task = KernelTask(op_name="Sort", task_desc=source, task_id=f"sort-{uuid.uuid4().hex[:6]}", arch="cpu",
                       overrides={"batch_size": 4, "length": 10})
     for workflow in ("default", "coder_only"):
         result, trace = await run_conductor(temporal_env.client, file_store, settings, task, workflow=workflow)
         assert result.outcome is KernelOutcome.FAILED and result.finish_reason is FinishReason.NO_OFFLINE_TEMPLATE
         assert [(e.agent, e.ok) for e in trace] == [("designer" if workflow == "default" else "coder", False)]
         assert result.failure is not None and result.failure.code == "NO_OFFLINE_TEMPLATE"
-        assert "no template for cumsum (aten ops: aten.cumsum.default)" in result.failure.message
+        assert "no lowering for sort" in result.failure.message and "(aten ops: aten.sort.default)" in result.failure.message
         assert "configure an LLM" in result.failure.message
         assert result.overrides == {"batch_size": 4, "length": 10}
 

@@ -62,9 +62,15 @@ async def bench(temporal_env, s3_endpoint: str, tmp_path_factory: pytest.TempPat
         yield Bench(temporal_env.client, queues, store, models, settings.cache_dir, root / "downloads")
 
 
+EVAL_SAMPLES = {"light_squeezenet": 8}
+"""Fewer graded samples than the default 32 where HTP emulation of each costs seconds on a shared 2-core
+machine (light_squeezenet int8 is evaluated twice: before and after its remedy)."""
+
+
 async def convert(b: Bench, model: Path, precision: Precision) -> ConversionResult:
     req = ConversionRequest(model=str(model), target_soc="sm8550", precision=precision, queues=b.queues,
-                            run_id=uuid.uuid4().hex[:8], preset="fast")
+                            run_id=uuid.uuid4().hex[:8], preset="fast", synthetic_calibration=True,
+                            eval_samples=EVAL_SAMPLES.get(model.stem, 32))
     handle = await b.client.start_workflow(
         ConverterWorkflow.run, req, id=f"convert-e2e/{req.run_id}", task_queue=b.queues.workflows,
         search_attributes=start_attributes(JobKind.CONVERT, req.model, "SM8550"))
@@ -122,14 +128,22 @@ async def test_conversion_to_sm8550_lands_in_s3_with_evaluation_and_reruns_from_
     assert 0 <= ev.mean_abs <= ev.max_abs
     threshold = 0.95 if precision is Precision.INT8 else 0.99
     acc = first.accuracy
-    assert acc is not None and acc.verdict == "passed" and acc.min_cosine == threshold and ev.cosine >= threshold, acc
+    # quantized on synthetic calibration: the figures reach the gate, but only on synthetic inputs
+    verdict = "unverified" if precision is Precision.INT8 else "passed"
+    assert acc is not None and acc.verdict == verdict and acc.min_cosine == threshold and ev.cosine >= threshold, acc
+    graded = EVAL_SAMPLES.get(name, 32)
+    assert ev.samples == graded and ev.inputs == "synthetic" and all(o.samples == graded for o in ev.outputs)
+    assert first.requested_precision is first.delivered_precision is precision
+    assert first.report is not None and first.report.toolchain.get("onnxruntime-qnn")
+    (ctx_report,) = [a for a in first.report.artifacts if a.name == f"{stem}.onnx"]
+    assert ctx_report.placement and sum(r.cpu for r in ctx_report.placement) == 0, ctx_report.placement
     assert first.offload is not None and first.offload.full and acc.offload_share == 1.0, first.offload
     if (name, precision) == ("light_squeezenet", Precision.INT8):
         # light_squeezenet's output is a uniform softmax (every value 1/1000), below one step of the
         # uint8 softmax output encoding (scale 1/255): the plain int8 model rounds it to zero (cosine 0).
         # The gate sends the figures back; the offline planner's first remedy keeps the softmax in float.
         assert [a.outcome for a in first.attempts] == ["below_threshold", "succeeded"], first.attempts
-        assert first.attempts[0].feedback.startswith("worst output cosine 0.0000 < 0.95"), first.attempts[0]
+        assert first.attempts[0].feedback.startswith("lowest per-sample cosine 0.0000 < 0.95"), first.attempts[0]
         assert acc.remedies == ["float_outputs"] and any("kept in float" in w for w in first.warnings), first.warnings
     else:
         assert acc.remedies == [] and [a.outcome for a in first.attempts] == ["succeeded"]
@@ -137,7 +151,9 @@ async def test_conversion_to_sm8550_lands_in_s3_with_evaluation_and_reruns_from_
     assert second.status is JobStatus.COMPLETED, second.failure
     assert second.executed_steps == [], "an identical conversion must not run any tool"
     assert second.cached_steps == tool_steps
-    assert {a.name: a.sha256 for a in second.artifacts} == {a.name: a.sha256 for a in first.artifacts}
+    converted = lambda r: {a.name: a.sha256 for a in r.artifacts if a.name.startswith("converted/")}  # noqa: E731
+    assert converted(second) == converted(first), "the same binaries (each run's report names its own run)"
+    assert {a.name for a in second.artifacts} == {a.name for a in first.artifacts}
     assert second.evaluation is not None and second.evaluation.cached and not ev.cached
     assert second.evaluation.model_dump(exclude={"cached", "seconds"}) == ev.model_dump(exclude={"cached", "seconds"})
     assert second.accuracy == first.accuracy

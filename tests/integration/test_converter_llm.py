@@ -223,16 +223,16 @@ def build_softmax_head(path: Path) -> Path:
     return path
 
 
-def int8_plan(float_outputs: list[str] | None = None) -> Scripted:
-    src, qdq, ctx = "input/head.onnx", "converted/head_int8_qdq.onnx", "converted/head_int8_sm8550_ctx.onnx"
+def int8_plan(float_outputs: list[str] | None = None, precision: str = "int8") -> Scripted:
+    src, qdq, ctx = "input/head.onnx", f"converted/head_{precision}_qdq.onnx", f"converted/head_{precision}_sm8550_ctx.onnx"
     quant = {"step_id": "quantize", "tool_name": "ortqnn.quantize_qdq",
-             "required_args": {"model": src, "output": qdq, "precision": "int8"},
+             "required_args": {"model": src, "output": qdq, "precision": precision},
              "optional_args": {"float_outputs": float_outputs} if float_outputs else {}, "expected_outputs": [qdq]}
     compile_ = {"step_id": "context_binary", "tool_name": "ortqnn.context_binary", "depends_on": ["quantize"],
                 "required_args": {"model": qdq, "soc": "sm8550", "output": ctx},
-                "optional_args": {"precision": "int8", "graph_optimization": "fast"}, "expected_outputs": [ctx]}
-    doc = {"status": "OK", "intent": {"reference": src, "evaluate": ctx, "precision": "int8"}, "steps": [quant, compile_],
-           "rationale": "int8" + (" with the softmax in float" if float_outputs else "")}
+                "optional_args": {"precision": precision, "graph_optimization": "fast"}, "expected_outputs": [ctx]}
+    doc = {"status": "OK", "intent": {"reference": src, "evaluate": ctx, "precision": precision}, "steps": [quant, compile_],
+           "rationale": precision + (" with the softmax in float" if float_outputs else "")}
     return json_reply(json.dumps(doc))
 
 
@@ -240,11 +240,36 @@ async def test_the_llm_gets_the_accuracy_figures_and_its_remedy_passes_the_gate(
     store = FileStore(tmp_path / "artifacts")
     head = build_softmax_head(tmp_path / "hub" / "head.onnx")
     with ScriptedOpenAIServer([int8_plan(), int8_plan(["prob"])]) as server:
-        result, handle, _ = await convert(temporal_env.client, server, tmp_path, store, head, precision="int8")
+        result, handle, _ = await convert(temporal_env.client, server, tmp_path, store, head, precision="int8",
+                                          synthetic_calibration=True)
 
     assert result.status is JobStatus.COMPLETED, result.failure
     assert [a.outcome for a in result.attempts] == ["below_threshold", "succeeded"]
     feedback = [m["content"] for m in sent_messages(server) if m["role"] == "user" and "accuracy gate" in (m["content"] or "")]
-    assert len(feedback) == 1 and "prob: cosine 0.0000" in feedback[0] and "w8a16" in feedback[0], feedback
-    assert result.accuracy.verdict == "passed" and result.accuracy.cosine >= 0.95 and result.offload.full
+    assert len(feedback) == 1 and "prob: lowest per-sample cosine 0.0000" in feedback[0] and "w8a16" in feedback[0], feedback
+    assert result.accuracy.verdict == "unverified" and result.accuracy.cosine >= 0.95 and result.offload.full
     assert [p.source for p in result.planner] == ["llm", "llm"]
+
+
+async def test_an_int8_request_is_never_delivered_as_w8a16_without_the_users_consent(temporal_env, tmp_path: Path):
+    from contracts.convert import Precision
+
+    store = FileStore(tmp_path / "artifacts")
+    head = build_softmax_head(tmp_path / "hub" / "head.onnx")
+    with ScriptedOpenAIServer([int8_plan(precision="w8a16"), int8_plan(["prob"])]) as server:
+        kept, handle, _ = await convert(temporal_env.client, server, tmp_path, store, head, precision="int8",
+                                        synthetic_calibration=True)
+    assert kept.status is JobStatus.COMPLETED, kept.failure
+    assert kept.requested_precision is kept.delivered_precision is Precision.INT8
+    assert [a.outcome for a in kept.attempts] == ["compile_rejected", "succeeded"], kept.attempts
+    assert "delivers w8a16" in kept.attempts[0].feedback and "--precision-fallback" in kept.attempts[0].feedback
+    assert (await scheduled_activities(handle)).count("execute_step") == 2, "the w8a16 plan never ran"
+    told = [m["content"] for m in sent_messages(server) if m["role"] == "user" and "delivers w8a16" in (m["content"] or "")]
+    assert told, "the LLM is told why its plan was refused"
+
+    with ScriptedOpenAIServer([int8_plan(precision="w8a16")]) as server:
+        allowed, _, _ = await convert(temporal_env.client, server, tmp_path / "allowed", store, head, precision="int8",
+                                      synthetic_calibration=True, precision_fallback=True)
+    assert allowed.status is JobStatus.COMPLETED, allowed.failure
+    assert (allowed.requested_precision, allowed.delivered_precision) == (Precision.INT8, Precision.W8A16)
+    assert allowed.report is not None and allowed.report.delivered_precision is Precision.W8A16

@@ -98,7 +98,7 @@ async def test_workflow_converts_through_the_qairt_toolchain(temporal_env, tmp_p
         reg = build_registry(settings, store)
         queues = fresh_queues()
         req = ConversionRequest(model=str(model), target_soc="sm8550", precision="int8", toolchain=Toolchain.QAIRT,
-                                llm="openai", queues=queues, run_id=uuid.uuid4().hex[:8])
+                                llm="openai", queues=queues, run_id=uuid.uuid4().hex[:8], synthetic_calibration=True)
         async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], task_queue=queues.workflows,
                               activities=reg.by_kind["toolchain"] + reg.by_kind["llm"]):
             result: ConversionResult = await temporal_env.client.execute_workflow(

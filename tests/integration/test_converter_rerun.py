@@ -60,8 +60,9 @@ async def test_rerun_reuses_the_plan_with_overrides_and_skips_the_planner(conver
     assert not PLANNERS & set(kinds) and "load_plan" in kinds, kinds
     assert rerun.executed_steps == ["context_binary"], "a different SoC is a different step: not a cache hit"
     # every output is named for what it is: the SM8650 binary is not called ..._sm8550_...
-    assert {a.name for a in first.artifacts} == {"converted/tiny_fp16_sm8550_ctx.onnx", "converted/tiny_fp16_sm8550_ctx_qnn.bin"}
-    assert {a.name for a in rerun.artifacts} == {"converted/tiny_fp16_sm8650_ctx.onnx", "converted/tiny_fp16_sm8650_ctx_qnn.bin"}
+    report = {"report/conversion_report.md", "report/conversion_report.json"}
+    assert {a.name for a in first.artifacts} == {"converted/tiny_fp16_sm8550_ctx.onnx", "converted/tiny_fp16_sm8550_ctx_qnn.bin"} | report
+    assert {a.name for a in rerun.artifacts} == {"converted/tiny_fp16_sm8650_ctx.onnx", "converted/tiny_fp16_sm8650_ctx_qnn.bin"} | report
     assert {a.sha256 for a in rerun.artifacts}.isdisjoint({a.sha256 for a in first.artifacts})
     assert rerun.evaluation is not None and rerun.evaluation.cosine > 0.999
     assert rerun.evaluation.candidate == "converted/tiny_fp16_sm8650_ctx.onnx"
@@ -72,7 +73,7 @@ async def test_rerun_reuses_the_plan_with_overrides_and_skips_the_planner(conver
 
 async def test_rerun_of_an_int8_run_at_fp16_drops_the_quantizer_and_compiles_fp16(converter: Run):
     run = converter
-    first, _ = await run(target_soc="sm8550", precision=Precision.INT8, preset="fast")
+    first, _ = await run(target_soc="sm8550", precision=Precision.INT8, preset="fast", synthetic_calibration=True)
     rerun, kinds = await run(rerun_of=first.run_id, overrides={"precision": "fp16"})
     fresh, _ = await run(target_soc="sm8550", precision=Precision.FP16, preset="fast")
 
@@ -84,6 +85,7 @@ async def test_rerun_of_an_int8_run_at_fp16_drops_the_quantizer_and_compiles_fp1
     # the fp16 binary: exactly the step a fresh fp16 conversion runs (same tool, params, input: a cache hit)
     assert "converted/tiny_fp16_sm8550_ctx_qnn.bin" in {a.name for a in rerun.artifacts}
     assert fresh.status is JobStatus.COMPLETED and fresh.cached_steps == ["context_binary"] and fresh.executed_steps == []
-    assert {a.sha256 for a in fresh.artifacts} == {a.sha256 for a in rerun.artifacts}
+    assert {a.sha256 for a in fresh.artifacts if a.name.startswith("converted/")} == \
+        {a.sha256 for a in rerun.artifacts if a.name.startswith("converted/")}
     assert rerun.evaluation is not None and rerun.evaluation.candidate == "converted/tiny_fp16_sm8550_ctx.onnx"
     assert rerun.evaluation.cosine > first.evaluation.cosine, "fp16 is closer to fp32 than int8"

@@ -18,7 +18,7 @@ from temporalio.worker import Replayer
 
 from activities.experiments import RunStore
 from activities.storage import ArtifactStore, FileStore
-from activities.toolchains.activities import heartbeating
+from activities.heartbeat import heartbeating
 from activities.workspace import Workspace
 from contracts.common import JobKind, JobStatus, TaskQueues
 from contracts.convert import OutputKind, Precision
@@ -88,12 +88,14 @@ async def test_missing_soc_waits_for_input_rejects_bad_answers_and_completes(tem
 
     assert result.status is JobStatus.COMPLETED, result.failure
     assert result.executed_steps == ["context_binary"]
-    assert {a.name for a in result.artifacts} == {"converted/tiny_fp16_sm8650_ctx.onnx", "converted/tiny_fp16_sm8650_ctx_qnn.bin"}
+    assert {a.name for a in result.artifacts} == {"converted/tiny_fp16_sm8650_ctx.onnx", "converted/tiny_fp16_sm8650_ctx_qnn.bin",
+                                                  "report/conversion_report.md", "report/conversion_report.json"}
     assert result.evaluation is not None and result.evaluation.cosine > 0.999
     assert RunStore(store).get(result.run_id).status is JobStatus.COMPLETED
     # the Web UI's current details show the accuracy verdict and the offload share
     details = final.current_details.replace(GUTTER, "")  # the cells' padding (workflows/presentation.py)
-    assert "| accuracy | passed: cosine 1.0000 (threshold 0.99) |" in details, details
+    assert "| accuracy | passed: lowest per-sample cosine 1.0000 (threshold 0.99) on 32 synthetic samples |" in details, details
+    assert "| precision | fp16 |" in details and "**op placement**" in details and "**accuracy per output**" in details
     assert "| offload | 100% of 7 nodes in the context binary |" in details, details
     assert "**evaluation**" in details and "**artifacts**" in details and "| target | SM8650 |" in details, details
     assert result.accuracy is not None and result.accuracy.verdict == "passed" and result.offload.share == 1.0
@@ -150,7 +152,8 @@ async def test_a_failing_tool_ends_with_its_own_code_and_the_offline_planner_is_
     reg = build_registry(settings, store)
     async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"],
                           task_queue=queues.workflows):
-        handle = await start(temporal_env.client, queues, request(model, queues, target_soc="sm8550", precision=Precision.INT8))
+        handle = await start(temporal_env.client, queues, request(model, queues, target_soc="sm8550", precision=Precision.INT8,
+                                                                  synthetic_calibration=True))
         result: ConversionResult = await outcome_of(handle, ConversionResult)
         progress = await handle.query(ConverterWorkflow.status)
         kinds = [ev.activity_task_scheduled_event_attributes.activity_type.name
@@ -246,7 +249,8 @@ async def test_cancel_during_a_compile_kills_the_tool_and_ends_cancelled_without
     reg = build_registry(settings, store)
     client = temporal_env.client
     async with new_worker(client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"], task_queue=queues.workflows):
-        handle = await start(client, queues, request(vgg, queues, target_soc="sm8550", precision=Precision.INT8, preset="max_perf"))
+        handle = await start(client, queues, request(vgg, queues, target_soc="sm8550", precision=Precision.INT8, preset="max_perf",
+                                                         synthetic_calibration=True))
         await assert_eventually(lambda: running_activity(client, handle.id, "execute_step"), timeout=60,
                                 message="the compile never started")
         children = await assert_eventually(tool_children, timeout=30, message="no compiler child process")
@@ -276,7 +280,7 @@ async def test_cancel_during_a_compile_kills_the_tool_and_ends_cancelled_without
 
 
 TOOL_METHODS = ("plan_offline", "planner_tool", "load_plan", "compile_plan", "execute_step", "evaluate",
-                "offline_planner_answer", "prepare_calibration", "record_failure")
+                "offline_planner_answer", "prepare_calibration", "record_failure", "write_report")
 
 
 def activities_with(reg, tools) -> list:  # noqa: ANN001
@@ -315,7 +319,7 @@ async def test_a_cache_entry_made_under_one_toolchain_version_is_not_reused_unde
         [installed["onnxruntime-qnn"], upgraded["onnxruntime-qnn"]])
 
 
-def tiny_calibration(path: Path, scale: float, samples: int = 6) -> Path:
+def tiny_calibration(path: Path, scale: float, samples: int = 40) -> Path:
     import numpy as np
 
     rng = np.random.default_rng(7)
@@ -335,7 +339,14 @@ def input_scale(store: ArtifactStore, result: ConversionResult) -> float:
     return float(numpy_helper.to_array(init[q.input[1]]))
 
 
-async def test_calibration_data_sets_the_quantization_scales_and_is_the_evaluation_input(temporal_env, env, tmp_path: Path):
+async def test_calibration_data_sets_the_scales_and_a_held_out_part_of_it_grades_the_result(temporal_env, env,
+                                                                                            tmp_path: Path):
+    """Real data: the quantizer calibrates on one part, the gate grades the other (calibration ∩
+    evaluation = ∅, read back from the workspace); synthetic calibration completes `unverified`."""
+    import numpy as np
+
+    from activities.toolchains.feeds import overlap, read_npz
+
     settings, store, model = env
     queues = fresh_queues()
     reg = build_registry(settings, store)
@@ -343,7 +354,8 @@ async def test_calibration_data_sets_the_quantization_scales_and_is_the_evaluati
     async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"],
                           task_queue=queues.workflows):
         synthetic = await outcome_of(await start(temporal_env.client, queues, request(
-            model, queues, target_soc="sm8550", precision=Precision.INT8, preset="fast")), ConversionResult)
+            model, queues, target_soc="sm8550", precision=Precision.INT8, preset="fast", synthetic_calibration=True)),
+            ConversionResult)
         real = await outcome_of(await start(temporal_env.client, queues, request(
             model, queues, target_soc="sm8550", precision=Precision.INT8, preset="fast", calibration=str(calib))), ConversionResult)
 
@@ -351,9 +363,24 @@ async def test_calibration_data_sets_the_quantization_scales_and_is_the_evaluati
     # the input's range: synthetic standard normal (both signs) vs. the data's [0, 10): another scale
     s_scale, r_scale = input_scale(store, synthetic), input_scale(store, real)
     assert abs(r_scale - 10.0 / 255) < 0.2 * 10.0 / 255 and abs(s_scale - r_scale) > 0.2 * r_scale, (s_scale, r_scale)
-    assert synthetic.evaluation.inputs == "synthetic" and real.evaluation.inputs == "calibration"
-    assert real.evaluation.samples == 6 and synthetic.evaluation.samples == 4
+    assert synthetic.evaluation.inputs == "synthetic" and real.evaluation.inputs == "held_out"
+    assert synthetic.evaluation.samples == 32 and synthetic.evaluation.families == ["natural images", "noise"]
+    assert real.evaluation.samples == 20 and real.evaluation.calibration == "data" and real.evaluation.calibration_samples == 20
+    assert real.accuracy.verdict == "passed" and real.accuracy.samples == 20
+    assert synthetic.accuracy.verdict == "unverified" and "unverified on real data" in synthetic.accuracy.note
     assert not any("synthetic" in w for w in real.warnings), real.warnings
-    index = Workspace(store, settings.cache_dir, real.workspace).index()
-    copies = [k for k in index if k.startswith("input/calibration_") and k.endswith(".npz")]
-    assert len(copies) == 1 and copies[0][len("input/calibration_"):-4] == index[copies[0]].sha256[:16]
+    assert any("unverified on real data" in w for w in synthetic.warnings), synthetic.warnings
+    assert real.requested_precision is real.delivered_precision is Precision.INT8
+
+    ws = Workspace(store, settings.cache_dir, real.workspace)
+    index = ws.index()
+    copies = sorted(k for k in index if k.startswith(("input/calibration_", "input/evaluation_")) and k.endswith(".npz"))
+    assert [c.split("_")[0] for c in copies] == ["input/calibration", "input/evaluation"], copies
+    assert all(c.rsplit("_", 1)[1][:-4] == index[c].sha256[:16] for c in copies)
+    ws.materialize()
+    cal, held = (read_npz(ws.path(c))["input"] for c in copies)
+    assert len(cal) == len(held) == 20
+    everything = np.load(calib)["input"]
+    as_feeds = lambda a: [{"input": x} for x in a]  # noqa: E731
+    assert overlap(as_feeds(held), as_feeds(cal)) == 0, "the gate never grades a calibration sample"
+    assert overlap(as_feeds(everything), as_feeds(np.concatenate([cal, held]))) == 40, "nothing invented, nothing lost"

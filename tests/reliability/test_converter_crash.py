@@ -44,7 +44,7 @@ async def test_worker_killed_during_a_long_step_is_replaced_and_the_run_complete
                "QAIRT_SDK_ROOT": str(sdk)}
         async with WorkerProcess(client, state, env=env) as wp:
             req = ConversionRequest(model=str(model), target_soc="sm8550", precision="int8", toolchain=Toolchain.QAIRT,
-                                    llm="openai", queues=wp.queues, run_id=uuid.uuid4().hex[:8])
+                                    llm="openai", queues=wp.queues, run_id=uuid.uuid4().hex[:8], synthetic_calibration=True)
             wf_id = f"convert-crash/{req.run_id}"
             handle = await client.start_workflow(ConverterWorkflow.run, req, id=wf_id, task_queue=wp.queues.workflows,
                                                  search_attributes=start_attributes(JobKind.CONVERT, req.model, "SM8550"))

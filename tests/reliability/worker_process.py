@@ -29,8 +29,11 @@ class WorkerProcess:
     Extra environment (an LLM base URL, QAIRT_SDK_ROOT, a store URL) goes in `env`; the state dir
     (file store, caches) is shared by every process of one test, like a shared artifact store."""
 
-    def __init__(self, client: Client, state_dir: Path, env: dict[str, str] | None = None, prefix: str | None = None):
+    def __init__(self, client: Client, state_dir: Path, env: dict[str, str] | None = None, prefix: str | None = None,
+                 wrap: list[str] | None = None):
         self.client = client
+        self.wrap = list(wrap or [])
+        """argv the worker runs under (e.g. bwrap with the client's folder hidden)."""
         self.prefix = prefix or f"crash-{uuid.uuid4().hex[:8]}"
         self.env = {
             **os.environ,
@@ -60,7 +63,7 @@ class WorkerProcess:
         self.starts += 1
         with self.log.open("a") as log:
             log.write(f"--- start {self.starts}\n")
-            self.proc = subprocess.Popen([sys.executable, str(REPO / "worker.py"), "--queues", "all"], cwd=REPO,
+            self.proc = subprocess.Popen([*self.wrap, sys.executable, str(REPO / "worker.py"), "--queues", "all"], cwd=REPO,
                                          env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         await assert_eventually(self._polling, timeout=60, interval=0.2, message=f"worker polling (log: {self.log})")
 
@@ -70,6 +73,8 @@ class WorkerProcess:
         resp = await self.client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
             namespace=self.client.namespace, task_queue=TaskQueue(name=self.queues.workflows),
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
+        if self.wrap:  # the worker is a child of the wrapper (its pid differs): any poller on our own queue
+            return bool(resp.pollers)
         return any(p.identity.startswith(f"{self.proc.pid}@") for p in resp.pollers)
 
     def kill(self) -> None:

@@ -1,4 +1,4 @@
-"""Record workflow histories for the replay tests: `python -m tests.replay.record [inspect|convert|convert_remedy ...]`.
+"""Record workflow histories for the replay tests: `python -m tests.replay.record [inspect|convert|convert_remedy|convert_gate ...]`.
 
 Re-run after a deliberate change to a workflow's commands (and keep the old history too when the
 change is behind `workflow.patched`, so old runs are still proven replayable)."""
@@ -96,7 +96,35 @@ async def record_convert_remedy(env: WorkflowEnvironment, tmp: Path) -> None:
     (HISTORIES / "convert_int8_accuracy_remedy.json").write_text(history.to_json())
 
 
-async def main(which: tuple[str, ...] = ("inspect", "convert", "convert_remedy")) -> None:
+async def record_convert_gate(env: WorkflowEnvironment, tmp: Path) -> None:
+    """The held-out gate: int8 without calibration data asks for it; the synthetic opt-in answers; the
+    gate grades 32 synthetic samples of other families (verdict unverified) and the report is written."""
+    settings = Settings(state_dir=tmp / "state-gate")
+    store = FileStore(tmp / "artifacts-gate")
+    queues = fresh_queues()
+    model = build_tiny_cnn(tmp / "tiny.onnx")
+    async with new_worker(env.client, workflows=[ConverterWorkflow],
+                          activities=build_registry(settings, store).by_kind["toolchain"], task_queue=queues.workflows):
+        handle = await env.client.start_workflow(
+            ConverterWorkflow.run, ConversionRequest(model=str(model), target_soc="sm8550", precision=Precision.INT8,
+                                                     preset="fast", queues=queues, run_id="replay-gate"),
+            id=f"convert/{uuid.uuid4().hex[:8]}", task_queue=queues.workflows,
+            search_attributes=start_attributes(JobKind.CONVERT, "tiny.onnx", "SM8550"),
+        )
+
+        async def waiting() -> bool:
+            return (await handle.query(ConverterWorkflow.status)).status is JobStatus.NEEDS_INPUT
+
+        await assert_eventually(waiting, timeout=30)
+        await handle.execute_update(ConverterWorkflow.provide_input, ProvideInput(synthetic_calibration=True))
+        result = await handle.result()
+        assert result.status is JobStatus.COMPLETED and result.accuracy.verdict == "unverified", result
+        assert result.report is not None
+    history = await handle.fetch_history()
+    (HISTORIES / "convert_held_out_gate_int8.json").write_text(history.to_json())
+
+
+async def main(which: tuple[str, ...] = ("inspect", "convert", "convert_remedy", "convert_gate")) -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
         data_converter=pydantic_data_converter,
@@ -109,6 +137,8 @@ async def main(which: tuple[str, ...] = ("inspect", "convert", "convert_remedy")
                 await record_convert(env, Path(tmp))
             if "convert_remedy" in which:
                 await record_convert_remedy(env, Path(tmp))
+            if "convert_gate" in which:
+                await record_convert_gate(env, Path(tmp))
     finally:
         await env.shutdown()
 
@@ -116,4 +146,4 @@ async def main(which: tuple[str, ...] = ("inspect", "convert", "convert_remedy")
 if __name__ == "__main__":
     import sys
 
-    asyncio.run(main(tuple(sys.argv[1:]) or ("inspect", "convert", "convert_remedy")))
+    asyncio.run(main(tuple(sys.argv[1:]) or ("inspect", "convert", "convert_remedy", "convert_gate")))

@@ -65,3 +65,23 @@ def test_a_kernel_result_says_what_the_reference_is_its_sizes_and_every_fallback
     assert "reference: elementwise(relu) (aten: aten.relu.default)" in shown.out and "sizes: dim=4096" in shown.out
     assert "1 candidate(s) identical to a rejected one" in shown.out
     assert "fallback: step 2 coder: 3 LLM answers refused" in shown.err
+
+
+def test_upload_bar_in_a_log_says_each_big_file_once_and_on_a_terminal_draws_then_goes():
+    import io
+
+    from rich.console import Console
+
+    from client.out import UploadBar
+
+    log = io.StringIO()
+    bar = UploadBar(Console(file=log, force_terminal=False, width=200))
+    for done in (10, 20, 30):
+        bar("m.onnx.data", done, 30)
+    assert log.getvalue().count("uploading m.onnx.data (30 bytes)") == 1
+
+    tty = UploadBar(Console(file=io.StringIO(), force_terminal=True, width=80))
+    tty("m.onnx.data", 10, 30)
+    assert tty._live is not None  # a bar while bytes go
+    tty("m.onnx.data", 30, 30)
+    assert tty._live is None  # gone when the file is in, so the job's own progress display can start

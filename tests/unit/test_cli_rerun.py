@@ -14,7 +14,7 @@ from activities.storage import FileStore
 from activities.toolchains.offline_planner import plan_offline
 from activities.toolchains.registry import default_registry
 from activities.workspace import Workspace
-from client.cli import resolve_local, rerun_request
+from client.convert import resolve_local, rerun_fields
 from contracts.common import JobKind, JobStatus
 from contracts.convert import OutputKind, Precision
 from contracts.convert_job import ConversionRequest
@@ -25,6 +25,11 @@ from tests.unit.test_convert_presets import _model
 EARLIER = {"model": "hub/tiny.onnx", "target_soc": "sm8550", "precision": "int8", "output": "qnn_context_binary",
            "toolchain": "auto", "preset": "balanced", "calibration": None, "user_id": "ana"}
 NO_MODEL = {"model": None}
+
+
+def rerun_request(store: FileStore, run_id: str, given: dict, overrides: dict) -> dict:
+    """The SDK's rule (client/convert.py, moved out of the CLI), called as the CLI used to."""
+    return rerun_fields(store, run_id, given["model"], overrides)
 
 
 @pytest.fixture

@@ -143,7 +143,8 @@ def test_render_argv_uses_our_name_and_labels_and_never_a_shell_string() -> None
     assert argv[-6:] == spec.args
     assert all(isinstance(a, str) for a in argv)
     # the arguments are passed as argv, even if they look like shell
-    assert render_argv(spec, name, {"fleetforge.run": "r"}) == render_argv(spec, name, {"fleetforge.run": "r"})
+    shellish = spec.model_copy(update={"args": ["--chat-template", "{{ a }} $(id) `x`; rm -rf / | b"]})
+    assert render_argv(shellish, name, {"fleetforge.run": "r"})[-2:] == ["--chat-template", "{{ a }} $(id) `x`; rm -rf / | b"]
     with pytest.raises(FleetforgeError):
         render_argv(spec, "bad name;", {"fleetforge.run": "r"})
     with pytest.raises(FleetforgeError):

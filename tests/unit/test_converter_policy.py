@@ -135,12 +135,12 @@ from contracts.convert_job import EvaluationReport, OffloadReport, OutputFigures
 from workflows.converter_policy import Complete, gate, min_cosine_for  # noqa: E402
 
 
-def report(*cosines: float, nonfinite: int = 0) -> EvaluationReport:
+def report(*cosines: float, nonfinite: int = 0, inputs: str = "held_out") -> EvaluationReport:
     outs = [OutputFigures(name=f"out{i}", cosine=c, max_abs=1 - c, mean_abs=(1 - c) / 2, sqnr_db=20.0,
                           nonfinite_mismatches=nonfinite if i == 0 else 0) for i, c in enumerate(cosines)]
     return EvaluationReport(reference="input/m.onnx", candidate="converted/m_ctx.onnx", samples=4, max_abs=1.0, mean_abs=0.5,
                             cosine=min(cosines), candidate_provider="QNNExecutionProvider", seconds=1.0, outputs=outs,
-                            sqnr_db=20.0)
+                            sqnr_db=20.0, inputs=inputs)
 
 
 FULL = OffloadReport(nodes_total=10, context_nodes=1, cpu_nodes=0)
@@ -158,10 +158,11 @@ def test_default_thresholds_per_precision_and_the_requests_own():
     assert min_cosine_for(INT8.model_copy(update={"min_cosine": 0.5})) == 0.5
 
 
-def test_a_result_at_the_threshold_completes_with_its_figures():
+def test_a_result_at_the_threshold_on_held_out_data_completes_passed_with_its_figures():
     verdict = judge(report(0.97, 0.999))
     assert isinstance(verdict, Complete)
     assert verdict.accuracy.verdict == "passed" and verdict.accuracy.cosine == 0.97 and verdict.accuracy.offload_share == 1.0
+    assert verdict.accuracy.samples == 4 and verdict.accuracy.inputs == "held_out"
 
 
 def test_below_the_threshold_goes_back_to_the_planner_with_the_figures():

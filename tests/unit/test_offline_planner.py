@@ -142,13 +142,15 @@ INT8_CTX = dict(target_soc="sm8550", precision=Precision.INT8)
 
 
 def test_the_remedies_come_in_order_and_stop_when_spent():
-    r = req(**INT8_CTX)
+    r = req(precision_fallback=True, **INT8_CTX)
+    assert next_remedy(req(**INT8_CTX), below(FLOAT_OUTPUTS)) == MORE_CALIBRATION, "w8a16 only with the user's consent"
+    assert next_remedy(req(**INT8_CTX), below(FLOAT_OUTPUTS, MORE_CALIBRATION)) is None
     assert next_remedy(r, below()) == FLOAT_OUTPUTS
     assert next_remedy(r, below(FLOAT_OUTPUTS)) == W8A16
     assert next_remedy(r, below(FLOAT_OUTPUTS, W8A16)) == MORE_CALIBRATION
     assert next_remedy(r, below(FLOAT_OUTPUTS, W8A16, MORE_CALIBRATION)) is None
     assert next_remedy(req(target_soc="sm8550", precision=Precision.FP16), below()) is None, "fp16 has nothing to give"
-    assert next_remedy(req(calibration="input/c.npz", **INT8_CTX), below(FLOAT_OUTPUTS, W8A16)) is None, \
+    assert next_remedy(req(calibration="input/c.npz", precision_fallback=True, **INT8_CTX), below(FLOAT_OUTPUTS, W8A16)) is None, \
         "real calibration data: more synthetic samples would not help"
     assert next_remedy(r, below(kind="offload")) is None, "nodes on the CPU: a precision change keeps them there"
 
@@ -182,7 +184,7 @@ def test_a_pass_remedy_puts_a_graph_passes_step_before_quantization_and_keeps_th
 
 
 def test_each_remedy_changes_the_plan_and_the_plan_says_which(ws: Path):
-    r = req(**INT8_CTX)
+    r = req(precision_fallback=True, **INT8_CTX)
     first = plan_offline(r, model_ref(), default_registry(), remedy=below(outputs={"prob": 0.0, "feat": 0.99}))
     quant, ctx = first.steps
     assert quant.optional_args["float_outputs"] == ["prob"], "only the failing output stays in float"
@@ -224,7 +226,7 @@ def test_impossible_combinations_are_named_before_anything_runs(kw: dict, fragme
 
 
 def test_a_remedy_that_could_not_run_is_dropped_and_not_tried_again():
-    r = req(**INT8_CTX)
+    r = req(precision_fallback=True, **INT8_CTX)
     fb = below().model_copy(update={"failed": [FLOAT_OUTPUTS],
                                     "float_outputs": ["prob"]})
     assert next_remedy(r, fb) == W8A16

@@ -108,7 +108,8 @@ def test_port_in_use_has_no_repair_the_port_is_the_fleets() -> None:
 
 def test_refused_llm_commands_do_not_change_the_offline_writers_command() -> None:
     refused = fail(ErrorCategory.POLICY_REJECTED)
-    assert write_command(LLAMA, HW, [refused, refused]) == write_command(LLAMA, HW)
+    first = write_command(LLAMA, HW)
+    assert first is not None and write_command(LLAMA, HW, [refused, refused]) == first
 
 
 def test_image_not_found_falls_back_to_the_runtime_default() -> None:
@@ -131,7 +132,8 @@ def test_crash_enables_eager_mode_once() -> None:
 
 
 def test_transient_failure_keeps_the_command() -> None:
-    assert write_command(LLAMA, HW, [fail(ErrorCategory.TRANSIENT)]) == write_command(LLAMA, HW)
+    first = write_command(LLAMA, HW)
+    assert first is not None and write_command(LLAMA, HW, [fail(ErrorCategory.TRANSIENT)]) == first
     knobs = initial_knobs(LLAMA, HW)
     assert repair(LLAMA, HW, knobs, fail(ErrorCategory.TRANSIENT)) == knobs
 

@@ -1,0 +1,57 @@
+"""The kernel job's rules: a KernelRequest from a KernelBench-format task file, checked before a job
+starts (BAD_INPUT / KERNEL_TASK_INVALID / WORKFLOW_CONFIG_INVALID). The task's source (with any
+`sets` applied) and its workflow config travel in the request, so no worker reads the client's disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from client.paths import local_path
+from contracts.errors import Err, FleetforgeError
+from contracts.kernel_job import KernelRequest
+
+
+class KernelStart(BaseModel):
+    """A checked kernel request and what the user should be told before it runs."""
+
+    request: KernelRequest
+    hint: str = ""
+    """e.g. the CPU verifier's memory estimate for big default sizes (empty: nothing to say)."""
+
+
+def kernel_request(
+    task: str | Path, *, run_id: str, arch: str = "cpu", workflow: str = "default", op_name: str | None = None,
+    sets: dict[str, str] | None = None, cwd: Path | None = None, **fields: Any,
+) -> KernelStart:
+    """`fields` go to KernelTask (num_candidates, max_step, ...) or KernelRequest (max_llm_answers,
+    llm_rejections_before_fallback, verify_timeout_s, ...), whichever has them."""
+    from activities.kernels.config_loader import config_for_task
+    from activities.kernels.reference import precheck
+    from activities.kernels.task_source import apply_overrides, check_op_name, check_task, op_name_for, parse_value
+    from contracts.kernel import CPU_ARCH, KernelTask, canonical_arch
+
+    try:
+        arch = canonical_arch(arch)
+    except ValueError as e:
+        raise FleetforgeError(Err.BAD_INPUT, f"--arch: {e}") from None
+    path = local_path(str(task), cwd)
+    if path is None or not path.is_file():
+        raise FleetforgeError(Err.BAD_INPUT, f"{task}: no such task file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise FleetforgeError(Err.BAD_INPUT, f"{task}: cannot read: {e}") from None
+    check_task(text, path.name)
+    name = check_op_name(op_name) if op_name is not None else op_name_for(path.stem)
+    overrides = {k: parse_value(k, v) for k, v in (sets or {}).items()}
+    source = apply_overrides(text, overrides, path.name)
+    hint = precheck(source, path.name) if arch == CPU_ARCH else ""  # BAD_INPUT when the verifier cannot hold the inputs
+    workflow_file = local_path(workflow, cwd) if workflow.endswith((".yaml", ".yml")) else None
+    request_fields = {k: fields.pop(k) for k in list(fields) if k in KernelRequest.model_fields}
+    kt = KernelTask(op_name=name, task_desc=source, task_id=f"{name}-{run_id}", arch=arch,
+                    workflow=str(workflow_file) if workflow_file else workflow, overrides=overrides,
+                    source_file=path.name, **fields)
+    return KernelStart(request=KernelRequest(task=kt, config=config_for_task(kt), **request_fields), hint=hint or "")

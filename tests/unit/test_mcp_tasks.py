@@ -1,0 +1,112 @@
+"""The MCP front door's pure parts: a job's state as a SEP-2663 task, the tool schemas against their
+contracts, the HTTP binding rule, and how `fleetforge watch` lays out live events."""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime, timezone
+
+import pytest
+
+from client.events_view import EventPrinter
+from client.jobs import JobSnapshot
+from client.mcp_server.args import ConvertArgs, FleetTestArgs, KernelArgs
+from client.mcp_server.serve import check_binding
+from client.mcp_server.tasks import JobState, input_key, task_view
+from contracts.convert_job import ConversionProgress, ConversionRequest
+from contracts.common import JobStatus
+from contracts.errors import FleetforgeError
+from contracts.events import EventKind, JobEvent
+from contracts.fleet_job import FleetTestRequest
+from contracts.kernel import KernelTask
+
+T0 = datetime(2026, 11, 24, 10, 0, tzinfo=timezone.utc)
+
+
+def state(status: str, **kw) -> JobState:
+    return JobState(job_id="convert/20261124-100000-ab12", status=status, created_at=T0, **kw)
+
+
+def test_a_running_job_is_a_working_task_whose_message_is_its_step():
+    task = task_view(state("RUNNING", snapshot=JobSnapshot(step="compile")))
+    assert task["status"] == "working" and task["statusMessage"] == "compile"
+    assert task["taskId"] == "convert/20261124-100000-ab12" and task["createdAt"] == "2026-11-24T10:00:00Z"
+    assert "result" not in task and "inputRequests" not in task
+
+
+def test_a_job_waiting_for_input_is_input_required_with_one_form_elicitation():
+    progress = ConversionProgress(status=JobStatus.NEEDS_INPUT, questions=["Which SoC?", "Which precision?"])
+    task = task_view(state("NEEDS_INPUT", snapshot=JobSnapshot(convert=progress)))
+    assert task["status"] == "input_required"
+    [(key, request)] = task["inputRequests"].items()
+    assert key.startswith("answer-") and request["method"] == "elicitation/create"
+    assert request["params"]["message"] == "Which SoC? / Which precision?"
+    assert {"soc", "precision"} <= set(request["params"]["requestedSchema"]["properties"])
+
+
+def test_input_keys_differ_between_question_rounds_and_jobs_and_repeat_within_one():
+    assert input_key("convert/a", ["Which SoC?"], "0/0/0") == input_key("convert/a", ["Which SoC?"], "0/0/0")
+    assert input_key("convert/a", ["Which SoC?"], "0/0/0") != input_key("convert/a", ["Which SoC?"], "1/1/0")
+    assert input_key("convert/a", ["Which SoC?"], "0/0/0") != input_key("convert/b", ["Which SoC?"], "0/0/0")
+
+
+def test_a_row_awaiting_approval_asks_for_a_yes_or_no_on_the_command():
+    task = task_view(state("AWAITING_APPROVAL", pending_command="docker run --rm m:1", pending_attempt=2))
+    [(key, request)] = task["inputRequests"].items()
+    assert key == "approve-2" and "docker run --rm m:1" in request["params"]["message"]
+    assert request["params"]["requestedSchema"]["required"] == ["approved"]
+
+
+def test_a_failed_job_is_a_completed_task_whose_tool_result_is_an_error_with_the_contract():
+    failed = task_view(state("FAILED", result={"status": "FAILED", "failure": {"code": "COMPILER_ERROR"}},
+                             summary="convert/x FAILED: COMPILER_ERROR in compile: bad arg"))
+    assert failed["status"] == "completed" and failed["result"]["isError"] is True
+    assert failed["result"]["structuredContent"]["failure"]["code"] == "COMPILER_ERROR"
+    done = task_view(state("COMPLETED", result={"status": "COMPLETED"}))
+    assert done["status"] == "completed" and done["result"]["isError"] is False
+
+
+def test_a_cancelled_job_is_a_cancelled_task():
+    assert task_view(state("CANCELLED"))["status"] == "cancelled"
+
+
+@pytest.mark.parametrize(("args", "contract", "pairs"), [
+    (ConvertArgs, ConversionRequest, {"model": "model", "precision": "precision", "output": "output",
+                                      "max_replans": "max_replans", "calibration": "calibration",
+                                      "min_cosine": "min_cosine", "soc": "target_soc"}),
+    (KernelArgs, KernelTask, {"num_candidates": "num_candidates", "max_step": "max_step", "workflow": "workflow"}),
+    (FleetTestArgs, FleetTestRequest, {"runner": "runner", "concurrency": "concurrency",
+                                       "require_approval": "require_approval", "test_timeout_s": "test_timeout_s"}),
+])
+def test_tool_arguments_take_their_contracts_types_defaults_and_bounds(args, contract, pairs):
+    ours, theirs = args.model_json_schema(), contract.model_json_schema()
+    for mine, field in pairs.items():
+        a, b = dict(ours["properties"][mine]), dict(theirs["properties"][field])
+        for schema in (a, b):
+            schema.pop("title", None)
+            schema.pop("description", None)
+        assert a == b, (mine, a, b)
+
+
+def test_http_beyond_loopback_needs_a_token():
+    check_binding("127.0.0.1", None)
+    check_binding("::1", None)
+    check_binding("0.0.0.0", "s3cret")
+    with pytest.raises(FleetforgeError, match="FLEETFORGE_MCP_TOKEN"):
+        check_binding("0.0.0.0", None)
+    with pytest.raises(FleetforgeError):
+        check_binding("10.1.2.3", "")
+
+
+def test_watch_writes_an_llm_calls_deltas_on_one_line_and_every_other_event_on_its_own():
+    out = io.StringIO()
+    printer = EventPrinter(out)
+    for event in [JobEvent(kind=EventKind.STEP, text="plan"),
+                  JobEvent(kind=EventKind.TOKENS, agent="planner", text='{"sta', call="5#1"),
+                  JobEvent(kind=EventKind.TOKENS, agent="planner", text='tus": "OK"}', call="5#1"),
+                  JobEvent(kind=EventKind.TOKENS, agent="planner", text="again", call="5#2"),
+                  JobEvent(kind=EventKind.STATUS, text="COMPLETED")]:
+        printer.show(event)
+    printer.end()
+    assert out.getvalue().splitlines() == ["  step: plan", '  [planner] {"status": "OK"}', "  [planner] again",
+                                           "  status: COMPLETED"]
