@@ -96,3 +96,22 @@ def test_the_evaluation_takes_its_reference_outputs_from_the_torch_module(tmp_pa
     other = evaluate(tmp_path, EvalParams(reference="a.onnx", candidate="a.onnx", source="b.pt"))
     assert same.cosine > 0.9999, "the export of a.pt computes what a.pt computes"
     assert other.cosine < 0.9, "with b.pt as the source the figures are b's: the torch module answered, not a.onnx"
+
+
+def test_calibration_data_for_a_torch_model_is_ingested_and_checked_against_the_exported_onnx(tmp_path: Path):
+    """The .pt has no ONNX graph to check the data against when the data is copied in (the export is a
+    plan step): ingestion keeps the arrays as [N, *shape], the quantizer's read checks them against the export."""
+    from activities.toolchains.feeds import calibration_feeds, ingest_split
+
+    save_ts(net(0), tmp_path / "m.pt")
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "good.npz", input=rng.standard_normal((8, 1, 3, 8, 8)).astype(np.float32))
+    np.savez(tmp_path / "bad.npz", input=rng.standard_normal((8, 1, 3, 4, 4)).astype(np.float32))
+    got = ingest_split(tmp_path / "good.npz", tmp_path / "m.pt", tmp_path, eval_source=None, eval_samples=4)
+    assert (got.calibration_samples, got.evaluation_samples, got.inputs) == (4, 4, ["input"])
+    export_onnx(tmp_path, TorchExportParams(model="m.pt", output="m.onnx", input_shapes=["input=1,3,8,8"]))
+    assert len(calibration_feeds(tmp_path / got.calibration, tmp_path / "m.onnx")) == 4
+    bad = ingest_split(tmp_path / "bad.npz", tmp_path / "m.pt", tmp_path, eval_source=None, eval_samples=4)
+    with pytest.raises(FleetforgeError) as e:
+        calibration_feeds(tmp_path / bad.calibration, tmp_path / "m.onnx")
+    assert e.value.code is Err.CALIBRATION_INVALID and "[1, 3, 8, 8]" in e.value.message
