@@ -49,8 +49,9 @@ def models(tmp_path: Path) -> dict[str, Path]:
 
 
 async def convert(client, queues, model: Path, **kw) -> ConversionResult:
+    kw = {"precision": Precision.FP16, **kw}
     req = ConversionRequest(model=str(model), queues=queues, run_id=uuid.uuid4().hex[:8], target_soc="sm8550",
-                            precision=Precision.FP16, preset="fast", **kw)
+                            preset="fast", **kw)
     handle = await client.start_workflow(ConverterWorkflow.run, req, id=f"convert/{req.run_id}", task_queue=queues.workflows,
                                          search_attributes=start_attributes(JobKind.CONVERT, req.model, "SM8550"))
     return await outcome_of(handle, ConversionResult)
@@ -84,3 +85,29 @@ async def test_torchscript_exported_program_and_external_data_onnx_convert_and_a
     assert "input/m.onnx.data" in index and ext.model is not None and [s.name for s in ext.model.sidecars] == ["m.onnx.data"]
     assert pth.status is JobStatus.FAILED and pth.failure.code == "MODEL_INVALID"
     assert "torch.jit.save" in pth.failure.message and "torch.export.save" in pth.failure.message
+
+
+async def test_an_exported_program_quantizes_on_the_users_calibration_data_checked_against_its_export(
+        temporal_env, tmp_path: Path, models: dict[str, Path]):
+    """int8 of a `.pt2` with --calibration: the data is copied in before the plan exports the ONNX (no
+    graph to check it against then), the quantizer reads it against the export; data of another shape
+    fails as CALIBRATION_INVALID naming the exported input, not as an internal error."""
+    from contracts.convert import OutputKind
+
+    rng = np.random.default_rng(3)
+    good, bad = tmp_path / "good.npz", tmp_path / "bad.npz"
+    np.savez(good, input=rng.standard_normal((16, 1, 3, 8, 8)).astype(np.float32))
+    np.savez(bad, input=rng.standard_normal((16, 1, 3, 4, 4)).astype(np.float32))
+    settings, store = Settings(state_dir=tmp_path / "state"), FileStore(tmp_path / "artifacts")
+    queues = fresh_queues()
+    reg = build_registry(settings, store)
+    async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"],
+                          task_queue=queues.workflows):
+        ok = await convert(temporal_env.client, queues, models["ep.pt2"], calibration=str(good),
+                           precision=Precision.INT8, output=OutputKind.ONNX_QDQ, eval_samples=4)
+        wrong = await convert(temporal_env.client, queues, models["ep.pt2"], calibration=str(bad),
+                              precision=Precision.INT8, output=OutputKind.ONNX_QDQ, eval_samples=4)
+    assert ok.status is JobStatus.COMPLETED, ok.failure
+    assert ok.evaluation is not None and ok.evaluation.reference == "converted/ep.onnx" and ok.evaluation.samples == 4
+    assert wrong.status is JobStatus.FAILED and wrong.failure.code == "CALIBRATION_INVALID", wrong.failure
+    assert "[1, 3, 8, 8]" in wrong.failure.message, wrong.failure.message
