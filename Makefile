@@ -40,7 +40,7 @@ test-fast: setup  # between edits: lint + unit, golden and replay tests (no serv
 	$(BIN)/ruff check --no-cache .
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=5 $(FAST_TESTS)
 
-BENCHES ?= storage convert kernel kernelbench fleet llm
+BENCHES ?= storage convert kernel kernelbench fleet llm sandbox
 
 bench: setup local-llm  # every benchmark, one after the other (about 25 minutes; kernelbench alone about 12); BENCHES="kernel llm" for some
 	@set -e; for b in $(BENCHES); do echo "== bench_$$b"; $(BIN)/python -m bench.bench_$$b; done

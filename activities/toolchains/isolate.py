@@ -112,9 +112,13 @@ _TEMP_MODEL = re.compile(r"Load model from \S*/ort\.quant\.\w+/\S+ failed:\s*(?:
 
 def tidy(text: str, limit: int = 600) -> str:
     """A library's error as one readable line: no "[ONNXRuntimeError] : 1 : FAIL :" prefix, no C++
-    source locations, no temporary file names of the quantizer, whitespace collapsed."""
-    text = _TEMP_MODEL.sub("", _CPP_LOCATION.sub("", _ORT_PREFIX.sub("", text)))
-    return " ".join(text.split())[:limit]
+    source locations, no temporary file names of the quantizer, whitespace collapsed, and cut at a word
+    boundary (with an ellipsis) when longer than `limit`."""
+    text = " ".join(_TEMP_MODEL.sub("", _CPP_LOCATION.sub("", _ORT_PREFIX.sub("", text))).split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    return (cut[:cut.rindex(" ")] if " " in cut else cut) + "…"
 
 
 def _gib(n: int) -> str:

@@ -122,6 +122,10 @@ def test_tidy_strips_runtime_noise():
     assert tidy("Load model from /tmp/ort.quant.ab12/augmented_model.onnx failed:Fatal error: x:Nope(-1) is not a "
                 "registered function/op") == "x:Nope(-1) is not a registered function/op"
     assert tidy("a\n  b") == "a b"
+    long = "Failed to finalize QNN graph for node layer_" + "x" * 10 + " " + "word " * 200
+    cut = tidy(long, limit=60)
+    assert len(cut) <= 60 and cut.endswith("…") and cut[:-1] == cut[:-1].rstrip() and long.startswith(cut[:-1])
+    assert not cut[:-1].endswith("wor"), "never cut mid-word"
 
 
 def test_log_tail_prefers_the_crash_frame(tmp_path):
