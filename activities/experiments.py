@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from activities.sandbox import safe_join
 from activities.storage import ArtifactStore
 from activities.workspace import Workspace
 from contracts.common import ArtifactRef, JobStatus
@@ -92,6 +93,8 @@ class RunActivities:
         ws = self.workspace(req.workspace)
         ws.materialize()
         self.store.get_file(req.model.artifact, ws.path(f"input/{req.model.filename}"))
+        for sidecar in req.model.sidecars:  # an ONNX model's external data, beside it as the model names it
+            self.store.get_file(sidecar, safe_join(ws.path("input"), sidecar.name))
         ws.write_json("metadata.json", {
             "run_id": req.workspace.run_id, "user_id": req.workspace.user_id,
             "model": req.model.model_dump(mode="json"), "input": f"input/{req.model.filename}",

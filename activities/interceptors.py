@@ -7,10 +7,12 @@ from typing import Any
 
 import structlog
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from contracts.errors import FleetforgeError
+from contracts.errors import Err, FleetforgeError
+
+log = structlog.get_logger("fleetforge.activity")
 
 
 class _ActivityInbound(ActivityInboundInterceptor):
@@ -25,7 +27,12 @@ class _ActivityInbound(ActivityInboundInterceptor):
             try:
                 return await self.next.execute_activity(input)
             except FleetforgeError as e:
-                raise ApplicationError(e.message, type=str(e.code), non_retryable=not e.retryable) from e
+                expected = not e.retryable and e.code is not Err.INTERNAL
+                if expected:  # a classified verdict (unsupported op, bad model, ...): one line, no traceback
+                    log.info("activity failed", code=e.code.value, message=e.message)
+                raise ApplicationError(e.message, type=str(e.code), non_retryable=not e.retryable,
+                                       category=ApplicationErrorCategory.BENIGN if expected
+                                       else ApplicationErrorCategory.UNSPECIFIED) from e
 
 
 class FleetforgeInterceptor(Interceptor):

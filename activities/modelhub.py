@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
 from activities.storage import ArtifactStore
-from contracts.errors import Err, FleetforgeError
+from contracts.errors import Err, FleetforgeError, clip
 from contracts.models import ModelFormat, ModelRef, OnnxInfo, TensorSpec
 from contracts.settings import Settings
 from contracts.uploads import UPLOAD_SCHEME
@@ -53,8 +53,8 @@ def sniff_format(path: Path) -> ModelFormat:
         head = f.read(16)
     if len(head) >= 8 and head[4:8] == b"TFL3":
         return ModelFormat.TFLITE
-    if zipfile.is_zipfile(path) or path.suffix in (".pt", ".pth"):
-        return ModelFormat.TORCH
+    if zipfile.is_zipfile(path) or path.suffix in (".pt", ".pth", ".pt2"):
+        return torch_format(path)
     if path.suffix == ".onnx":
         return ModelFormat.ONNX
     if path.suffix == ".pb":
@@ -64,6 +64,57 @@ def sniff_format(path: Path) -> ModelFormat:
     raise FleetforgeError(
         Err.MODEL_INVALID, f"cannot tell the format of {path}: expected .onnx, .tflite, .pb, .pt or a SavedModel directory"
     )
+
+
+SAVE_TORCH_HOW = ("save TorchScript with torch.jit.save(torch.jit.trace(model, example_inputs), 'model.pt') or an "
+                  "ExportedProgram with torch.export.save(torch.export.export(model, example_inputs), 'model.pt2')")
+
+
+def torch_format(path: Path) -> ModelFormat:
+    """TorchScript or ExportedProgram, told apart by the archive's member names (nothing is unpickled
+    here); a plain torch.save pickle (a state dict, a pickled module) is refused: it holds weights
+    without the code that uses them."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError):
+        names = []
+    tails = {n.split("/", 1)[1] if "/" in n else n for n in names}
+    if "archive_format" in tails or "models/model.json" in tails:
+        return ModelFormat.TORCH_EXPORT
+    if "constants.pkl" in tails and any(t.startswith("code/") for t in tails):
+        return ModelFormat.TORCH
+    what = "a torch.save pickle (a state dict or a pickled module)" if "data.pkl" in tails or not names else "not a model archive"
+    raise FleetforgeError(Err.MODEL_INVALID, f"{path.name} is {what}: weights without the code that runs them cannot be "
+                          f"converted; {SAVE_TORCH_HOW}")
+
+
+def external_data_files(model: Any) -> list[str]:
+    """The external-data locations an ONNX model's tensors name (relative to its folder), sorted."""
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    found = set()
+    for t in _get_all_tensors(model):
+        if uses_external_data(t):
+            found |= {e.value for e in t.external_data if e.key == "location"}
+    return sorted(found)
+
+
+def _sidecar_paths(path: Path, locations: list[str]) -> list[Path]:
+    """Each external-data file beside `path`: a relative path inside the model's folder, a regular file."""
+    from activities.sandbox import safe_join
+
+    out = []
+    for loc in locations:
+        try:
+            p = safe_join(path.parent, loc)
+        except FleetforgeError as e:
+            raise FleetforgeError(Err.MODEL_INVALID, f"{path.name} names external data {loc!r} outside its folder") from e
+        if not p.is_file():
+            raise FleetforgeError(Err.MODEL_INVALID, f"{path.name} keeps its weights in {loc!r}, which is not beside it "
+                                  f"({p.parent}): copy {loc} next to {path.name}")
+        out.append(p)
+    return out
 
 
 def _dims(type_proto: Any) -> tuple[str, list[int | str]]:
@@ -83,9 +134,14 @@ def onnx_info(path: Path) -> OnnxInfo:
         raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, "reading ONNX models needs the `onnx` package: pip install 'fleetforge[toolchains]'") from e
     try:
         model = onnx.load(str(path), load_external_data=False)
-        onnx.checker.check_model(str(path))  # by path: external data is looked up next to the model, not in the cwd
+        external = external_data_files(model)
+        _sidecar_paths(path, external)
+        # by path: the checker then resolves external data against the model's folder, not the cwd
+        onnx.checker.check_model(str(path) if external else model)
+    except FleetforgeError:
+        raise
     except Exception as e:  # onnx raises DecodeError, ValidationError, ... depending on the damage
-        raise FleetforgeError(Err.MODEL_INVALID, f"{path.name} is not a valid ONNX model: {str(e).splitlines()[0][:200]}") from e
+        raise FleetforgeError(Err.MODEL_INVALID, f"{path.name} is not a valid ONNX model: {clip(str(e).splitlines()[0], 200)}") from e
     inits = {i.name for i in model.graph.initializer}
     inputs = [TensorSpec(name=i.name, dtype=d, shape=s) for i in model.graph.input if i.name not in inits for d, s in [_dims(i.type)]]
     outputs = [TensorSpec(name=o.name, dtype=d, shape=s) for o in model.graph.output for d, s in [_dims(o.type)]]
@@ -165,9 +221,15 @@ class ModelHub:
         else:
             artifact = self.store.put_file(path, media_type=f"application/{fmt.value}", name=path.name)
             filename = path.name
+        sidecars = []
+        if fmt is ModelFormat.ONNX:
+            import onnx
+
+            locations = external_data_files(onnx.load(str(path), load_external_data=False))
+            sidecars = [self.store.put_file(p, name=loc) for loc, p in zip(locations, _sidecar_paths(path, locations))]
         return ModelRef(
             name=name, source=_source(self.store, reference), format=fmt, sha256=artifact.sha256, size=artifact.size,
-            artifact=artifact, filename=filename, onnx=info,
+            artifact=artifact, filename=filename, onnx=info, sidecars=sidecars,
         )
 
 

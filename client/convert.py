@@ -18,7 +18,7 @@ from contracts.errors import Err, FleetforgeError
 from contracts.settings import Settings
 
 RERUN_KEEPS = ("model", "target_soc", "precision", "output", "toolchain", "preset", "calibration", "min_cosine", "eval_data",
-               "eval_samples", "synthetic_calibration", "precision_fallback")
+               "eval_samples", "synthetic_calibration", "precision_fallback", "input_shapes")
 """What a rerun takes over from the earlier conversion's request."""
 
 
@@ -81,7 +81,7 @@ def check_calibration(value: str, model: Path | None, cwd: Path | None = None, o
     path = local_path(value, cwd)
     if path is None:
         raise FleetforgeError(Err.BAD_INPUT, f"{option} {value}: no such file or folder (an .npz, or a folder of them)")
-    if model is None:
+    if model is None or not _is_onnx(model):  # a PyTorch model's inputs are known once it is exported (worker)
         return
     try:
         from activities.toolchains.feeds import graph_inputs, read_npz, samples_of
@@ -93,6 +93,26 @@ def check_calibration(value: str, model: Path | None, cwd: Path | None = None, o
         if e.code in (Err.CALIBRATION_INVALID, Err.CALIBRATION_NEEDED):
             raise FleetforgeError(Err.BAD_INPUT, f"{option} {value}: {e.message}") from None
         raise
+
+
+def _is_onnx(model: Path) -> bool:
+    from activities.modelhub import sniff_format
+    from contracts.models import ModelFormat
+
+    try:
+        return sniff_format(model) is ModelFormat.ONNX
+    except FleetforgeError:
+        return False
+
+
+def input_shapes(items: list[str]) -> dict[str, Any]:
+    """`--input-shape NAME=1,3,224,224[:int64]` items as the request's input_shapes; BAD_INPUT says what is wrong."""
+    from contracts.convert_job import parse_input_shape
+
+    try:
+        return dict(parse_input_shape(item) for item in items)
+    except ValueError as e:
+        raise FleetforgeError(Err.BAD_INPUT, str(e)) from e
 
 
 def convert_request(

@@ -15,6 +15,35 @@ from contracts.models import ModelRef
 from contracts.runs import WorkspaceRef
 
 NEEDS_INPUT_TIMEOUT_S = 7 * 24 * 3600
+INPUT_DTYPES = ("float32", "float16", "int64", "int32", "bool")
+
+
+class InputShape(BaseModel, frozen=True):
+    """One model input's static shape (and, for a PyTorch model, its dtype): `--input-shape NAME=1,3,224,224`."""
+
+    dims: list[int] = Field(min_length=0)
+    dtype: Literal["float32", "float16", "int64", "int32", "bool"] = "float32"
+
+    def spec(self, name: str) -> str:
+        """The canonical `NAME=d1,d2:dtype` form tool steps take."""
+        return f"{name}={','.join(map(str, self.dims))}:{self.dtype}"
+
+
+def parse_input_shape(text: str) -> tuple[str, InputShape]:
+    """"pixel_values=1,3,224,224" or "input_ids=1,128:int64" -> (name, InputShape); ValueError says what is wrong."""
+    name, eq, rest = text.partition("=")
+    dims_text, _, dtype = rest.partition(":")
+    if not eq or not name.strip():
+        raise ValueError(f"--input-shape {text!r}: expected NAME=d1,d2,... (e.g. pixel_values=1,3,224,224)")
+    try:
+        dims = [int(d) for d in dims_text.split(",") if d.strip()]
+    except ValueError:
+        raise ValueError(f"--input-shape {text!r}: dims must be integers separated by commas") from None
+    if any(d < 1 for d in dims):
+        raise ValueError(f"--input-shape {text!r}: every dim must be >= 1")
+    if dtype and dtype not in INPUT_DTYPES:
+        raise ValueError(f"--input-shape {text!r}: dtype must be one of {', '.join(INPUT_DTYPES)}")
+    return name.strip(), InputShape(dims=dims, dtype=dtype or "float32")  # type: ignore[arg-type]
 
 
 class ConversionRequest(BaseModel, frozen=True):
@@ -49,6 +78,9 @@ class ConversionRequest(BaseModel, frozen=True):
     """For a rerun: step args to change, e.g. {"soc": "sm8650"}; every step having that arg gets the value."""
     llm: Literal["offline", "openai"] = "offline"
     """Who plans: the deterministic offline planner, or the LLM (ReAct loop over planner tools)."""
+    input_shapes: dict[str, InputShape] = Field(default_factory=dict)
+    """Static input shapes (`--input-shape NAME=1,3,224,224`): a PyTorch model's export shapes, and the
+    sizes an ONNX model's symbolic dims are fixed to (fix_input_dims; unnamed symbolic dims become 1)."""
     eval_data: str | None = None
     """Evaluation data kept apart from the calibration data (same format as `calibration`). None: the
     accuracy gate grades a held-out part of the calibration data, or synthetic inputs of other families
@@ -253,7 +285,9 @@ class ConversionResult(BaseModel):
 class PlanFeedback(BaseModel, frozen=True):
     """Why the previous plan's result was not good enough, in figures the offline planner can act on."""
 
-    kind: Literal["accuracy", "offload"]
+    kind: Literal["accuracy", "offload", "compile"]
+    """accuracy: below the gate; offload: nodes left on the CPU; compile: a step failed naming an op or a
+    code a graph pass fixes (`failing_ops`, `code`)."""
     remedies: list[str] = Field(default_factory=list)
     """Remedies the previous plan already applied."""
     failed: list[str] = Field(default_factory=list)
@@ -263,6 +297,10 @@ class PlanFeedback(BaseModel, frozen=True):
     evaluation: EvaluationReport | None = None
     offload: OffloadReport | None = None
     min_cosine: float = 0.0
+    failing_ops: list[str] = Field(default_factory=list)
+    """For kind "compile": the op types the failure names."""
+    code: str = ""
+    """For kind "compile": the failing step's error code."""
 
 
 class PlanRequest(BaseModel, frozen=True):
@@ -337,6 +375,9 @@ class EvaluateRequest(BaseModel, frozen=True):
     seed: int = 1234
     calibration: str | None = None
     """Before held-out evaluation: the calibration .npz whose samples were the evaluation inputs."""
+    source: str | None = None
+    """Workspace-relative PyTorch model (.pt/.pt2) the `reference` ONNX was exported from: the reference
+    outputs then come from the torch module itself, so the export is judged too."""
     evaluation: str | None = None
     """Workspace-relative .npz of evaluation samples (held out, or the user's --eval-data); None:
     synthetic inputs of the evaluation families."""

@@ -55,6 +55,10 @@ class Err(StrEnum):
     CALIBRATION_INVALID = "CALIBRATION_INVALID"
     NOTHING_TO_QUANTIZE = "NOTHING_TO_QUANTIZE"
     CALIBRATION_NEEDED = "CALIBRATION_NEEDED"
+    QUANT_SCALE_INVALID = "QUANT_SCALE_INVALID"
+    """A quantization scale came out non-finite or absurd (a mask constant of float32 min in the range)."""
+    INPUT_SHAPE_NEEDED = "INPUT_SHAPE_NEEDED"
+    """A PyTorch model's input shapes are not recorded (TorchScript) or dynamic: --input-shape gives them."""
     EVALUATION_NOT_HELD_OUT = "EVALUATION_NOT_HELD_OUT"
     """An evaluation sample is also a calibration sample: a gate on in-sample data proves nothing."""
     # kernel
@@ -104,9 +108,11 @@ REMEDY: dict[Err, str] = {
     Err.TOOL_CRASHED: "a native tool crashed (the worker is fine): try another --precision or --soc, or report the model",
     Err.TOOL_TIMEOUT: "the tool ran past its time limit: try --preset fast, or a smaller model",
     Err.EVALUATION_CRASHED: "the artifacts are attached but unevaluated (the x86 HTP emulator crashed): check them on a device",
-    Err.UNSUPPORTED_OP: "the named op has no HTP implementation: use --output onnx_qdq or ort, or replace the op",
+    Err.UNSUPPORTED_OP: "the named op has no HTP implementation: use --output onnx_qdq or ort, or replace the op (graph passes: fleetforge's onnx.graph_passes tool)",
+    Err.QUANT_SCALE_INVALID: "a constant far outside the data's range (a mask of float32 min) broke the named scale: the clamp_mask_constants graph pass fixes it, or use --precision fp16",
+    Err.INPUT_SHAPE_NEEDED: "give every input's shape: --input-shape NAME=1,3,224,224 (add :int64 for token ids)",
     Err.ACCURACY_BELOW_THRESHOLD: "give real inputs with --calibration, try --precision w8a16/fp16, or accept it with --min-cosine 0",
-    Err.NOT_FULLY_OFFLOADED: "the named ops run on the CPU: replace them, or use --output onnx_qdq / ort",
+    Err.NOT_FULLY_OFFLOADED: "the named ops run on the CPU: the message names the graph pass that rewrites them when there is one; else re-export without them, or use --output onnx_qdq / ort",
     Err.NOTHING_TO_QUANTIZE: "the model has no float math the quantizer can take: convert it with --precision fp16",
     Err.CALIBRATION_INVALID: "--calibration takes an .npz (input name -> array) or a folder of them matching the model's inputs",
     Err.CALIBRATION_NEEDED: "give real inputs with --calibration FILE.npz (input name -> array) for the named inputs",
@@ -125,6 +131,17 @@ REMEDY: dict[Err, str] = {
     Err.REPEAT_LIMIT: "raise the repeat limit named in the message in the workflow.yaml, or configure an LLM",
     Err.KERNEL_TASK_INVALID: "fix the task file named in the message (KernelBench format: Model, get_inputs, get_init_inputs), or shrink it with --set NAME=VALUE",
 }
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` on one line, at most `limit` characters, cut at a word boundary with an ellipsis (never
+    mid-word: a cut identifier reads as a different one)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: max(0, limit - 1)]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
 
 
 def remedy(code: str) -> str:

@@ -15,6 +15,9 @@ class ModelFormat(StrEnum):
     TF_PB = "pb"
     SAVED_MODEL = "saved_model"
     TORCH = "pt"
+    """TorchScript (torch.jit.save)."""
+    TORCH_EXPORT = "pt2"
+    """An ExportedProgram (torch.export.save)."""
 
 
 class TensorSpec(BaseModel, frozen=True):
@@ -47,3 +50,6 @@ class ModelRef(BaseModel, frozen=True):
     filename: str
     """File name used inside a workspace's input/ folder."""
     onnx: OnnxInfo | None = None
+    sidecars: list[ArtifactRef] = []
+    """Files the model needs beside it in input/ (an ONNX model's external data, e.g. `m.onnx.data`):
+    each ref's `name` is its path relative to the model's folder."""

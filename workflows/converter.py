@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.toolchains import llm_planner
     from activities.toolchains.activities import ToolchainActivities
     from activities.toolchains.offline_planner import (
-        REMEDY_WORDS, evaluation_pair, next_remedy, plan_remedies, plan_warnings, questions_for,
+        evaluation_pair, next_remedy, plan_remedies, plan_warnings, questions_for, remedy_words,
     )
     from activities.toolchains.report import accuracy_rows, placement_rows, verdict_words
     from contracts.agents import AgentProvenance, AnswerSource
@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
         ArtifactReport, ConversionReport, ReportRequest, ReportResult,
     )
     from contracts.messages import ChatRequest, ChatResult, Message, ToolResultBlock
-    from contracts.errors import Err
+    from contracts.errors import Err, clip
     from contracts.models import ModelRef
     from contracts.runs import WorkspaceRef
     from workflows import _visibility as ui
@@ -59,6 +59,9 @@ OFFLINE_ANSWER = "offline-planner-answer"
 TRUSTED = "convert-trusted-v1"
 """Patch: calibration data ingested, the accuracy gate with planner remedies, a deterministic planner
 never replanning, logs/last_error.json for every failure. Runs from before it keep the old loop."""
+GRAPH_PASSES = "convert-graph-passes"
+"""Patch: a deterministic planner gets a compile failure that names an op (or a code) a graph pass fixes
+as remedy feedback, instead of the job ending there."""
 EVAL_SAMPLES_WITH_CALIBRATION = 8
 HELD_OUT_GATE = "convert-held-out-gate"
 """Patch: quantizing without calibration data asks for it (or the synthetic opt-in); the gate grades
@@ -160,7 +163,9 @@ class ConverterWorkflow:
                 else:
                     verdict = next_after_execution(failure, attempt=attempt, replans=self._progress.replans,
                                                    max_replans=req.max_replans,
-                                                   can_replan=not (self._trusted and self._deterministic))
+                                                   can_replan=not (self._trusted and self._deterministic),
+                                                   can_remedy=self._can_remedy if failure and self._graph_passes else None,
+                                                   remedies=plan_remedies(plan)[0])
             if isinstance(verdict, Evaluate):
                 verdict = await self._judge(plan, ws, verdict, attempt)
             if isinstance(verdict, Replan) and req.rerun_of:
@@ -192,7 +197,7 @@ class ConverterWorkflow:
                 failure = failure.model_copy(update={"message": "the conversion succeeded but is UNEVALUATED: "
                                                                 + failure.message})
                 self._accuracy = AccuracyVerdict(verdict="unevaluated", min_cosine=min_cosine_for(self._request),
-                                                 note=failure.message[:300])
+                                                 note=clip(failure.message, 300))
             return GiveUp(failure, ran.record.model_copy(update={"outcome": "evaluation_failed",
                                                                  "feedback": failure.message}))
         if not self._trusted:  # a run from before the gate completes as it did then
@@ -211,6 +216,11 @@ class ConverterWorkflow:
         if self._request.rerun_of:
             return False
         return not self._deterministic or next_remedy(self._request, feedback) is not None
+
+    @property
+    def _graph_passes(self) -> bool:
+        """A compile failure naming an op a graph pass rewrites goes back to the offline planner."""
+        return self._trusted and self._deterministic and workflow.patched(GRAPH_PASSES)
 
     @property
     def _deterministic(self) -> bool:
@@ -506,14 +516,16 @@ class ConverterWorkflow:
             return None
         ref, cand = pair
         self._show("evaluate")
+        source = plan.intent.get("source_model")  # a PyTorch model: the torch module is the reference
+        torch_ref = {"source": source} if isinstance(source, str) else {}
         if self._gate:
             req = EvaluateRequest(workspace=ws, reference=ref, candidate=cand, samples=self._request.eval_samples,
                                   seed=EVAL_SEED, evaluation=self._eval_set, held_out=self._held_out,
-                                  calibrated_on=calibration_sources(self._ran))
+                                  calibrated_on=calibration_sources(self._ran), **torch_ref)  # type: ignore[arg-type]
         else:
             calibration = self._request.calibration if self._trusted else None
             more = {"calibration": calibration, "samples": EVAL_SAMPLES_WITH_CALIBRATION} if calibration else {}
-            req = EvaluateRequest(workspace=ws, reference=ref, candidate=cand, **more)  # type: ignore[arg-type]
+            req = EvaluateRequest(workspace=ws, reference=ref, candidate=cand, **more, **torch_ref)  # type: ignore[arg-type]
         return await workflow.execute_activity_method(
             ToolchainActivities.evaluate, req,
             task_queue=self._request.queues.toolchain, summary=f"evaluate {cand} against {ref}",
@@ -619,7 +631,7 @@ class ConverterWorkflow:
         if acc is None or not acc.remedies or acc.verdict not in ("passed", "unverified", "accepted_lossy"):
             return []
         return [f"the accuracy gate (cosine >= {acc.min_cosine:g}) was met only with: "
-                + ", ".join(REMEDY_WORDS.get(r, r) for r in acc.remedies)]
+                + ", ".join(remedy_words(r) for r in acc.remedies)]
 
     def _tokens(self) -> TokenTotals:
         return token_totals(self._llm_calls)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ from contracts.convert_job import (
     AccuracyVerdict, AttemptRecord, CalibrationSource, ConversionRequest, EvaluationReport, OffloadReport, PlanFeedback,
     ProvideInput,
 )
-from contracts.errors import Err, FleetforgeError
+from contracts.errors import Err, FleetforgeError, clip
 
 NOT_REPLANNABLE = frozenset({Err.TOOLCHAIN_UNAVAILABLE, Err.STORE_UNAVAILABLE, Err.INTEGRITY_ERROR, Err.STORE_URL_INVALID,
                              Err.CALIBRATION_INVALID, Err.CALIBRATION_NEEDED})
@@ -114,19 +115,37 @@ def next_after_compile(result: CompileResult, *, attempt: int, replans: int, max
 
 
 def next_after_execution(failure: Failure | None, *, attempt: int, replans: int, max_replans: int,
-                         can_replan: bool = True) -> Evaluate | Replan | GiveUp:
+                         can_replan: bool = True, can_remedy: Callable[[PlanFeedback], bool] | None = None,
+                         remedies: list[str] | None = None) -> Evaluate | Replan | GiveUp:
     """Evaluate after a clean run; after a tool failure replan while the budget lasts, unless the
-    planner is deterministic (it would answer the same plan): then the step's own failure ends the job."""
+    planner is deterministic (it would answer the same plan): then the step's own failure ends the job,
+    except when it names an op or a code a remedy fixes (`can_remedy`, a graph pass): then the planner
+    gets it as compile feedback."""
     if failure is None:
         return Evaluate(AttemptRecord(attempt=attempt, outcome="succeeded"))
     feedback = f"[{failure.code}] {failure.where}: {failure.message}"
     record = AttemptRecord(attempt=attempt, outcome="execution_failed", feedback=feedback)
+    remedy = compile_feedback(failure, remedies or [])
+    if can_remedy is not None and failure.code not in NOT_REPLANNABLE and can_remedy(remedy):
+        if replans < max_replans:
+            return Replan(feedback=feedback, record=record, where=failure.where, failure=failure, remedy=remedy)
+        return GiveUp(failure.model_copy(update={"message": failure.message + f"; the replan budget ({max_replans}) "
+                                                 "is spent"}), record)
     if failure.code in NOT_REPLANNABLE or not can_replan:
         return GiveUp(failure, record)
     if replans < max_replans:
         return Replan(feedback=feedback, record=record, where=failure.where, failure=failure)
     return GiveUp(Failure(code=Err.REPLANS_EXHAUSTED, where=failure.where,
                           message=f"execution still failed after {replans} replan(s): {feedback}"), record)
+
+
+_OP_NAMED = re.compile(r"\bop(?:erator)? (?:type )?([A-Z][A-Za-z0-9_]*)|OpType\s*:\s*([A-Z][A-Za-z0-9_]*)")
+
+
+def compile_feedback(failure: Failure, remedies: list[str]) -> PlanFeedback:
+    """A step's failure as remedy feedback: the op types its message names and its code."""
+    ops = sorted({a or b for a, b in _OP_NAMED.findall(failure.message)})
+    return PlanFeedback(kind="compile", remedies=list(remedies), failing_ops=ops, code=failure.code)
 
 
 def next_after_failed_remedy(failure: Failure, previous: Replan, *, remedies: list[str], float_outputs: list[str],
@@ -334,7 +353,7 @@ def rerun_gives_up(replan: Replan, rerun_of: str, overrides: dict[str, str]) -> 
 
 
 def _one_line(text: str, limit: int = 600) -> str:
-    return " / ".join(line.strip() for line in text.splitlines() if line.strip())[:limit]
+    return clip(" / ".join(line.strip() for line in text.splitlines() if line.strip()), limit)
 
 
 def answer_problems(answer: ProvideInput) -> list[str]:

@@ -276,8 +276,8 @@ class ToolchainActivities:
         ws = self.workspace(req.workspace)
         ws.materialize()
         params = EvalParams(reference=req.reference, candidate=req.candidate, samples=req.samples, seed=req.seed,
-                            calibration=req.calibration, evaluation=req.evaluation, held_out=req.held_out,
-                            calibrated_on=req.calibrated_on)
+                            calibration=req.calibration, source=req.source, evaluation=req.evaluation,
+                            held_out=req.held_out, calibrated_on=req.calibrated_on)
         key = evaluation_cache_key(ws.root, params, self.toolchain)
         raw = self.store.get_doc(eval_cache_doc_key(key))
         if raw is not None:

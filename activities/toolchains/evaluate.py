@@ -44,6 +44,9 @@ class EvalParams(BaseModel, frozen=True):
     seed: int = 1234
     calibration: str | None = None
     """Before held-out evaluation: the calibration .npz whose first `samples` samples are the inputs."""
+    source: str | None = None
+    """Workspace-relative PyTorch model `reference` was exported from: its module gives the reference
+    outputs (activities/toolchains/torch_export.py); `reference` still defines the inputs."""
     evaluation: str | None = None
     """Workspace-relative .npz of evaluation samples (held out or separate); None: synthetic."""
     held_out: bool = False
@@ -75,6 +78,11 @@ def evaluation_cache_key(root: Path, params: EvalParams, toolchain: dict[str, st
         files[sibling.name] = sha256_file(sibling)
     if params.calibration:
         files["calibration"] = sha256_file(safe_join(root, params.calibration))
+    if params.source:
+        files["source"] = sha256_file(safe_join(root, params.source))
+    for name, p in (("reference", ref), ("candidate", cand)):  # an ONNX model's external data is its content too
+        for sidecar in sorted(p.parent.glob(f"{p.name}.data")):
+            files[f"{name}:{sidecar.name}"] = sha256_file(sidecar)
     if params.evaluation:
         files["evaluation"] = sha256_file(safe_join(root, params.evaluation))
     for src in params.calibrated_on or []:
@@ -147,6 +155,10 @@ def evaluate(root: Path, params: EvalParams) -> EvaluationReport:
         check_held_out(feeds, calibrated, inputs)
     try:
         ref = ort.InferenceSession(str(ref_path), providers=["CPUExecutionProvider"])
+        if params.source:  # hook: the torch module the reference was exported from answers instead
+            from activities.toolchains.torch_export import TorchReference
+
+            ref = TorchReference(safe_join(root, params.source), ref)
         if _is_context_model(cand_path):
             cand = qnn_session(cand_path, {"backend_type": "htp"})
         else:

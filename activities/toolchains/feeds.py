@@ -435,7 +435,7 @@ def write_npz(arrays: dict[str, Any], dest: Path) -> str:
 def ingest(source: Path, model: Path, workspace_root: Path) -> tuple[str, str, int, list[str]]:
     """Check `source` against `model` and store it canonically in the workspace as
     `input/calibration_<sha256[:16]>.npz`; returns (relative path, sha256, samples, input names)."""
-    specs = graph_inputs(model)
+    specs = _data_inputs(model, [source])
     stacked = _load(source, specs, "calibration data")
     rel, sha = _store(stacked, workspace_root, "calibration")
     return rel, sha, min(len(v) for v in stacked.values()), [s.name for s in specs]
@@ -460,7 +460,7 @@ def ingest_split(source: Path | None, model: Path, workspace_root: Path, *, eval
     `input/evaluation_<sha>.npz`): a separate `eval_source` as it is, after checking that none of its
     samples is a calibration sample (EVALUATION_NOT_HELD_OUT); else a held-out part of `source`
     (split_held_out) that the calibration part no longer holds."""
-    specs = graph_inputs(model)
+    specs = _data_inputs(model, [p for p in (source, eval_source) if p is not None])
     names = [s.name for s in specs]
     stacked = _load(source, specs, "calibration data") if source is not None else None
     if eval_source is not None:
@@ -485,6 +485,20 @@ def ingest_split(source: Path | None, model: Path, workspace_root: Path, *, eval
                     calibration_samples=min(len(v) for v in stacked.values()) if stacked is not None else 0,
                     evaluation=eval_rel, evaluation_samples=min(len(v) for v in evaluation.values()),
                     held_out=held_out, inputs=names)
+
+
+def _data_inputs(model: Path, sources: list[Path]) -> list[InputSpec]:
+    """The inputs the data must feed: an ONNX model's graph inputs. A PyTorch model (.pt/.pt2) has no
+    ONNX yet (a plan step exports it): the first data file's arrays, taken as [N, *shape], stand in,
+    and the quantizer and the evaluation check the data against the exported ONNX (calibration_feeds)."""
+    import zipfile
+
+    if model.suffix.lower() not in (".pt", ".pt2", ".pth") and not (model.is_file() and zipfile.is_zipfile(model)):
+        return graph_inputs(model)
+    import numpy as np
+
+    arrays = read_npz(next((p for p in sources if p.exists()), model))
+    return [InputSpec(name, list(np.shape(a)[1:]), np.asarray(a).dtype, batch_free=False) for name, a in sorted(arrays.items())]
 
 
 def _load(source: Path, specs: list[InputSpec], what: str) -> dict[str, Any]:

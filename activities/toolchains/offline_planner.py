@@ -21,12 +21,13 @@ from pathlib import PurePosixPath
 
 from pydantic import JsonValue
 
+from activities.toolchains.graph_passes import PASSES, passes_for
 from activities.toolchains.presets import preset_args
 from activities.toolchains.registry import ToolRegistry
 from activities.toolchains.socs import SOCS, lookup_soc
 from contracts.convert import ConversionPlan, OutputKind, PlanStatus, PlanStep, Precision, Toolchain
 from contracts.convert_job import ConversionRequest, PlanFeedback
-from contracts.errors import Err, FleetforgeError
+from contracts.errors import Err, FleetforgeError, clip
 from contracts.models import ModelFormat, ModelRef
 
 QNN_OUTPUTS = frozenset({OutputKind.QNN_CONTEXT_BINARY, OutputKind.DLC})
@@ -40,11 +41,27 @@ MAX_SAMPLES = 64
 W8A16, FLOAT_OUTPUTS, MORE_CALIBRATION = "w8a16", "float_outputs", "more_calibration"
 REMEDIES = (FLOAT_OUTPUTS, W8A16, MORE_CALIBRATION)
 """The offline planner's accuracy remedies, tried in this order (each on top of the earlier ones)."""
+PASS_PREFIX = "pass:"
+"""A graph-surgery remedy: "pass:NAME[+NAME...]" (activities/toolchains/graph_passes.py), chosen when a
+placement or compile failure names an op or a code a registered pass fixes."""
 REMEDY_WORDS = {
     W8A16: "16-bit activations (w8a16)",
     FLOAT_OUTPUTS: "the failing outputs kept in float",
     MORE_CALIBRATION: "more calibration samples with per-channel weights",
 }
+TORCH_FORMATS = frozenset({ModelFormat.TORCH, ModelFormat.TORCH_EXPORT})
+
+
+def remedy_words(remedy: str) -> str:
+    if remedy.startswith(PASS_PREFIX):
+        return "graph pass(es) " + ", ".join(remedy_passes([remedy]))
+    return REMEDY_WORDS.get(remedy, remedy)
+
+
+def remedy_passes(remedies: list[str]) -> list[str]:
+    """The graph passes a list of remedies names, in registry order, each once."""
+    named = {p for r in remedies if r.startswith(PASS_PREFIX) for p in r[len(PASS_PREFIX):].split("+")}
+    return [p for p in PASSES if p in named]
 
 
 def request_problems(request: ConversionRequest) -> list[str]:
@@ -85,9 +102,10 @@ def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegi
     if questions:
         return ConversionPlan(status=PlanStatus.NEEDS_INPUT, questions=questions,
                               intent={"output": request.output.value}, rationale="missing facts")
-    if model.format is not ModelFormat.ONNX:
+    if model.format is not ModelFormat.ONNX and model.format not in TORCH_FORMATS:
         raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE,
-                              f"the offline planner converts ONNX models; {model.name} is {model.format.value}")
+                              f"the offline planner converts ONNX and PyTorch (.pt TorchScript, .pt2 ExportedProgram) "
+                              f"models; {model.name} is {model.format.value}")
     if request.toolchain is Toolchain.QAIRT:
         raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, "the offline planner has no qairt tools; use toolchain auto or ort-qnn")
     if request.toolchain is Toolchain.ONNX and request.output in QNN_OUTPUTS:
@@ -102,6 +120,7 @@ def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegi
             if step == FLOAT_OUTPUTS:
                 float_outputs = failing_outputs(remedy)
     b = _Builder(registry, f"input/{model.filename}", _stem(model.filename), request.preset, remedies, float_outputs)
+    source_model = _export_and_passes(b, request, model)
     if request.output in QNN_OUTPUTS:
         candidate = _plan_qnn(b, request)
     elif request.output is OutputKind.ONNX_QDQ:
@@ -115,14 +134,16 @@ def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegi
     }
     if request.calibration:
         intent["calibration"] = request.calibration
+    if source_model is not None:
+        intent["source_model"] = source_model
     if remedies or (remedy and remedy.failed):
         intent |= {"requested_precision": request.precision.value, "remedies": list(remedies),
                    "float_outputs": list(float_outputs), "failed_remedies": list(remedy.failed if remedy else [])}
     rationale = " → ".join(s.tool_name for s in b.steps)
     if remedies:
-        rationale += "; remedies: " + ", ".join(REMEDY_WORDS[r] for r in remedies)
+        rationale += "; remedies: " + ", ".join(remedy_words(r) for r in remedies)
     if feedback:
-        rationale += " (previous attempt: " + feedback.splitlines()[0][:200] + ")"
+        rationale += " (previous attempt: " + clip(feedback.splitlines()[0], 200) + ")"
     return ConversionPlan(status=PlanStatus.OK, intent=intent, steps=b.steps, rationale=rationale)
 
 
@@ -131,14 +152,20 @@ def next_remedy(request: ConversionRequest, feedback: PlanFeedback) -> str | Non
     tried = set(feedback.remedies) | set(feedback.failed)
     precision = Precision.W8A16 if W8A16 in set(feedback.remedies) - set(feedback.failed) else request.precision
     qnn_quantizer = precision in QUANTIZED and (request.output in QNN_OUTPUTS or precision is Precision.W8A16)
+    if feedback.kind in ("offload", "compile"):
+        # placement and compile failures: a graph pass that rewrites the named op, never a precision
+        # change (w8a16 keeps the same ops where they were)
+        ops = feedback.offload.cpu_ops if feedback.kind == "offload" and feedback.offload else feedback.failing_ops
+        done = set(remedy_passes(list(tried)))
+        fresh = [p for p in passes_for(set(ops) - {"QuantizeLinear", "DequantizeLinear"}, {feedback.code} - {""})
+                 if p not in done]
+        return PASS_PREFIX + "+".join(fresh) if fresh else None
     for r in REMEDIES:
         if r in tried:
             continue
         if (r == W8A16 and precision is Precision.INT8 and request.output in QNN_OUTPUTS | {OutputKind.ONNX_QDQ}
                 and request.precision_fallback):  # without the user's consent the gate only proposes it
             return r
-        if feedback.kind != "accuracy":
-            continue  # nodes left on the CPU: only a wider activation type may change what HTP takes
         if r == FLOAT_OUTPUTS and qnn_quantizer and failing_outputs(feedback):
             return r
         if r == MORE_CALIBRATION and precision in QUANTIZED and not request.calibration:
@@ -179,12 +206,51 @@ def _stem(filename: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "model"
 
 
+def symbolic_inputs(model: ModelRef) -> dict[str, list[int | str]]:
+    """An ONNX model's inputs that have a symbolic dim, with their shapes."""
+    info = model.onnx
+    if info is None:
+        return {}
+    return {t.name: list(t.shape) for t in info.inputs if any(not isinstance(d, int) or d <= 0 for d in t.shape)}
+
+
+def _export_and_passes(b: "_Builder", request: ConversionRequest, model: ModelRef) -> str | None:
+    """A PyTorch model's export step (the exported ONNX becomes the plan's reference and source; the
+    torch file is returned: the evaluation compares with it), then the graph passes: fix_input_dims when
+    an ONNX input has a symbolic dim or --input-shape names it, and the passes the remedies chose."""
+    shapes = [spec.spec(name) for name, spec in sorted(request.input_shapes.items())]
+    torch_source = None
+    if model.format in TORCH_FORMATS:
+        torch_source = b.source
+        exported = f"converted/{b.stem}.onnx"
+        optional: dict[str, JsonValue] = {"input_shapes": list(shapes)} if shapes else {}
+        b.add("export", "torch.export_onnx", {"model": b.source, "output": exported}, optional)
+        b.source = b.model = exported
+    passes = remedy_passes(b.remedies)
+    symbolic = symbolic_inputs(model) if model.format is ModelFormat.ONNX else {}
+    if symbolic or (request.input_shapes and model.format is ModelFormat.ONNX):
+        passes = ["fix_input_dims", *[p for p in passes if p != "fix_input_dims"]]
+        for name, dims in sorted(symbolic.items()):
+            if name not in request.input_shapes:
+                b.warnings.append(f"input {name} has symbolic dims {dims}: fixed to 1 where symbolic (the HTP backend "
+                                  f"compiles static shapes; give --input-shape {name}=... to choose)")
+    if passes:
+        out = f"converted/{b.stem}_passes.onnx"
+        optional = {"input_shapes": list(shapes)} if shapes and "fix_input_dims" in passes else {}
+        b.add("graph_passes", "onnx.graph_passes", {"model": b.model, "output": out, "passes": list(passes)}, optional)
+        b.model = out
+    return torch_source
+
+
 class _Builder:
     def __init__(self, registry: ToolRegistry, source: str, stem: str, preset: str = "balanced",
                  remedies: list[str] | None = None, float_outputs: list[str] | None = None):
         self.registry = registry
         self.preset = preset
         self.source = source
+        """The evaluation's reference (the model as given, or its export)."""
+        self.model = source
+        """What the next step reads (the source, or the graph passes' output)."""
         self.stem = stem
         self.steps: list[PlanStep] = []
         self.warnings: list[str] = []
@@ -274,7 +340,7 @@ def _precision_stage(b: _Builder, request: ConversionRequest, output: OutputKind
             return _quantize(b, request, "ortqnn.quantize_qdq")
         if precision is Precision.FP32:
             b.warnings.append("the HTP backend has no fp32 math: compiled at fp16 precision")
-        return b.source
+        return b.model
     if output is OutputKind.ONNX_QDQ:
         if precision not in QUANTIZED:
             raise FleetforgeError(Err.BAD_INPUT, f"onnx_qdq output needs int8 or w8a16 precision, not {precision.value}")
@@ -283,17 +349,17 @@ def _precision_stage(b: _Builder, request: ConversionRequest, output: OutputKind
         raise FleetforgeError(Err.BAD_INPUT, "ort output supports fp32, fp16 or int8, not w8a16")
     if precision is Precision.FP16:
         out = f"converted/{b.stem}_fp16.onnx"
-        b.add("fp16", "onnx.fp16", {"model": b.source, "output": out})
+        b.add("fp16", "onnx.fp16", {"model": b.model, "output": out})
         return out
     if precision is Precision.INT8:
         return _quantize(b, request, "onnx.quantize_static")
-    return b.source
+    return b.model
 
 
 def _quantize(b: _Builder, request: ConversionRequest, tool: str) -> str:
     precision = b.precision(request)
     out = f"converted/{b.stem}_{precision.value}_qdq.onnx"
-    required: dict[str, JsonValue] = {"model": b.source, "output": out}
+    required: dict[str, JsonValue] = {"model": b.model, "output": out}
     optional = b.calibration(tool, request)
     if tool == "ortqnn.quantize_qdq":
         required["precision"] = precision.value

@@ -54,9 +54,9 @@ def _guard(what: str, fn: Any) -> float:
     except FleetforgeError:
         raise
     except Exception as e:
-        from activities.toolchains.isolate import tidy
+        from activities.toolchains.ort_qnn import _tidy
 
-        raise FleetforgeError(Err.EXECUTOR_ERROR, f"{what} failed: {tidy(str(e)) or type(e).__name__}") from e
+        raise FleetforgeError(Err.EXECUTOR_ERROR, f"{what} failed: {_tidy(str(e), 600) or type(e).__name__}") from e
     return time.monotonic() - t0
 
 

@@ -86,12 +86,13 @@ def ensure_qnn_registered() -> list[Any]:
     return devices
 
 
-def qnn_session(model: Path | bytes, provider_options: dict[str, str], config: dict[str, str] | None = None) -> Any:
+def qnn_session(model: Path | bytes, provider_options: dict[str, str], config: dict[str, str] | None = None,
+                log_level: int = 3) -> Any:
     import onnxruntime as ort
 
     devices = ensure_qnn_registered()
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = log_level
     # only the basic (semantics-preserving) rewrites: the extended ones fuse QDQ groups into CPU-EP
     # kernels (QLinearAveragePool, ...) that reject valid attributes and would keep nodes off HTP
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
@@ -166,13 +167,12 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
     except FleetforgeError:
         raise
     except Exception as e:
-        from activities.toolchains.isolate import tidy
-
         raise FleetforgeError(Err.EXECUTOR_ERROR, f"QDQ quantization of {params.model} failed: "
-                              f"{tidy(str(e)) or type(e).__name__}") from e
+                              f"{_tidy(str(e), 600) or type(e).__name__}") from e
     finally:
         prepared.unlink(missing_ok=True)
     quantized = _load_graph(dst.read_bytes(), params.output)
+    check_scales(quantized, params.output)
     if not any(n.op_type == "QuantizeLinear" for n in quantized.graph.node):
         kept = f" (kept in float: {', '.join(params.float_outputs)})" if params.float_outputs else ""
         raise FleetforgeError(Err.NOTHING_TO_QUANTIZE, f"the quantizer found nothing to quantize in {params.model} "
@@ -233,24 +233,30 @@ def _context_binary(root: Path, params: ContextBinaryParams) -> StepOutput:
     for stale in (out, out.with_name(out.stem + "_qnn.bin")):
         stale.unlink(missing_ok=True)  # ORT refuses to overwrite an existing context model
     t0 = time.monotonic()
-    model_bytes = src.read_bytes()
+    model_bytes = _model_bytes(src)
     source = _load_graph(model_bytes, params.model)
     if params.precision in ("int8", "w8a16") and not any(n.op_type == "QuantizeLinear" for n in source.graph.node):
         raise FleetforgeError(Err.BAD_INPUT, f"precision {params.precision} needs a QDQ model; {params.model} has no "
                               "QuantizeLinear node: add an ortqnn.quantize_qdq step before this one")
+    log = out.with_name(out.stem + ".compile.log")
     try:
-        qnn_session(model_bytes, opts, {"ep.context_enable": "1", "ep.context_file_path": str(out)})
+        with native_log(log):  # the QNN EP logs the failing node at error level, not in the exception
+            qnn_session(model_bytes, opts, {"ep.context_enable": "1", "ep.context_file_path": str(out)}, log_level=2)
     except FleetforgeError:
         raise
     except Exception as e:
-        from activities.toolchains.isolate import tidy
-
-        op = failing_op(str(e))
-        if op is not None:
+        node = failing_node(log.read_text(errors="replace") if log.is_file() else "", source)
+        op = failing_op(str(e)) or (node[1] if node else None)
+        if node is not None and op is not None:
+            node = (node[0], op, node[2])
+        where = f" at node {node[0]!r} (op {node[1]}{', QNN ' + node[2] if node[2] != node[1] else ''})" if node else ""
+        if op is not None and failing_op(str(e)) is not None:
             raise FleetforgeError(Err.UNSUPPORTED_OP, f"op {op} cannot run on the QNN HTP backend for "
-                                  f"{lookup_soc(params.soc).name} at {params.precision}: {tidy(str(e), 300)}") from e
-        raise FleetforgeError(Err.EXECUTOR_ERROR, f"the QNN HTP compile of {params.model} for {params.soc} failed: "
-                              f"{tidy(str(e))}") from e
+                                  f"{lookup_soc(params.soc).name} at {params.precision}{where}: {_tidy(str(e), 300)}") from e
+        raise FleetforgeError(Err.EXECUTOR_ERROR, f"the QNN HTP compile of {params.model} for {params.soc} failed{where}: "
+                              f"{_tidy(str(e), 600)}") from e
+    finally:
+        log.unlink(missing_ok=True)
     seconds = time.monotonic() - t0
     if not out.is_file() or not out.with_name(out.stem + "_qnn.bin").is_file():
         raise FleetforgeError(Err.UNSUPPORTED_OP, f"no node of {params.model} runs on the QNN HTP backend for "
@@ -278,6 +284,98 @@ def _context_binary(root: Path, params: ContextBinaryParams) -> StepOutput:
                                "precision": params.precision, "offload": offload.model_dump(mode="json")})
 
 
+ABSURD_SCALE = 1e6
+"""A QDQ scale above this spans a range of ~1e8 (8-bit) or more: a constant such as float32 min is in the
+calibrated range, and the tensor's real values all quantize to one step."""
+
+
+def check_scales(model: Any, name: str) -> None:
+    """QUANT_SCALE_INVALID naming the first tensor whose quantization scale is non-finite, <= 0 or absurd
+    (the HTP compile fails on it, "Failed to compose Qnn graph", or the output is noise)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    for node in model.graph.node:
+        if node.op_type != "QuantizeLinear" or len(node.input) < 2 or node.input[1] not in inits:
+            continue
+        scale = numpy_helper.to_array(inits[node.input[1]]).astype(np.float64)
+        bad = ~np.isfinite(scale) | (scale <= 0) | (scale > ABSURD_SCALE)
+        if not bad.any():
+            continue
+        tensor = node.input[0]
+        src = producer.get(tensor)
+        made_by = f" (output of {src.op_type} node {src.name!r})" if src is not None else ""
+        raise FleetforgeError(Err.QUANT_SCALE_INVALID, f"the quantization scale of tensor {tensor!r}{made_by} in {name} is "
+                              f"{float(scale[bad].ravel()[0]):g}: its calibrated range spans a constant far outside the "
+                              "data (an attention mask of float32 min or inf); the clamp_mask_constants graph pass "
+                              "clamps such constants")
+
+
+def _model_bytes(path: Path) -> bytes:
+    """The model as one serialized proto: external data (m.onnx.data) read in, since the session gets
+    bytes (the EPContext partition name must not depend on the workspace path)."""
+    import onnx
+
+    from activities.modelhub import external_data_files
+
+    data = path.read_bytes()
+    m = onnx.load_from_string(data)
+    if not external_data_files(m):
+        return data
+    return onnx.load(str(path)).SerializeToString()
+
+
+def _tidy(text: str, limit: int) -> str:
+    from activities.toolchains.isolate import tidy
+    from contracts.errors import clip
+
+    return clip(tidy(text, len(text) + 1), limit)
+
+
+class native_log:
+    """Send this process's stderr (file descriptor 2, where onnxruntime's native logger writes) to a file
+    while the block runs, so the failing node the QNN EP logs can be read back."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> Path:
+        import os
+        import sys
+
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        self._file = open(self.path, "wb")
+        os.dup2(self._file.fileno(), 2)
+        return self.path
+
+    def __exit__(self, *exc: object) -> None:
+        import os
+
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.close()
+
+
+_NODE_FAILED = re.compile(r"failed for node `([^`]+)` of type `([^`]+)`")
+
+
+def failing_node(log: str, source: Any) -> tuple[str, str, str] | None:
+    """(ONNX node name, its ONNX op type, the QNN op type) of the node the QNN EP log says failed, or None.
+    ORT fuses before the EP sees the graph ("scores/MatMulAddFusion" from MatMul+Add): a name not in the
+    source keeps the logged type."""
+    m = _NODE_FAILED.search(log)
+    if m is None:
+        return None
+    name, qnn_type = m.group(1), m.group(2)
+    ops = {n.name: n.op_type for n in source.graph.node}
+    base = name.split("/")[0] if name not in ops else name
+    onnx_op = ops.get(name) or next((t for n, t in ops.items() if n == base), qnn_type)
+    return name, onnx_op, qnn_type
+
+
 _OP_IN_ERROR = re.compile(r"OpType\s*:\s*([A-Za-z][A-Za-z0-9_]*)|[Oo]p(?:erator)?[ _]?type[:= ]+['\"]?([A-Za-z][A-Za-z0-9_]*)")
 
 
@@ -294,7 +392,7 @@ def _load_graph(model_bytes: bytes, name: str) -> Any:
     try:
         return onnx.load_from_string(model_bytes)
     except Exception as e:  # protobuf's DecodeError and friends
-        raise FleetforgeError(Err.EXECUTOR_ERROR, f"{name} is not a readable ONNX model: {' '.join(str(e).split())[:200]}") from e
+        raise FleetforgeError(Err.EXECUTOR_ERROR, f"{name} is not a readable ONNX model: {_tidy(str(e), 200)}") from e
 
 
 FLOAT_TYPES = frozenset({1, 10, 11, 16})

@@ -29,8 +29,8 @@ def prepare(src: Path, dst: Path) -> Path:
     except Exception:  # symbolic shape inference fails on some graphs; the rest still helps
         try:
             quant_pre_process(str(src), str(prepared), skip_symbolic_shape=True)
-        except Exception:
-            prepared.write_bytes(src.read_bytes())
+        except Exception:  # as given, with any external data (m.onnx.data) read in: the copy sits elsewhere
+            onnx.save(onnx.load(str(src)), str(prepared))
     m = onnx.load(str(prepared))
     used = {name for node in m.graph.node for name in node.input} | {o.name for o in m.graph.output}
     inits = {i.name for i in m.graph.initializer}

@@ -25,6 +25,8 @@ RUNNERS: dict[str, tuple[str, str, str]] = {
     "onnx.to_ort": ("activities.toolchains.onnx_steps", "to_ort", "ToOrtParams"),
     "ortqnn.quantize_qdq": ("activities.toolchains.ort_qnn", "quantize_qdq", "QuantizeQdqParams"),
     "ortqnn.context_binary": ("activities.toolchains.ort_qnn", "_context_binary", "ContextBinaryParams"),
+    "onnx.graph_passes": ("activities.toolchains.graph_passes", "run_passes", "GraphPassesParams"),
+    "torch.export_onnx": ("activities.toolchains.torch_export", "export_onnx", "TorchExportParams"),
 }
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from client import out
-from client.convert import check_model, convert_request
+from client.convert import check_model, convert_request, input_shapes
 from client.cli.app import JobIdArg, JsonOpt, WaitOpt, app, client_for, finish, parse_sets, run_sync, settings
 from contracts.convert import OutputKind, Precision, Toolchain
 from contracts.errors import Err, FleetforgeError
@@ -59,9 +59,12 @@ def convert(
                                      "gate; without it the precision is the requested one and a fallback is only proposed.")] = False,
     rerun: Annotated[Optional[str], typer.Option("--rerun", metavar="RUN_ID", help="Run id of an earlier conversion whose plan is reused.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="With --rerun: key=value step arg override (repeatable).")] = None,
+    input_shape: Annotated[Optional[list[str]], typer.Option(
+        "--input-shape", metavar="NAME=1,3,224,224[:int64]", help="Static shape of an input (repeatable): a PyTorch model's "
+        "export shapes; an ONNX model's symbolic dims (others become 1).")] = None,
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
-    """Convert a model to a QNN/SNPE/ORT artifact for a SoC and precision."""
+    """Convert a model (ONNX, TorchScript .pt, ExportedProgram .pt2) to a QNN/SNPE/ORT artifact for a SoC and precision."""
     out.use_json(json_)
     overrides = parse_sets(set_ or [])
     if overrides and not rerun:
@@ -76,7 +79,8 @@ def convert(
         request = convert_request(model, settings=s, soc=soc, precision=precision, calibration=calibration,
                                   output=output, toolchain=toolchain, preset=preset, min_cosine=min_cosine,
                                   eval_data=eval_data, eval_samples=eval_samples,
-                                  synthetic_calibration=synthetic_calibration, precision_fallback=precision_fallback)
+                                  synthetic_calibration=synthetic_calibration, precision_fallback=precision_fallback,
+                                  input_shapes=input_shapes(input_shape or []))
 
     async def go() -> int:
         fc = await client_for(s)

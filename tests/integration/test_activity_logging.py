@@ -70,3 +70,17 @@ async def test_fleetforge_error_becomes_non_retryable_application_error(temporal
     app = activity_error.cause
     assert isinstance(app, ApplicationError) and app.type == Err.MODEL_NOT_FOUND and app.non_retryable
     assert len([e for e in captured.entries if e["event"] == "inside activity"]) == 1, "non-retryable: one attempt"
+
+
+async def test_a_classified_failure_logs_one_line_and_no_traceback(temporal_env, captured: LogCapture, caplog):
+    caplog.set_level("DEBUG", logger="temporalio")
+    async with new_worker(temporal_env.client, workflows=[LogWorkflow], activities=[log_something]) as w:
+        with pytest.raises(WorkflowFailureError):
+            await temporal_env.client.execute_workflow(
+                LogWorkflow.run, True, id=f"log/{uuid.uuid4().hex[:8]}", task_queue=w.task_queue
+            )
+    failed = [r for r in caplog.records if "Completing activity as failed" in r.getMessage()]
+    assert failed and all(r.levelname == "DEBUG" for r in failed), "an expected verdict is not a worker warning"
+    assert not any(r.exc_info and r.levelno >= 30 for r in caplog.records), "no traceback at warning level or above"
+    [line] = [e for e in captured.entries if e["event"] == "activity failed"]
+    assert line["code"] == "MODEL_NOT_FOUND" and line["message"] == "no such model"

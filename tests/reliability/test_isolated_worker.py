@@ -134,6 +134,8 @@ async def test_a_torch_exported_model_with_its_sidecar_converts_on_a_worker_that
 
     assert result.status is JobStatus.COMPLETED, result.failure
     assert result.evaluation is not None and result.evaluation.cosine > 0.99
+    assert result.model is not None and result.model.source == str(client_dir / "exported" / "net.onnx")
+    assert [s.name for s in result.model.sidecars] == ["net.onnx.data"], "the upload:// model's sidecar reached the workspace"
 
 
 async def test_a_worker_with_its_own_file_store_fails_the_job_at_once_saying_to_share_one(

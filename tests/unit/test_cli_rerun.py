@@ -85,3 +85,26 @@ def test_a_relative_model_path_becomes_absolute_and_names_stay_names(tmp_path: P
     assert resolve_local("./m.onnx") == str(tmp_path / "m.onnx")
     assert resolve_local("resnet-catalog-name") == "resnet-catalog-name"
     assert resolve_local("s3://bucket/m.onnx") == "s3://bucket/m.onnx"
+
+
+def test_input_shapes_ride_a_rerun_and_a_bad_input_shape_is_bad_input_before_anything_connects(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """--input-shape (convert-inputs) in the SDK: parsed into the request's input_shapes, kept by a rerun
+    (RERUN_KEEPS), and text that is no shape is exit 2 naming it, before any connection."""
+    from client.cli import run
+    from client.convert import RERUN_KEEPS, input_shapes
+
+    shapes = input_shapes(["pixel_values=1,3,224,224", "ids=1,128:int64"])
+    assert {k: (v.dims, v.dtype) for k, v in shapes.items()} == {"pixel_values": ([1, 3, 224, 224], "float32"),
+                                                                 "ids": ([1, 128], "int64")}
+    assert "input_shapes" in RERUN_KEEPS
+    earlier = ConversionRequest(model="m.pt", input_shapes=shapes).model_dump(mode="json")
+    assert ConversionRequest(**{k: earlier[k] for k in RERUN_KEEPS if k in earlier}).input_shapes == shapes
+    with pytest.raises(FleetforgeError) as e:
+        input_shapes(["pixel_values"])
+    assert e.value.code is Err.BAD_INPUT and "pixel_values" in e.value.message
+    model = tmp_path / "m.pt"
+    model.write_bytes(b"not read: the shape is refused first")
+    capsys.readouterr()
+    assert run(["convert", str(model), "--soc", "sm8550", "--precision", "fp16", "--input-shape", "x=1,a"]) == 2
+    assert "x=1,a" in capsys.readouterr().err

@@ -152,7 +152,35 @@ def test_the_remedies_come_in_order_and_stop_when_spent():
     assert next_remedy(req(target_soc="sm8550", precision=Precision.FP16), below()) is None, "fp16 has nothing to give"
     assert next_remedy(req(calibration="input/c.npz", precision_fallback=True, **INT8_CTX), below(FLOAT_OUTPUTS, W8A16)) is None, \
         "real calibration data: more synthetic samples would not help"
-    assert next_remedy(r, below(kind="offload")) == W8A16, "nodes on the CPU: only a wider activation type may help"
+    assert next_remedy(r, below(kind="offload")) is None, "nodes on the CPU: a precision change keeps them there"
+
+
+def offload(*cpu_ops: str, remedies: tuple[str, ...] = ()) -> PlanFeedback:
+    from contracts.convert_job import OffloadReport
+
+    report = OffloadReport(nodes_total=10, context_nodes=2, cpu_nodes=len(cpu_ops), cpu_ops=sorted(cpu_ops))
+    return PlanFeedback(kind="offload", remedies=list(remedies), offload=report, min_cosine=0.95)
+
+
+def test_a_placement_failure_gets_the_graph_pass_for_its_op_never_w8a16():
+    r = req(**INT8_CTX)
+    assert next_remedy(r, offload("Erf", "QuantizeLinear", "DequantizeLinear")) == "pass:gelu_fusion"
+    assert next_remedy(r, offload("Erf", "GatherND")) == "pass:gelu_fusion+gathernd_to_gather", "one replan for both"
+    assert next_remedy(r, offload("Erf", remedies=("pass:gelu_fusion",))) is None, "a pass is not applied twice"
+    assert next_remedy(r, offload("Det")) is None, "no pass rewrites Det, and w8a16 would leave it on the CPU"
+    compile_failure = PlanFeedback(kind="compile", code="QUANT_SCALE_INVALID")
+    assert next_remedy(r, compile_failure) == "pass:clamp_mask_constants"
+    assert next_remedy(r, PlanFeedback(kind="compile", failing_ops=["AveragePool"], code="UNSUPPORTED_OP")) \
+        == "pass:avgpool_to_global"
+
+
+def test_a_pass_remedy_puts_a_graph_passes_step_before_quantization_and_keeps_the_original_as_reference(ws: Path):
+    plan = plan_offline(req(**INT8_CTX), model_ref(), default_registry(), remedy=offload("Erf", "GatherND"))
+    passes, quant, ctx = plan.steps
+    assert passes.tool_name == "onnx.graph_passes" and passes.required_args["passes"] == ["gelu_fusion", "gathernd_to_gather"]
+    assert quant.required_args["model"] == passes.required_args["output"] and quant.depends_on == [passes.step_id]
+    assert plan.intent["reference"] == "input/tiny.onnx", "the evaluation judges the passes too"
+    assert "graph pass(es) gelu_fusion, gathernd_to_gather" in plan.rationale
 
 
 def test_each_remedy_changes_the_plan_and_the_plan_says_which(ws: Path):

@@ -1,0 +1,343 @@
+"""Graph surgery as typed, registered passes (Olive's model): each pass has a name, the pattern it
+matches, a precondition, and the ops or error codes whose failure it fixes (the offline planner reads
+those to pick a pass when a placement or compile failure names them; the LLM planner sees the list in
+`list_tools`, in the `onnx.graph_passes` spec).
+
+Contract of every pass: `apply(model, ctx) -> int` rewrites each match in place and returns how many it
+rewrote; with no match (or the precondition false) it returns 0 and leaves the ModelProto untouched, so
+the `onnx.graph_passes` step then copies its input byte for byte. Numerics are the evaluation's job:
+the plan's reference stays the original model, so a pass that changed what the graph computes fails
+the accuracy gate like any other step.
+
+onnxruntime's transformer optimizer does the GELU fusion (FusionGelu); the rest it lacks.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from activities.sandbox import safe_join
+from contracts.errors import Err, FleetforgeError
+
+MASK_FLOOR = -1e4
+"""What `clamp_mask_constants` clamps a huge negative mask constant to: exp(-1e4) is 0 in float32, so a
+softmax after the mask computes the same, and a quantizer's range over it stays finite."""
+HUGE = 1e30
+"""A constant at or beyond this magnitude is a mask value (float32 min/max, inf), not a weight."""
+
+
+@dataclass
+class PassContext:
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    """NAME -> dims from --input-shape (fix_input_dims)."""
+    notes: list[str] = field(default_factory=list)
+    """What a pass decided on the user's behalf (said out loud in the step's details and the result)."""
+
+
+@dataclass(frozen=True)
+class GraphPass:
+    name: str
+    pattern: str
+    """What it matches, in words (list_tools and the docs show it)."""
+    fixes_ops: frozenset[str]
+    """Op types whose placement/compile failure this pass can remove."""
+    fixes_codes: frozenset[str]
+    """Error codes (contracts.errors.Err) this pass is the remedy for."""
+    apply: Callable[[Any, PassContext], int]
+
+
+PASSES: dict[str, GraphPass] = {}
+
+
+def graph_pass(name: str, *, pattern: str, fixes_ops: tuple[str, ...] = (),
+               fixes_codes: tuple[Err, ...] = ()) -> Callable[[Callable[[Any, PassContext], int]], Callable[[Any, PassContext], int]]:
+    def register(fn: Callable[[Any, PassContext], int]) -> Callable[[Any, PassContext], int]:
+        if name in PASSES:
+            raise FleetforgeError(Err.INTERNAL, f"graph pass {name!r} registered twice")
+        PASSES[name] = GraphPass(name, pattern, frozenset(fixes_ops), frozenset(c.value for c in fixes_codes), fn)
+        return fn
+    return register
+
+
+def passes_for(ops: list[str] | set[str], codes: list[str] | set[str] = ()) -> list[str]:
+    """Names of the passes that fix any of these failing ops or error codes, in registry order (pure)."""
+    ops, codes = set(ops), set(codes)
+    return [p.name for p in PASSES.values() if p.fixes_ops & ops or p.fixes_codes & codes]
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+
+
+def _opset(model: Any) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def _shapes(model: Any) -> dict[str, list[int | None]]:
+    """Static shapes of every typed value (inference on a copy: the model itself is not touched)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # shape inference refuses some graphs: the passes then match fewer nodes
+        inferred = model
+    g = inferred.graph
+    out: dict[str, list[int | None]] = {}
+    for v in [*g.input, *g.value_info, *g.output]:
+        t = v.type.tensor_type
+        if t.HasField("shape"):
+            out[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    for init in g.initializer:
+        out[init.name] = list(init.dims)
+    return out
+
+
+def _constants(model: Any) -> dict[str, Any]:
+    """Initializers and Constant-node values by name, as numpy arrays."""
+    from onnx import numpy_helper
+
+    out = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            out[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    return out
+
+
+def _attr(node: Any, name: str, default: Any = None) -> Any:
+    import onnx
+
+    return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
+
+
+# ---- the passes -----------------------------------------------------------------------------------
+
+
+@graph_pass("gelu_fusion", pattern="exact GELU as x * 0.5 * (1 + Erf(x / sqrt(2))) (opset < 20 exports) -> one Gelu node",
+            fixes_ops=("Erf",))
+def gelu_fusion(model: Any, ctx: PassContext) -> int:
+    """onnxruntime's FusionGelu finds the Erf chains; the fused node is ai.onnx Gelu from opset 20 on,
+    com.microsoft Gelu before (both run on the QNN HTP backend, quantized too)."""
+    if not any(n.op_type == "Erf" for n in model.graph.node):
+        return 0
+    import onnx
+    from onnxruntime.transformers.fusion_gelu import FusionGelu
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    om = OnnxModel(work)
+    FusionGelu(om).apply()
+    fused = [n for n in om.model.graph.node if n.op_type == "Gelu"]
+    before = sum(n.op_type == "Gelu" for n in model.graph.node)
+    if len(fused) <= before:
+        return 0
+    om.prune_graph()
+    if _opset(om.model) >= 20:
+        for n in om.model.graph.node:
+            if n.op_type == "Gelu" and n.domain == "com.microsoft":
+                n.domain = ""
+    elif not any(o.domain == "com.microsoft" for o in om.model.opset_import):
+        om.model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    model.CopyFrom(om.model)
+    return len(fused) - before
+
+
+@graph_pass("avgpool_to_global", pattern="AveragePool whose kernel covers the whole (static) spatial input with one "
+            "output position, no padding -> GlobalAveragePool", fixes_ops=("AveragePool",))
+def avgpool_to_global(model: Any, ctx: PassContext) -> int:
+    """A kernel at least as large as the input with one output position averages the whole input (a
+    window past the edge is clipped, not padded, when pads are 0): that is GlobalAveragePool, which the
+    HTP backend has. EfficientNet's pooler is AvgPool2d(1280-ish, ceil_mode=True) over a 1x1 map, which
+    the backend rejects."""
+    pools = [n for n in model.graph.node if n.op_type == "AveragePool"]
+    if not pools:
+        return 0
+    shapes = _shapes(model)
+    done = 0
+    for n in pools:
+        dims = shapes.get(n.input[0])
+        kernel = list(_attr(n, "kernel_shape", []))
+        pads = list(_attr(n, "pads", []) or [])
+        auto = _attr(n, "auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        strides = list(_attr(n, "strides", []) or [1] * len(kernel))
+        rounding = math.ceil if _attr(n, "ceil_mode", 0) else math.floor
+        if (dims is None or None in dims or len(dims) != len(kernel) + 2 or any(p != 0 for p in pads)
+                or auto not in ("NOTSET", "VALID") or _attr(n, "dilations") not in (None, [1] * len(kernel))
+                or any(k < d for k, d in zip(kernel, dims[2:]))
+                or any(rounding((d - k) / s) + 1 != 1 for d, k, s in zip(dims[2:], kernel, strides))):
+            continue
+        del n.attribute[:]
+        n.op_type = "GlobalAveragePool"
+        done += 1
+    return done
+
+
+@graph_pass("fix_input_dims", pattern="graph input with a symbolic dim (a dynamic batch or length) -> the size from "
+            "--input-shape, or 1")
+def fix_input_dims(model: Any, ctx: PassContext) -> int:
+    """The HTP backend compiles static shapes only (a dynamic batch is reported as UNSUPPORTED_OP on
+    Conv/Add/...). A named input takes --input-shape's dims; any other symbolic dim becomes 1, said in
+    ctx.notes. Symbolic dims of intermediate values and outputs go too (the session infers them)."""
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    todo = [(i, d) for i in inputs for d in i.type.tensor_type.shape.dim if not d.HasField("dim_value")]
+    given = {i.name: ctx.input_shapes[i.name] for i in inputs if i.name in ctx.input_shapes}
+    mismatched = [i for i in inputs if i.name in given and list(given[i.name]) != _static(i)]
+    if not todo and not mismatched:
+        return 0
+    for name, dims in given.items():
+        vi = next(i for i in inputs if i.name == name)
+        have = vi.type.tensor_type.shape.dim
+        if len(have) != len(dims):
+            raise FleetforgeError(Err.BAD_INPUT, f"--input-shape {name}={','.join(map(str, dims))} has {len(dims)} dims; "
+                                  f"the model's input {name} has {len(have)}")
+        for d, value in zip(have, dims):
+            if d.HasField("dim_value") and d.dim_value != value:
+                raise FleetforgeError(Err.BAD_INPUT, f"--input-shape {name}: dim {d.dim_value} of the model cannot "
+                                      f"become {value} (only symbolic dims are fixed)")
+            d.ClearField("dim_param")
+            d.dim_value = value
+    changed = len(given)
+    for vi, d in todo:
+        if vi.name in given:
+            continue
+        ctx.notes.append(f"input {vi.name}: symbolic dim {d.dim_param or '?'!r} fixed to 1 (give --input-shape "
+                         f"{vi.name}=... to choose)")
+        d.ClearField("dim_param")
+        d.dim_value = 1
+        changed += 1
+    del model.graph.value_info[:]  # stale symbolic shapes: onnxruntime infers them again
+    for o in model.graph.output:
+        for d in o.type.tensor_type.shape.dim:
+            if not d.HasField("dim_value"):
+                d.ClearField("dim_param")
+    return changed
+
+
+def _static(vi: Any) -> list[int | None]:
+    return [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+
+
+@graph_pass("clamp_mask_constants", pattern=f"float constant at or beyond +-{HUGE:g} (an attention mask's float32 "
+            f"min, inf) -> clamped to +-{-MASK_FLOOR:g}", fixes_codes=(Err.QUANT_SCALE_INVALID,))
+def clamp_mask_constants(model: Any, ctx: PassContext) -> int:
+    """A causal/padding mask built from float32 min gets a quantization scale of ~1e36 or infinity and
+    the HTP compile fails ("Failed to compose Qnn graph"); softmax(x + -1e4) is softmax(x + -3.4e38)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    def clamp(tensor: Any) -> bool:
+        if tensor.data_type not in (1, 10, 11):  # float, float16, double
+            return False
+        a = numpy_helper.to_array(tensor)
+        huge = np.abs(a.astype(np.float64)) >= HUGE
+        if not huge.any():
+            return False
+        fixed = np.where(huge, np.sign(a) * -MASK_FLOOR, a).astype(a.dtype)
+        tensor.CopyFrom(numpy_helper.from_array(fixed, tensor.name))
+        return True
+
+    done = sum(clamp(i) for i in model.graph.initializer)
+    for n in model.graph.node:
+        if n.op_type == "Constant":
+            done += sum(clamp(a.t) for a in n.attribute if a.name == "value")
+    return done
+
+
+@graph_pass("gathernd_to_gather", pattern="GatherND with constant indices over a static input (transformers' mask "
+            "building) -> Reshape (+ Gather of the flat positions)", fixes_ops=("GatherND",))
+def gathernd_to_gather(model: Any, ctx: PassContext) -> int:
+    """The HTP backend leaves GatherND on the CPU (splitting the graph in two); with constant indices
+    it is a Reshape when the indices enumerate the input in order, else a Gather on the flattened input."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    candidates = [n for n in model.graph.node if n.op_type == "GatherND" and _attr(n, "batch_dims", 0) == 0]
+    if not candidates:
+        return 0
+    consts, shapes = _constants(model), _shapes(model)
+    plans = []
+    for n in candidates:
+        idx, dims = consts.get(n.input[1]), shapes.get(n.input[0])
+        if idx is None or dims is None or None in dims or idx.shape[-1] != len(dims):
+            continue
+        flat = np.ravel_multi_index(tuple(np.moveaxis(idx.astype(np.int64) % np.array(dims), -1, 0)), dims)
+        plans.append((n, flat, list(idx.shape[:-1]), int(math.prod(dims))))
+    if not plans:
+        return 0
+    nodes = []
+    by_node = {id(p[0]): p for p in plans}
+    for n in model.graph.node:
+        p = by_node.get(id(n))
+        if p is None:
+            nodes.append(n)
+            continue
+        _, flat, out_shape, size = p
+        stem = n.name or n.output[0]
+        shape_name = f"{stem}_shape"
+        if flat.size == size and np.array_equal(flat.ravel(), np.arange(size)):
+            model.graph.initializer.append(numpy_helper.from_array(np.array(out_shape, np.int64), shape_name))
+            nodes.append(helper.make_node("Reshape", [n.input[0], shape_name], [n.output[0]], name=f"{stem}_reshape"))
+            continue
+        model.graph.initializer.extend([numpy_helper.from_array(np.array([-1], np.int64), shape_name),
+                                        numpy_helper.from_array(flat.astype(np.int64), f"{stem}_flat_idx")])
+        nodes += [helper.make_node("Reshape", [n.input[0], shape_name], [f"{stem}_flat"], name=f"{stem}_flatten"),
+                  helper.make_node("Gather", [f"{stem}_flat", f"{stem}_flat_idx"], [n.output[0]], axis=0, name=f"{stem}_gather")]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return len(plans)
+
+
+# ---- the tool step --------------------------------------------------------------------------------
+
+
+class GraphPassesParams(BaseModel, frozen=True):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    output: str
+    passes: list[str]
+    """Pass names, applied in this order."""
+    input_shapes: list[str] = []
+    """NAME=d1,d2,... (fix_input_dims)."""
+
+
+def parse_shapes(items: list[str]) -> dict[str, list[int]]:
+    """["x=1,3,224,224", "ids=1,128:int64"] -> {"x": [1, 3, 224, 224], "ids": [1, 128]} (a dtype suffix is
+    for the torch exporter; here only the dims count)."""
+    from contracts.convert_job import parse_input_shape
+
+    return {name: spec.dims for name, spec in map(parse_input_shape, items)}
+
+
+def run_passes(root: Path, params: GraphPassesParams):  # -> StepOutput
+    """Apply the named passes; with no match at all the output is a byte copy of the input."""
+    import onnx
+
+    from activities.toolchains.ort_qnn import StepOutput
+
+    unknown = [p for p in params.passes if p not in PASSES]
+    if unknown:
+        raise FleetforgeError(Err.BAD_INPUT, f"unknown graph pass(es) {unknown}; known: {', '.join(PASSES)}")
+    src, dst = safe_join(root, params.model), safe_join(root, params.output)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    model = onnx.load(str(src))
+    ctx = PassContext(input_shapes=parse_shapes(params.input_shapes))
+    applied: dict[str, int] = {}
+    for name in params.passes:
+        applied[name] = PASSES[name].apply(model, ctx)
+    if any(applied.values()):
+        onnx.save(model, str(dst))
+    else:
+        shutil.copyfile(src, dst)
+    return StepOutput(outputs=[params.output], seconds=time.monotonic() - t0,
+                      details={"applied": applied, "notes": ctx.notes})

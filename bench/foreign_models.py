@@ -1,0 +1,289 @@
+"""Thirteen real architectures from transformers' model classes, built from small configs with seeded
+weights (no downloads), and their inputs: what `bench/sweep_foreign.py` converts and
+`bench/recheck_foreign.py` re-checks.
+
+Each model is wrapped so that it takes named tensors and returns one tensor (logits or the last hidden
+state); `export` writes it with torch's default exporter (`torch.onnx.export`, dynamo, its default
+opset), external data and all. Inputs come in two *families* per modality, so the accuracy of an
+artifact is never judged on inputs shaped like its calibration data only:
+* images: `natural` (smooth colour fields with edges and texture, normalised like ImageNet) and
+  `noise` (N(0, 1));
+* tokens: `text` (Zipf-distributed ids with a zero-padded tail in the mask) and `uniform` ids (full mask);
+* audio: `speech` (harmonic tones with an envelope, log-mel for Whisper) and `noise`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+IMAGE = 32
+SEQ = 16
+VOCAB = 512
+AUDIO = 3200
+MEL_BINS, MEL_FRAMES = 16, 64
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    modality: str  # "image" | "text" | "audio" | "mel"
+    build: Callable[[], Any]
+    """() -> torch.nn.Module taking the inputs by name and returning one tensor."""
+    classifier: bool = False
+
+
+def _wrap(model: Any, names: list[str], pick: str | int = 0) -> Any:
+    import torch
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model.eval()
+
+        def forward(self, *args: Any) -> Any:
+            out = self.inner(**dict(zip(names, args)), return_dict=False)
+            return out[pick] if isinstance(out, tuple) else out
+
+    return Wrapped().eval()
+
+
+def _bert() -> Any:
+    import transformers as t
+    cfg = t.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                       vocab_size=VOCAB, max_position_embeddings=64)
+    return _wrap(t.BertModel(cfg), ["input_ids", "attention_mask"])
+
+
+def _distilbert() -> Any:
+    import transformers as t
+    cfg = t.DistilBertConfig(dim=64, n_layers=2, n_heads=2, hidden_dim=128, vocab_size=VOCAB, max_position_embeddings=64)
+    return _wrap(t.DistilBertModel(cfg), ["input_ids", "attention_mask"])
+
+
+def _gpt2() -> Any:
+    import transformers as t
+    cfg = t.GPT2Config(n_embd=64, n_layer=2, n_head=2, vocab_size=VOCAB, n_positions=64, use_cache=False)
+    return _wrap(t.GPT2LMHeadModel(cfg), ["input_ids", "attention_mask"])
+
+
+def _vit() -> Any:
+    import transformers as t
+    cfg = t.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                      image_size=IMAGE, patch_size=8, num_labels=10)
+    return _wrap(t.ViTForImageClassification(cfg), ["pixel_values"])
+
+
+def _swin() -> Any:
+    import transformers as t
+    cfg = t.SwinConfig(image_size=IMAGE, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4,
+                       num_labels=10, attn_implementation="eager")  # the sdpa path's view fails in torch.export
+    return _wrap(t.SwinForImageClassification(cfg), ["pixel_values"])
+
+
+def _convnext() -> Any:
+    import transformers as t
+    cfg = t.ConvNextConfig(num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], num_labels=10, image_size=IMAGE)
+    return _wrap(t.ConvNextForImageClassification(cfg), ["pixel_values"])
+
+
+def _resnet() -> Any:
+    import transformers as t
+    cfg = t.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic", num_labels=10)
+    return _wrap(t.ResNetForImageClassification(cfg), ["pixel_values"])
+
+
+def _mobilenet_v2() -> Any:
+    import transformers as t
+    cfg = t.MobileNetV2Config(image_size=IMAGE, depth_multiplier=0.35, num_labels=10)
+    return _wrap(t.MobileNetV2ForImageClassification(cfg), ["pixel_values"])
+
+
+def _mobilevit() -> Any:
+    import transformers as t
+    cfg = t.MobileViTConfig(image_size=IMAGE, hidden_sizes=[32, 40, 48], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
+                            num_labels=10)
+    return _wrap(t.MobileViTForImageClassification(cfg), ["pixel_values"])
+
+
+def _efficientnet() -> Any:
+    import transformers as t
+    cfg = t.EfficientNetConfig(image_size=IMAGE, width_coefficient=0.25, depth_coefficient=0.25, num_labels=10,
+                               hidden_dim=320)  # = round_filters(1280) at this width: the top BatchNorm reads it
+    return _wrap(t.EfficientNetForImageClassification(cfg), ["pixel_values"])
+
+
+def _yolos() -> Any:
+    import transformers as t
+    cfg = t.YolosConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                        image_size=[IMAGE, IMAGE], patch_size=8, num_detection_tokens=4, num_labels=5)
+    return _wrap(t.YolosForObjectDetection(cfg), ["pixel_values"])
+
+
+def _whisper_encoder() -> Any:
+    import transformers as t
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+    cfg = t.WhisperConfig(d_model=64, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=128,
+                          num_mel_bins=MEL_BINS, max_source_positions=MEL_FRAMES // 2)
+    return _wrap(WhisperEncoder(cfg), ["input_features"])
+
+
+def _wav2vec2() -> Any:
+    import transformers as t
+    cfg = t.Wav2Vec2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                           conv_dim=[32] * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+                           do_stable_layer_norm=False, feat_extract_norm="group")
+    return _wrap(t.Wav2Vec2Model(cfg), ["input_values"])
+
+
+ARCHS: dict[str, Arch] = {a.name: a for a in [
+    Arch("bert", "text", _bert), Arch("distilbert", "text", _distilbert), Arch("gpt2", "text", _gpt2),
+    Arch("vit", "image", _vit, True), Arch("swin", "image", _swin, True), Arch("convnext", "image", _convnext, True),
+    Arch("resnet", "image", _resnet, True), Arch("mobilenet_v2", "image", _mobilenet_v2, True),
+    Arch("mobilevit", "image", _mobilevit, True), Arch("efficientnet", "image", _efficientnet, True),
+    Arch("yolos", "image", _yolos), Arch("whisper_encoder", "mel", _whisper_encoder), Arch("wav2vec2", "audio", _wav2vec2),
+]}
+FAMILIES = {"image": ("natural", "noise"), "text": ("text", "uniform"), "audio": ("speech", "noise"),
+            "mel": ("speech", "noise")}
+
+
+def input_names(arch: Arch) -> list[str]:
+    return {"image": ["pixel_values"], "text": ["input_ids", "attention_mask"], "audio": ["input_values"],
+            "mel": ["input_features"]}[arch.modality]
+
+
+def inputs(arch: Arch, family: str, n: int, seed: int) -> dict[str, np.ndarray]:
+    """`n` samples of one family, stacked on a leading axis (the calibration .npz layout)."""
+    rng = np.random.default_rng(seed)
+    samples = [_one(arch.modality, family, rng) for _ in range(n)]
+    return {k: np.stack([s[k] for s in samples]) for k in samples[0]}
+
+
+def _one(modality: str, family: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    if modality == "image":
+        return {"pixel_values": _image(family, rng)}
+    if modality == "text":
+        return dict(zip(("input_ids", "attention_mask"), _tokens(family, rng)))
+    wave = _wave(family, rng)
+    if modality == "audio":
+        return {"input_values": wave[None, :].astype(np.float32)}
+    return {"input_features": _log_mel(wave)[None].astype(np.float32)}
+
+
+def _image(family: str, rng: np.random.Generator) -> np.ndarray:
+    if family == "noise":
+        return rng.standard_normal((1, 3, IMAGE, IMAGE)).astype(np.float32)
+    yy, xx = np.mgrid[0:IMAGE, 0:IMAGE] / IMAGE
+    img = np.empty((3, IMAGE, IMAGE))
+    for c in range(3):  # a smooth colour field, an object with an edge, some texture
+        a, b, ph = rng.uniform(-1, 1, 3)
+        img[c] = 0.5 + 0.25 * np.sin(2 * np.pi * (a * xx + b * yy) + ph)
+    cy, cx, r = rng.uniform(0.3, 0.7), rng.uniform(0.3, 0.7), rng.uniform(0.1, 0.3)
+    disk = (yy - cy) ** 2 + (xx - cx) ** 2 < r * r
+    img[:, disk] = rng.uniform(0, 1, (3, 1))
+    img = np.clip(img + 0.03 * rng.standard_normal(img.shape), 0, 1)
+    mean, std = np.array([0.485, 0.456, 0.406])[:, None, None], np.array([0.229, 0.224, 0.225])[:, None, None]
+    return ((img - mean) / std)[None].astype(np.float32)
+
+
+def _tokens(family: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    if family == "uniform":
+        return rng.integers(0, VOCAB, (1, SEQ)).astype(np.int64), np.ones((1, SEQ), np.int64)
+    ids = np.minimum(rng.zipf(1.3, SEQ), VOCAB - 1).astype(np.int64)
+    length = int(rng.integers(SEQ // 2, SEQ + 1))
+    mask = (np.arange(SEQ) < length).astype(np.int64)
+    ids[length:] = 0
+    return ids[None], mask[None]
+
+
+def _wave(family: str, rng: np.random.Generator) -> np.ndarray:
+    t = np.arange(AUDIO) / 16000.0
+    if family == "noise":
+        return 0.3 * rng.standard_normal(AUDIO)
+    f0 = rng.uniform(90, 250)
+    wave = sum(rng.uniform(0.2, 1.0) / k * np.sin(2 * np.pi * k * f0 * t + rng.uniform(0, 6)) for k in range(1, 6))
+    envelope = np.exp(-((t - t.mean()) ** 2) / (2 * (0.3 * t.max()) ** 2))
+    return 0.5 * wave * envelope + 0.01 * rng.standard_normal(AUDIO)
+
+
+def _log_mel(wave: np.ndarray) -> np.ndarray:
+    """A crude log spectrogram pooled into MEL_BINS bands (Whisper's scale: roughly [-1, 1])."""
+    frames = np.lib.stride_tricks.sliding_window_view(np.pad(wave, (0, 64)), 64)[:: max(1, len(wave) // MEL_FRAMES)][:MEL_FRAMES]
+    spec = np.abs(np.fft.rfft(frames * np.hanning(64), axis=1)) ** 2
+    bands = np.array_split(spec, MEL_BINS, axis=1)
+    mel = np.log10(np.maximum(np.stack([b.mean(1) for b in bands]), 1e-10))
+    mel = np.maximum(mel, mel.max() - 8.0)
+    return (mel + 4.0) / 4.0
+
+
+def reinit(module: Any, seed: int) -> None:
+    """Seeded weights that make the output depend on the input: transformers' own init (std 0.02, zero
+    heads) leaves small models near-constant (EfficientNet's logits all 0, Whisper's encoder output 99.8 %
+    its position embedding), and a near-constant output passes any cosine gate. Matrices and kernels get
+    N(0, 1/fan_in), norms' scales 1 +- 0.1, biases N(0, 0.02); BatchNorm statistics stay as built."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if p.dim() >= 2:
+                fan_in = p[0].numel()
+                p.copy_(torch.randn(p.shape, generator=g) / fan_in ** 0.5)
+            elif name.endswith("weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.02 * torch.randn(p.shape, generator=g))
+
+
+def settle_batchnorm(module: Any, arch: Arch, seed: int, samples: int = 16) -> None:
+    """BatchNorm statistics measured on realistic inputs (as training would leave them): with the
+    defaults (mean 0, var 1) the activations of a random deep CNN vanish and the output is a constant."""
+    import torch
+
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the batches below
+    data = inputs(arch, FAMILIES[arch.modality][0], samples, seed=seed + 100)
+    module.train()
+    with torch.no_grad():  # one batch of all samples (a 1x1 map needs more than one value per channel)
+        module(*(torch.from_numpy(np.concatenate(list(data[n]))) for n in input_names(arch)))
+    module.eval()
+
+
+def build(arch: Arch, seed: int = 0) -> Any:
+    import torch
+
+    torch.manual_seed(seed)
+    module = arch.build()
+    reinit(module, seed)
+    settle_batchnorm(module, arch, seed)
+    return module
+
+
+def export(arch: Arch, path: Path, seed: int = 0) -> Path:
+    """Seeded weights, torch's default exporter; returns the .onnx path (external data beside it)."""
+    import torch
+
+    module = build(arch, seed)
+    example = inputs(arch, FAMILIES[arch.modality][0], 1, seed=seed)
+    args = tuple(torch.from_numpy(example[n][0]) for n in input_names(arch))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.onnx.export(module, args, str(path), input_names=input_names(arch))
+    return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    for name in sys.argv[2:] or ARCHS:
+        try:
+            print(export(ARCHS[name], Path(sys.argv[1]) / f"{name}.onnx"))
+        except Exception as e:  # a scratch listing: go on with the next architecture
+            print(f"{name}: export failed: {str(e).splitlines()[0][:300]}")

@@ -1,0 +1,74 @@
+"""No anonymous failures: the failing node from the QNN EP's log, non-finite/absurd QDQ scales named after
+quantization, messages cut at a word, and a failure's op read back for the planner's remedy."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from contracts.common import Failure
+from contracts.errors import Err, FleetforgeError, clip
+from workflows.converter_policy import compile_feedback
+
+# a real line of onnxruntime-qnn 2.51's log for a QDQ graph whose mask constant made a scale of inf
+QNN_LOG = ("2026-11-24 16:07:59.415633222 [V:onnxruntime:, qnn_model_wrapper.cc:771 ComposeQnnGraph] Qnn_OpConfig node name: "
+           "scores/MatMulAddFusion package_name: qti.aisw QNN_op_type: FullyConnected num_of_inputs: 3\n"
+           "\x1b[1;31m2026-11-24 16:07:59.415700312 [E:onnxruntime:, qnn_model_wrapper.cc:776 ComposeQnnGraph] QNN.graphAddNode() "
+           "failed for node `scores/MatMulAddFusion` of type `FullyConnected` with error code 6007\n")
+
+
+def test_clip_cuts_at_a_word_and_says_so():
+    text = "op AveragePool cannot run on the QNN HTP backend for SM8550 at int8 because node_avg_pool2d_token_217 is"
+    cut = clip(text, 80)
+    assert len(cut) <= 80 and cut.endswith("…") and text.startswith(cut[:-1])
+    assert cut[:-1].split()[-1] in text.split(), "the last word is whole"
+    assert clip("short\n text", 80) == "short text"
+
+
+def test_the_failing_node_is_read_from_the_qnn_ep_log():
+    onnx = pytest.importorskip("onnx")
+    from activities.toolchains.ort_qnn import failing_node
+
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Gemm", ["a", "b", "c"], ["y"], name="scores/MatMulAddFusion")],
+                                   "g", [], [])
+    assert failing_node(QNN_LOG, onnx.helper.make_model(graph)) == ("scores/MatMulAddFusion", "Gemm", "FullyConnected")
+    assert failing_node("nothing useful here", onnx.helper.make_model(graph)) is None
+
+
+def test_a_compile_failure_names_its_op_for_the_planner():
+    failure = Failure(code=Err.UNSUPPORTED_OP, where="context_binary",
+                      message="op AveragePool cannot run on the QNN HTP backend for SM8550 at int8 at node 'p' (op AveragePool, QNN PoolAvg2d)")
+    fb = compile_feedback(failure, ["pass:gelu_fusion"])
+    assert fb.kind == "compile" and fb.failing_ops == ["AveragePool"] and fb.code == "UNSUPPORTED_OP"
+    assert fb.remedies == ["pass:gelu_fusion"]
+
+
+def test_an_absurd_quantization_scale_is_named_and_the_mask_pass_removes_it(tmp_path: Path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxruntime_qnn")
+    from activities.toolchains.graph_passes import GraphPassesParams, run_passes
+    from activities.toolchains.ort_qnn import QuantizeQdqParams, quantize_qdq
+
+    class Causal(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+            self.register_buffer("mask", torch.triu(torch.full((4, 4), torch.finfo(torch.float32).min), 1))
+
+        def forward(self, x):
+            q = self.proj(x)
+            return torch.softmax(q @ q.transpose(-1, -2) + self.mask, dim=-1)
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Causal().eval(), (torch.randn(1, 4, 8),), str(tmp_path / "causal.onnx"), input_names=["x"])
+    with pytest.raises(FleetforgeError) as e:
+        quantize_qdq(tmp_path, QuantizeQdqParams(model="causal.onnx", output="q.onnx", precision="int8"))
+    assert e.value.code is Err.QUANT_SCALE_INVALID
+    assert "quantization scale of tensor" in e.value.message and "clamp_mask_constants" in e.value.message
+    run_passes(tmp_path, GraphPassesParams(model="causal.onnx", output="clamped.onnx", passes=["clamp_mask_constants"]))
+    quantize_qdq(tmp_path, QuantizeQdqParams(model="clamped.onnx", output="q2.onnx", precision="int8"))
+    assert (tmp_path / "q2.onnx").is_file()

@@ -1,0 +1,188 @@
+"""Each graph pass on a real graph exported by torch's exporter (the pattern it is for, rewritten, same
+outputs under onnxruntime), and on a real graph without its pattern (byte-identical, and the
+`onnx.graph_passes` step then copies its input byte for byte)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from activities.toolchains.graph_passes import PASSES, GraphPassesParams, PassContext, passes_for, run_passes  # noqa: E402
+
+
+def export(module, args: tuple, path: Path, **kw) -> "onnx.ModelProto":
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), args, str(path), **kw)
+    return onnx.load(str(path))
+
+
+def ops(model) -> set[str]:
+    return {n.op_type for n in model.graph.node}
+
+
+def run(model, feed: dict) -> list[np.ndarray]:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+def apply(name: str, model, **ctx) -> tuple[int, "onnx.ModelProto"]:
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    return PASSES[name].apply(work, PassContext(**ctx)), work
+
+
+def assert_untouched(name: str, model) -> None:
+    before = model.SerializeToString()
+    count, after = apply(name, model)
+    assert count == 0 and after.SerializeToString() == before, f"{name} changed a graph without its pattern"
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.act, self.fc2 = torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+X8 = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+
+
+def test_gelu_fusion_turns_the_erf_chain_of_an_opset_17_export_into_gelu(tmp_path: Path):
+    model = export(Mlp(), (torch.from_numpy(X8),), tmp_path / "mlp17.onnx", input_names=["x"], opset_version=17)
+    assert "Erf" in ops(model), "torch exports the exact GELU as an Erf chain below opset 20"
+    count, fused = apply("gelu_fusion", model)
+    assert count == 1 and "Erf" not in ops(fused) and "Gelu" in ops(fused)
+    assert any(o.domain == "com.microsoft" for o in fused.opset_import), "opset 17 has no Gelu: the contrib op is declared"
+    np.testing.assert_allclose(run(fused, {"x": X8})[0], run(model, {"x": X8})[0], atol=1e-5)
+
+
+def test_gelu_fusion_leaves_an_opset_20_export_byte_identical(tmp_path: Path):
+    model = export(Mlp(), (torch.from_numpy(X8),), tmp_path / "mlp20.onnx", input_names=["x"])
+    assert "Gelu" in ops(model) and "Erf" not in ops(model)
+    assert_untouched("gelu_fusion", model)
+
+
+class Pooler(torch.nn.Module):
+    def __init__(self, kernel: int, ceil: bool) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, stride=4, padding=1)
+        self.pool = torch.nn.AvgPool2d(kernel, ceil_mode=ceil)
+
+    def forward(self, x):
+        return self.pool(torch.relu(self.conv(x)))
+
+
+IMG = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+
+
+def test_avgpool_to_global_rewrites_efficientnets_oversized_ceil_mode_pooler(tmp_path: Path):
+    model = export(Pooler(kernel=16, ceil=True), (torch.from_numpy(IMG),), tmp_path / "pool.onnx", input_names=["x"])
+    assert "AveragePool" in ops(model)
+    count, fixed = apply("avgpool_to_global", model)
+    assert count == 1 and "AveragePool" not in ops(fixed) and "GlobalAveragePool" in ops(fixed)
+    np.testing.assert_allclose(run(fixed, {"x": IMG})[0], run(model, {"x": IMG})[0], atol=1e-6)
+
+
+def test_avgpool_to_global_leaves_a_windowed_pool_byte_identical(tmp_path: Path):
+    model = export(Pooler(kernel=1, ceil=False), (torch.from_numpy(IMG),), tmp_path / "pool1.onnx", input_names=["x"])
+    assert "AveragePool" in ops(model), "a 1x1 window over a 2x2 map is not a global pool"
+    assert_untouched("avgpool_to_global", model)
+
+
+def test_fix_input_dims_fixes_a_dynamic_batch_from_input_shape_or_to_1_saying_so(tmp_path: Path):
+    batch = torch.export.Dim("batch", min=1, max=64)
+    model = export(Mlp(), (torch.from_numpy(X8),), tmp_path / "dyn.onnx", input_names=["x"], dynamic_shapes=({0: batch},))
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param, "the export has a symbolic batch"
+    count, fixed = apply("fix_input_dims", model, input_shapes={"x": [4, 8]})
+    assert count == 1 and [d.dim_value for d in fixed.graph.input[0].type.tensor_type.shape.dim] == [4, 8]
+    x4 = np.tile(X8, (2, 1))
+    np.testing.assert_allclose(run(fixed, {"x": x4})[0], run(model, {"x": x4})[0], atol=1e-6)
+    ctx = PassContext()
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    assert PASSES["fix_input_dims"].apply(work, ctx) == 1
+    assert [d.dim_value for d in work.graph.input[0].type.tensor_type.shape.dim] == [1, 8]
+    assert ctx.notes and "fixed to 1" in ctx.notes[0] and "--input-shape x=" in ctx.notes[0], "said out loud"
+
+
+def test_fix_input_dims_leaves_a_static_export_byte_identical(tmp_path: Path):
+    assert_untouched("fix_input_dims", export(Mlp(), (torch.from_numpy(X8),), tmp_path / "static.onnx", input_names=["x"]))
+
+
+class CausalScores(torch.nn.Module):
+    """GPT-2's old attention: scores masked with float32 min where a position may not look ahead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.register_buffer("mask", torch.triu(torch.full((4, 4), torch.finfo(torch.float32).min), 1))
+
+    def forward(self, x):
+        q = self.proj(x)
+        return torch.softmax(q @ q.transpose(-1, -2) + self.mask, dim=-1)
+
+
+SEQ = np.random.default_rng(2).standard_normal((1, 4, 8)).astype(np.float32)
+
+
+def test_clamp_mask_constants_clamps_a_float32_min_causal_mask_with_the_same_softmax(tmp_path: Path):
+    model = export(CausalScores(), (torch.from_numpy(SEQ),), tmp_path / "causal.onnx", input_names=["x"])
+    count, fixed = apply("clamp_mask_constants", model)
+    assert count >= 1
+    from onnx import numpy_helper
+    assert all(np.abs(numpy_helper.to_array(i)).max() < 1e30 for i in fixed.graph.initializer if i.data_type == 1)
+    np.testing.assert_allclose(run(fixed, {"x": SEQ})[0], run(model, {"x": SEQ})[0], atol=1e-6)
+
+
+def test_clamp_mask_constants_leaves_a_graph_without_huge_constants_byte_identical(tmp_path: Path):
+    assert_untouched("clamp_mask_constants", export(Mlp(), (torch.from_numpy(X8),), tmp_path / "mlp.onnx", input_names=["x"]))
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory) -> "onnx.ModelProto":
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                  vocab_size=100, max_position_embeddings=32)
+    model = transformers.BertModel(cfg).eval()
+    ids, mask = torch.randint(0, 100, (1, 8)), torch.ones(1, 8, dtype=torch.long)
+    return export(model, (ids, mask), tmp_path_factory.mktemp("bert") / "bert.onnx", input_names=["input_ids", "attention_mask"])
+
+
+def test_gathernd_to_gather_removes_the_gathernd_of_transformers_mask_building(bert):
+    assert "GatherND" in ops(bert), "transformers builds the padding mask with a constant-index GatherND"
+    count, fixed = apply("gathernd_to_gather", bert)
+    assert count == 1 and "GatherND" not in ops(fixed)
+    rng = np.random.default_rng(3)
+    feed = {"input_ids": rng.integers(0, 100, (1, 8)).astype(np.int64),
+            "attention_mask": np.array([[1, 1, 1, 1, 1, 0, 0, 0]], np.int64)}
+    for a, b in zip(run(fixed, feed), run(bert, feed)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_gathernd_to_gather_leaves_a_graph_without_gathernd_byte_identical(tmp_path: Path):
+    assert_untouched("gathernd_to_gather", export(Mlp(), (torch.from_numpy(X8),), tmp_path / "mlp.onnx", input_names=["x"]))
+
+
+def test_the_step_copies_its_input_byte_for_byte_when_no_pass_matches(tmp_path: Path):
+    export(Mlp(), (torch.from_numpy(X8),), tmp_path / "m.onnx", input_names=["x"])
+    out = run_passes(tmp_path, GraphPassesParams(model="m.onnx", output="out/m.onnx", passes=list(PASSES)))
+    assert (tmp_path / "out/m.onnx").read_bytes() == (tmp_path / "m.onnx").read_bytes()
+    assert set(out.details["applied"].values()) == {0}
+
+
+def test_every_pass_says_what_it_fixes_and_the_planners_lookup_finds_it():
+    assert passes_for(["Erf"]) == ["gelu_fusion"] and passes_for(["AveragePool"]) == ["avgpool_to_global"]
+    assert passes_for([], ["QUANT_SCALE_INVALID"]) == ["clamp_mask_constants"]
+    assert passes_for(["Conv", "Det"]) == []
+    assert all(p.pattern and p.name for p in PASSES.values())
