@@ -2,7 +2,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-EXTRAS ?= toolchains,kernels,test
+EXTRAS ?= toolchains,kernels,torch-export,test
 
 .PHONY: setup local-llm engines demo test test-fast bench clean
 
