@@ -335,6 +335,8 @@ class StepResult(BaseModel, frozen=True):
     seconds: float = 0.0
     offload: OffloadReport | None = None
     """For a QNN context binary step: which nodes run inside the binary."""
+    confinement: str = ""
+    """Empty when the tool's child ran in the sandbox; the operator's opt-out (FLEETFORGE_SANDBOX=off) otherwise."""
 
 
 class RerunRequest(BaseModel, frozen=True):

@@ -564,7 +564,7 @@ class ConverterWorkflow:
             requested_precision=req.precision, delivered_precision=self._delivered(),
             artifacts=[ArtifactReport(name=a.name or a.uri, sha256=a.sha256, size=a.size, role="") for a in artifacts],
             evaluation=self._evaluation, accuracy=self._accuracy,
-            warnings=self._planner_warnings + self._warnings + self._remedy_warnings())
+            warnings=self._planner_warnings + self._warnings + self._remedy_warnings() + self._sandbox_warnings())
         sources = {str(s.params["output"]): str(s.params["model"]) for s in self._ran
                    if s.tool_name == "ortqnn.context_binary" and "output" in s.params and "model" in s.params}
         return await workflow.execute_activity_method(
@@ -618,13 +618,17 @@ class ConverterWorkflow:
             status=status, run_id=ctx.run_id, model=self._model, workspace=self._workspace, attempts=self._attempts,
             cached_steps=[s.step_id for s in self._steps if s.cached],
             executed_steps=[s.step_id for s in self._steps if not s.cached],
-            warnings=self._planner_warnings + self._warnings + self._remedy_warnings(), tokens=self._tokens(),
+            warnings=self._planner_warnings + self._warnings + self._remedy_warnings() + self._sandbox_warnings(), tokens=self._tokens(),
             transcripts=[c.transcript for c in self._llm_calls], evaluation=self._evaluation,
             accuracy=self._accuracy if self._trusted else None, offload=self._offload(), planner=self._provenance,
             finished_at=workflow.now(), requested_precision=self._request.precision if self._gate else None,
             delivered_precision=self._delivered(), report=self._report.report if self._report else None,
             **kw,  # type: ignore[arg-type]
         )
+
+    def _sandbox_warnings(self) -> list[str]:
+        """The worker's opt-out of the sandbox (FLEETFORGE_SANDBOX=off), said once when a tool ran unconfined."""
+        return sorted({s.confinement for s in self._steps if s.confinement})
 
     def _remedy_warnings(self) -> list[str]:
         acc = self._accuracy

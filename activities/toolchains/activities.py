@@ -36,6 +36,8 @@ from contracts.convert_job import (
     OffloadReport, PlannerToolRequest, PlannerToolResult, PlanRequest, RecordFailureRequest, ReportRequest, ReportResult,
     RerunRequest, StepResult,
 )
+from activities import sandbox
+from activities.sandbox import SandboxMode
 from contracts.errors import Err, FleetforgeError
 from contracts.messages import ChatResult
 from contracts.runs import WorkspaceRef
@@ -267,8 +269,9 @@ class ToolchainActivities:
         entry = StepCacheEntry(key=key, tool_name=step.tool_name, tool_version=step.tool_version, outputs=outputs,
                                offload=offload, toolchain=_relevant(step, self.toolchain))
         self.store.put_doc(cache_doc_key(key), entry.model_dump_json(indent=1).encode())
+        unconfined = sandbox.confinement_note() if sandbox.mode() is SandboxMode.OFF else ""
         return StepResult(step_id=step.step_id, tool_name=step.tool_name, cached=False, cache_key=key,
-                          outputs=outputs, seconds=seconds, offload=offload)
+                          outputs=outputs, seconds=seconds, offload=offload, confinement=unconfined)
 
     def _evaluate(self, req: EvaluateRequest) -> EvaluationReport:
         from activities.toolchains.evaluate import EvalParams, evaluation_cache_key

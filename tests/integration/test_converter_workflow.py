@@ -384,3 +384,27 @@ async def test_calibration_data_sets_the_scales_and_a_held_out_part_of_it_grades
     as_feeds = lambda a: [{"input": x} for x in a]  # noqa: E731
     assert overlap(as_feeds(held), as_feeds(cal)) == 0, "the gate never grades a calibration sample"
     assert overlap(as_feeds(everything), as_feeds(np.concatenate([cal, held]))) == 40, "nothing invented, nothing lost"
+
+
+async def test_a_conversion_whose_tools_ran_unconfined_says_so(temporal_env, env):
+    """FLEETFORGE_SANDBOX=off is the operator's loud opt-out: the converted result names it (and a sandboxed
+    run says nothing)."""
+    from activities import sandbox
+
+    settings, store, model = env
+    reg = build_registry(settings, store)
+    results = []
+    for mode in ("off", "bwrap"):
+        sandbox.configure(mode)
+        try:
+            queues = fresh_queues()
+            async with new_worker(temporal_env.client, workflows=[ConverterWorkflow], task_queue=queues.workflows,
+                                  activities=reg.by_kind["toolchain"]):
+                handle = await start(temporal_env.client, queues, request(model, queues, target_soc="sm8550",
+                                                                        precision=Precision.FP16, preset="fast"))
+                results.append(await outcome_of(handle, ConversionResult))
+        finally:
+            sandbox.configure("bwrap")
+    unconfined, confined = results
+    assert unconfined.status is JobStatus.COMPLETED and any("UNCONFINED" in w for w in unconfined.warnings)
+    assert confined.status is JobStatus.COMPLETED and not any("UNCONFINED" in w for w in confined.warnings)
