@@ -361,7 +361,7 @@ class JobHandle(Generic[ResultT]):
             desc = await self.describe()  # it ended between the two calls
             raise JobFinished(self.id, status_of(desc.status, desc.typed_search_attributes), "nothing to cancel") from None
 
-    async def answer(self, **answers: str | None) -> ConversionProgress:
+    async def answer(self, **answers: str | bool | None) -> ConversionProgress:
         """Answer a NEEDS_INPUT convert job (`provide_input` update). A rejected answer raises
         FleetforgeError(BAD_INPUT) with the validator's message; a finished job raises JobFinished."""
         if self.kind is not JobKind.CONVERT:

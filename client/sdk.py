@@ -400,7 +400,7 @@ class FleetforgeClient:
             return JobView(summary=summary, result=await handle.outcome())
         return JobView(summary=summary, step=await handle.step())
 
-    async def answer(self, job_id: str, **answers: str | None) -> ConversionProgress:
+    async def answer(self, job_id: str, **answers: str | bool | None) -> ConversionProgress:
         """Answer a NEEDS_INPUT convert job (see JobHandle.answer)."""
         kind_check = candidates(job_id)
         if len(kind_check) == 1 and kind_of(kind_check[0]) is not JobKind.CONVERT:

@@ -274,8 +274,10 @@ class ConductorWorkflow:
             def ask(provider: Provider, repair: list[str]) -> Awaitable[CodeResult]:
                 label = f"{go.agent} step {go.step}" + (f", candidate {i + 1}/{n}" if n > 1 else "")
                 offline = provider == "offline"
-                # the offline coder renders the offline designer's plan; only without one does it read the trace
-                needs_trace = offline and (self._design is None or self._design.plan is None)
+                # the offline coder renders the offline designer's plan; it reads the trace without one, or to
+                # lower it again (a `lowered` plan carries only its label: history stays small)
+                plan = self._design.plan if self._design is not None else None
+                needs_trace = offline and (plan is None or plan.template == "lowered")
                 return self._llm_call(KernelActivities.code, base.model_copy(update={
                     "candidate_index": i, "llm": provider, "repair": repair,
                     "reference": self._reference if needs_trace else None}), label + (" (offline)" if offline else ""))

@@ -233,8 +233,7 @@ def _context_binary(root: Path, params: ContextBinaryParams) -> StepOutput:
     for stale in (out, out.with_name(out.stem + "_qnn.bin")):
         stale.unlink(missing_ok=True)  # ORT refuses to overwrite an existing context model
     t0 = time.monotonic()
-    model_bytes = _model_bytes(src)
-    source = _load_graph(model_bytes, params.model)
+    model_bytes, source = _model_bytes(src, params.model)
     if params.precision in ("int8", "w8a16") and not any(n.op_type == "QuantizeLinear" for n in source.graph.node):
         raise FleetforgeError(Err.BAD_INPUT, f"precision {params.precision} needs a QDQ model; {params.model} has no "
                               "QuantizeLinear node: add an ortqnn.quantize_qdq step before this one")
@@ -313,18 +312,18 @@ def check_scales(model: Any, name: str) -> None:
                               "clamps such constants")
 
 
-def _model_bytes(path: Path) -> bytes:
-    """The model as one serialized proto: external data (m.onnx.data) read in, since the session gets
-    bytes (the EPContext partition name must not depend on the workspace path)."""
+def _model_bytes(path: Path, name: str) -> tuple[bytes, Any]:
+    """The model as one serialized proto, and its graph: external data (m.onnx.data) read in, since the
+    session gets bytes (the EPContext partition name must not depend on the workspace path)."""
     import onnx
 
     from activities.modelhub import external_data_files
 
     data = path.read_bytes()
-    m = onnx.load_from_string(data)
+    m = _load_graph(data, name)
     if not external_data_files(m):
-        return data
-    return onnx.load(str(path)).SerializeToString()
+        return data, m
+    return onnx.load(str(path)).SerializeToString(), m
 
 
 def _tidy(text: str, limit: int) -> str:

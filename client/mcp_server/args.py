@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from contracts.common import JobKind, JobStatus
 from contracts.convert import OutputKind, Precision
-from contracts.convert_job import ConversionRequest, ProvideInput
+from contracts.convert_job import ConversionRequest, InputShape, ProvideInput
 from contracts.fleet_job import FleetTestRequest, RunnerKind
 from contracts.inspect import InspectRequest
 from contracts.kernel import KernelTask
@@ -39,6 +39,16 @@ class ConvertArgs(BaseModel):
     min_cosine: float | None = Field(_C["min_cosine"].default, ge=0.0, le=1.0,
                                      description="accuracy gate: worst output cosine vs fp32; 0 accepts a lossy result")
     max_replans: int = _C["max_replans"]
+    eval_data: str | None = Field(_C["eval_data"].default,
+                                  description="held-out .npz the accuracy gate scores, kept apart from calibration")
+    synthetic_calibration: bool = Field(_C["synthetic_calibration"].default,
+                                        description="int8/w8a16 without calibration data: calibrate on synthetic "
+                                                    "inputs (verdict: unverified on real data); false: the job asks")
+    precision_fallback: bool = Field(_C["precision_fallback"].default,
+                                     description="may deliver a wider precision (int8 -> w8a16) to meet the gate")
+    input_shapes: dict[str, InputShape] = Field(default_factory=dict,
+                                                description='static input shapes, e.g. {"pixel_values": {"dims": '
+                                                            '[1, 3, 224, 224]}}: a PyTorch model\'s export shapes')
 
 
 class KernelArgs(BaseModel):

@@ -97,7 +97,9 @@ class Backend:
                 c = ConvertArgs.model_validate(arguments)
                 return await fc.start_convert(
                     c.model, soc=c.soc, precision=c.precision.value if c.precision else None, output=c.output,
-                    preset=c.preset, calibration=c.calibration, min_cosine=c.min_cosine, max_replans=c.max_replans)
+                    preset=c.preset, calibration=c.calibration, min_cosine=c.min_cosine, max_replans=c.max_replans,
+                    eval_data=c.eval_data, synthetic_calibration=c.synthetic_calibration,
+                    precision_fallback=c.precision_fallback, input_shapes=c.input_shapes)
             case "kernel":
                 k = KernelArgs.model_validate(arguments)
                 extra = {"max_step": k.max_step} if k.max_step else {}
@@ -143,7 +145,10 @@ class Backend:
             return
         if not accepted:
             return  # declined: the job keeps waiting (it ends at its needs-input timeout)
-        answers = {k: str(v) for k, v in content.items() if k in ("soc", "precision", "calibration") and v}
+        answers: dict[str, Any] = {k: str(v) for k, v in content.items()
+                                   if k in ("soc", "precision", "calibration", "eval_data") and v}
+        if isinstance(content.get("synthetic_calibration"), bool):
+            answers["synthetic_calibration"] = content["synthetic_calibration"]
         await fc.answer(state.job_id, **answers)
 
     async def cancel(self, job_id: str) -> None:

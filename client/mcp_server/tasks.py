@@ -77,7 +77,10 @@ def input_requests(state: JobState) -> dict[str, Any]:
         schema = {"type": "object", "properties": {
             "soc": {"type": "string", "description": 'target SoC, e.g. "sm8550"'},
             "precision": {"type": "string", "enum": PRECISIONS},
-            "calibration": {"type": "string", "description": "calibration .npz or folder (optional)"}}}
+            "calibration": {"type": "string", "description": "calibration .npz or folder (optional)"},
+            "eval_data": {"type": "string", "description": "held-out .npz the accuracy gate scores (optional)"},
+            "synthetic_calibration": {"type": "boolean", "description": "calibrate int8 on synthetic inputs: "
+                                      "the verdict then says unverified on real data (optional)"}}}
         return {key: {"method": "elicitation/create", "params": {
             "mode": "form", "message": " / ".join(p.questions) or "the job needs input", "requestedSchema": schema}}}
     if state.status == JobStatus.AWAITING_APPROVAL and state.pending_command:

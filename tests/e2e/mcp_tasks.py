@@ -81,12 +81,15 @@ async def cancel_task(client: Client, task_id: str) -> None:
     await client.session.send_request(_Cancel(params=_TaskParams(task_id=task_id)), EmptyResult)
 
 
-async def poll_until(client: Client, task_id: str, statuses: set[str], *, timeout: float = 120.0) -> TaskResult:
-    """tasks/get until the task is in one of `statuses` (a deadline, never a fixed sleep)."""
+async def poll_until(client: Client, task_id: str, statuses: set[str], *, timeout: float = 120.0,
+                     answered: set[str] = frozenset()) -> TaskResult:
+    """tasks/get until the task is in one of `statuses` (a deadline, never a fixed sleep); an
+    input_required task that still shows only the `answered` input keys does not count yet."""
     deadline = time.monotonic() + timeout
     while True:
         task = await get_task(client, task_id)
-        if task.status in statuses:
+        stale = bool(answered) and task.status == "input_required" and set(task.input_requests or {}) <= answered
+        if task.status in statuses and not stale:
             return task
         assert time.monotonic() < deadline, f"task {task_id} still {task.status}: {task.status_message}"
         await anyio.sleep(0.3)

@@ -70,8 +70,16 @@ async def test_convert_without_soc_is_input_required_and_tasks_update_completes_
 
         await update_task(client, created.task_id, {key: {"action": "accept",
                                                           "content": {"soc": "sm8550", "precision": "int8"}}})
+        asked = await poll_until(client, created.task_id, {"input_required", "completed", "failed"},
+                                 answered={key})  # int8 without calibration data: a second round asks for it
+        [(second, request)] = asked.input_requests.items()
+        assert second != key and "calibration" in request["params"]["message"], request
+        assert request["params"]["requestedSchema"]["properties"]["synthetic_calibration"]["type"] == "boolean"
+        await update_task(client, created.task_id, {second: {"action": "accept",
+                                                             "content": {"synthetic_calibration": True}}})
         done = await poll_until(client, created.task_id, {"completed", "failed", "cancelled"})
         assert done.status == "completed" and done.result["structuredContent"]["status"] == "COMPLETED", done
+        assert "unverified on real data" in json.dumps(done.result["structuredContent"]), done
 
 
 async def test_kernel_task_is_cancelled(stack: Stack):  # noqa: F811
@@ -105,7 +113,8 @@ async def test_a_server_killed_mid_task_is_replaced_and_the_new_one_finishes_the
     first = http_server(stack, first_port, "s3cret")
     try:
         async with http_client(first_port, "s3cret") as client:
-            created = await start_task(client, "convert", {"model": str(model), "precision": "int8"})
+            created = await start_task(client, "convert", {"model": str(model), "precision": "int8",
+                                                           "synthetic_calibration": True})
             waiting = await poll_until(client, created.task_id, {"input_required", "completed", "failed"})
             assert waiting.status == "input_required", waiting
     finally:

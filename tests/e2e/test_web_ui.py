@@ -148,12 +148,12 @@ async def test_the_printed_links_open_their_jobs_and_failed_jobs_look_failed_in_
                                env=stack.env, timeout=120)
     assert failed_kernel.returncode == 1, failed_kernel.stderr
     async with FleetforgeClient.connect() as ff:
-        missing = await ff.start_convert(str(tmp_path / "missing.onnx"), soc="sm8550", precision="int8")
-        with pytest.raises(JobFailed):
-            await missing.result()
+        unanswered = await ff.start_convert(str(model), soc="sm8550", needs_input_timeout_s=1)  # asks; nobody answers
+        with pytest.raises(JobFailed, match="NEEDS_INPUT_TIMEOUT"):
+            await unanswered.result()
         kernel_id = json.loads(fleetforge("list", "--kind", "kernel", "--json", env=stack.env).stdout)["jobs"][0]["workflow_id"]
         convert_id = "convert/" + converted.stdout.split("run ", 1)[1].split(":", 1)[0]
-        failed_ids, completed_ids = {kernel_id, missing.id}, {convert_id}
+        failed_ids, completed_ids = {kernel_id, unanswered.id}, {convert_id}
 
         page.open(printed_link(converted.stdout))  # exactly what the CLI printed
         text = page.wait_for(lambda t: badge(t, convert_id) == "COMPLETED", name="converted_job",

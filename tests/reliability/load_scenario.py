@@ -104,7 +104,8 @@ async def run_load(client: Client, workdir: Path, *, cpus: int = 2, cpu_slots: i
         tasks = task_files(workdir / "tasks")
         t0 = time.monotonic()
         kernels = await asyncio.gather(*(ff.start_kernel(path, arch="cpu", op_name=op_name_for(path.stem)) for path, _ in tasks))
-        converts = await asyncio.gather(*(ff.start_convert(model, soc=soc, precision=p) for soc, p in CONVERSIONS))
+        converts = await asyncio.gather(*(ff.start_convert(model, soc=soc, precision=p, synthetic_calibration=p == "int8")
+                                          for soc, p in CONVERSIONS))  # int8 on no data: synthetic, or it asks
         submitted = time.monotonic()
         ends = await asyncio.gather(
             *(_end(client, h, "kernel", verdict, submitted) for h, (_, verdict) in zip(kernels, tasks)),

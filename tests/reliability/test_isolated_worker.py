@@ -97,7 +97,8 @@ async def test_every_job_kind_with_local_inputs_ends_with_its_verdict_on_a_worke
 
         converted = await convert.outcome()
         assert converted.status is JobStatus.COMPLETED, converted.failure
-        assert converted.evaluation is not None and converted.evaluation.inputs == "calibration"
+        assert converted.evaluation is not None and converted.evaluation.calibration == "data"
+        assert converted.evaluation.inputs == "held_out"  # graded on the uploaded calibration file's held-out part
         assert converted.model is not None and converted.model.source == str(model)
 
         inspected = await inspect.outcome()

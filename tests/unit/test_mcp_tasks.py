@@ -73,7 +73,9 @@ def test_a_cancelled_job_is_a_cancelled_task():
 @pytest.mark.parametrize(("args", "contract", "pairs"), [
     (ConvertArgs, ConversionRequest, {"model": "model", "precision": "precision", "output": "output",
                                       "max_replans": "max_replans", "calibration": "calibration",
-                                      "min_cosine": "min_cosine", "soc": "target_soc"}),
+                                      "min_cosine": "min_cosine", "soc": "target_soc", "eval_data": "eval_data",
+                                      "synthetic_calibration": "synthetic_calibration",
+                                      "precision_fallback": "precision_fallback", "input_shapes": "input_shapes"}),
     (KernelArgs, KernelTask, {"num_candidates": "num_candidates", "max_step": "max_step", "workflow": "workflow"}),
     (FleetTestArgs, FleetTestRequest, {"runner": "runner", "concurrency": "concurrency",
                                        "require_approval": "require_approval", "test_timeout_s": "test_timeout_s"}),
