@@ -149,14 +149,14 @@ def fmt(v: float | None, spec: str) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    from contracts.errors import clip, remedy
+    from contracts.errors import clip, explained
 
     lines = ["| model | precision | status | code | cosine (threshold) | offload | remedies | wall s | message (what to do) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cos = f"{fmt(r.cosine, '.4f')} ({fmt(r.threshold, 'g')})" if r.cosine is not None else ""
         off = fmt(r.offload, ".0%") + (f" (CPU: {', '.join(r.cpu_ops)})" if r.cpu_ops else "")
-        msg = clip(r.message, 160) + (f" ({remedy(r.code)})" if r.code and remedy(r.code) else "")
+        msg = explained(clip(r.message, 160), r.code)
         lines.append(f"| {r.model} | {r.precision} | {r.status} | {r.code} | {cos} | {off} | {', '.join(r.remedies)} | "
                      f"{r.seconds:.1f} | {msg.replace('|', '/')} |")
     return "\n".join(lines)

@@ -21,7 +21,7 @@ from rich.progress import (
 )
 
 from contracts.common import JobStatus
-from contracts.errors import Err, remedy
+from contracts.errors import Err, explained
 
 _stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 1000)
 """Piped or redirected: lines as long as they are (one job per line for grep), never folded at 80."""
@@ -88,8 +88,7 @@ def hint(text: str) -> None:
 def error(message: str, code: str = "") -> None:
     """One line: `error: WHAT (WHAT TO DO)`."""
     message = " ".join(str(message).split())
-    fix = remedy(code) if code else ""
-    sys.stderr.write(f"error: {message}" + (f" ({fix})" if fix else "") + "\n")
+    sys.stderr.write(f"error: {explained(message, code)}\n")
     sys.stderr.flush()
 
 

@@ -152,6 +152,14 @@ def remedy(code: str) -> str:
         return ""
 
 
+def explained(message: str, code: str) -> str:
+    """`message (what to do)`: the code's remedy appended, unless the message already gives it (a
+    specific message such as "give real inputs with --calibration FILE.npz ('k' -> array)")."""
+    fix = remedy(code)
+    gist = fix.split(" (", 1)[0].lower()
+    return message if not fix or gist in message.lower() else f"{message} ({fix})"
+
+
 class FleetforgeError(Exception):
     """A failure with a stable code. The worker's interceptor turns it into an ApplicationError
     (type=code), so library code below activities never imports temporalio."""

@@ -72,3 +72,14 @@ def test_an_absurd_quantization_scale_is_named_and_the_mask_pass_removes_it(tmp_
     run_passes(tmp_path, GraphPassesParams(model="causal.onnx", output="clamped.onnx", passes=["clamp_mask_constants"]))
     quantize_qdq(tmp_path, QuantizeQdqParams(model="clamped.onnx", output="q2.onnx", precision="int8"))
     assert (tmp_path / "q2.onnx").is_file()
+
+
+def test_a_message_that_already_says_what_to_do_does_not_get_the_remedy_twice():
+    from contracts.errors import explained
+
+    specific = "input 'k' is Trilu input 1: its valid values cannot be synthesized; give real inputs with " \
+               "--calibration FILE.npz ('k' -> array)"
+    assert explained(specific, "CALIBRATION_NEEDED") == specific
+    assert explained("no calibration given", "CALIBRATION_NEEDED") == \
+        "no calibration given (give real inputs with --calibration FILE.npz (input name -> array) for the named inputs)"
+    assert explained("something broke", "NOT_A_CODE") == explained("something broke", "") == "something broke"
