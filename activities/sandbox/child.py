@@ -151,9 +151,10 @@ def bwrap_argv(command: Sequence[str], *, scratch: Path, policy: SandboxPolicy, 
         argv += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns"]
     for path in hidden:
         argv += ["--tmpfs", str(path)]
+    emptied = [*hidden, Path("/tmp")]  # an interpreter or checkout under /tmp (a CI clone) stays readable
     for path in runtime:
-        if _under(path, hidden):
-            argv += _traversable_parents(path, hidden)
+        if _under(path, emptied):
+            argv += _traversable_parents(path, emptied)
             argv += ["--ro-bind", str(path), str(path)]
     if policy.gpu:
         for dev in sorted(glob.glob("/dev/nvidia*")):

@@ -45,6 +45,15 @@ def test_hidden_paths_are_empty_tmpfs_and_the_runtime_under_them_comes_back_read
     assert made[:3] == ["/root/.pyenv", "/root/.pyenv/versions", "/tmp/ff-verify-abc"], "parents the child can pass"
 
 
+def test_an_interpreter_and_checkout_under_tmp_stay_readable_over_the_private_tmp():
+    """A CI clone in /tmp/fresh with its venv: the child's empty /tmp must not hide them."""
+    args = bwrap_argv(["python"], scratch=SCRATCH, policy=SandboxPolicy(), limits=Limits(timeout_s=60), env={},
+                      hidden=HIDDEN, runtime=[Path("/tmp/fresh/.venv"), Path("/tmp/fresh"), Path("/usr/lib")], uid=1)
+    assert pairs(args, "--ro-bind") == ["/", "/tmp/fresh/.venv", "/tmp/fresh"]
+    assert args.index("/tmp") < args.index("/tmp/fresh/.venv"), "the private /tmp first, then the runtime over it"
+    assert "/tmp/fresh" in pairs(args, "--dir")
+
+
 def test_only_the_scratch_and_the_named_paths_are_writable():
     args = argv(SandboxPolicy(writable=(Path("/srv/state/workspaces/u/r"),)))
     assert pairs(args, "--bind") == [str(SCRATCH), "/srv/state/workspaces/u/r"]
