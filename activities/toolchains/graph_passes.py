@@ -245,11 +245,22 @@ def clamp_mask_constants(model: Any, ctx: PassContext) -> int:
         tensor.CopyFrom(numpy_helper.from_array(fixed, tensor.name))
         return True
 
-    done = sum(clamp(i) for i in model.graph.initializer)
-    for n in model.graph.node:
-        if n.op_type == "Constant":
-            done += sum(clamp(a.t) for a in n.attribute if a.name == "value")
-    return done
+    return sum(clamp(t) for t in _constant_tensors(model))
+
+
+def has_huge_constant(model: Any) -> bool:
+    """Whether a float constant lies at or beyond +-HUGE (what `clamp_mask_constants` clamps)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    return any(t.data_type in (1, 10, 11) and bool((np.abs(numpy_helper.to_array(t).astype(np.float64)) >= HUGE).any())
+               for t in _constant_tensors(model))
+
+
+def _constant_tensors(model: Any) -> list[Any]:
+    """The graph's initializers and its Constant nodes' values."""
+    return [*model.graph.initializer,
+            *(a.t for n in model.graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value")]
 
 
 @graph_pass("gathernd_to_gather", pattern="GatherND with constant indices over a static input (transformers' mask "

@@ -148,7 +148,8 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
         feeds = calibration_feeds(safe_join(root, params.calibration_data), src)
     else:
         feeds = synthetic_feeds(src, samples=params.calibration_samples, seed=params.seed)
-    if not _has_float(_load_graph(src.read_bytes(), params.model)):
+    source = _load_graph(src.read_bytes(), params.model)
+    if not _has_float(source):
         raise FleetforgeError(Err.NOTHING_TO_QUANTIZE, f"{params.model} computes nothing in float (integer/boolean "
                               "inputs and constants only): there is nothing to quantize")
     from activities.toolchains.qdq_prep import prepare
@@ -172,7 +173,7 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
     finally:
         prepared.unlink(missing_ok=True)
     quantized = _load_graph(dst.read_bytes(), params.output)
-    check_scales(quantized, params.output)
+    check_scales(quantized, params.output, source)
     if not any(n.op_type == "QuantizeLinear" for n in quantized.graph.node):
         kept = f" (kept in float: {', '.join(params.float_outputs)})" if params.float_outputs else ""
         raise FleetforgeError(Err.NOTHING_TO_QUANTIZE, f"the quantizer found nothing to quantize in {params.model} "
@@ -288,11 +289,17 @@ ABSURD_SCALE = 1e6
 calibrated range, and the tensor's real values all quantize to one step."""
 
 
-def check_scales(model: Any, name: str) -> None:
-    """QUANT_SCALE_INVALID naming the first tensor whose quantization scale is non-finite, <= 0 or absurd
-    (the HTP compile fails on it, "Failed to compose Qnn graph", or the output is noise)."""
+def check_scales(model: Any, name: str, source: Any) -> None:
+    """QUANT_SCALE_INVALID naming the first tensor whose quantization scale is non-finite, <= 0 or, when
+    the float `source` holds a huge constant (a mask of float32 min), absurd: the HTP compile fails on
+    it ("Failed to compose Qnn graph") or the output is noise. Without such a constant a large scale is
+    the data's own range (random weights grow activations to 1e9) and the accuracy gate judges it."""
     import numpy as np
     from onnx import numpy_helper
+
+    from activities.toolchains.graph_passes import has_huge_constant
+
+    limit = ABSURD_SCALE if has_huge_constant(source) else np.inf
 
     inits = {i.name: i for i in model.graph.initializer}
     producer = {o: n for n in model.graph.node for o in n.output}
@@ -300,7 +307,7 @@ def check_scales(model: Any, name: str) -> None:
         if node.op_type != "QuantizeLinear" or len(node.input) < 2 or node.input[1] not in inits:
             continue
         scale = numpy_helper.to_array(inits[node.input[1]]).astype(np.float64)
-        bad = ~np.isfinite(scale) | (scale <= 0) | (scale > ABSURD_SCALE)
+        bad = ~np.isfinite(scale) | (scale <= 0) | (scale > limit)
         if not bad.any():
             continue
         tensor = node.input[0]
