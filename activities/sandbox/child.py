@@ -149,12 +149,16 @@ def bwrap_argv(command: Sequence[str], *, scratch: Path, policy: SandboxPolicy, 
         argv.append("--unshare-net")
     if uid is None:
         argv += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns"]
-    for path in hidden:
+    tmp = [Path("/tmp")]
+    for path in runtime:  # an interpreter or checkout under /tmp (a CI clone) stays readable over the private /tmp
+        if _under(path, tmp) and not _under(path, hidden):
+            argv += _traversable_parents(path, tmp)
+            argv += ["--ro-bind", str(path), str(path)]
+    for path in hidden:  # after those binds: a state dir inside such a checkout is still hidden
         argv += ["--tmpfs", str(path)]
-    emptied = [*hidden, Path("/tmp")]  # an interpreter or checkout under /tmp (a CI clone) stays readable
     for path in runtime:
-        if _under(path, emptied):
-            argv += _traversable_parents(path, emptied)
+        if _under(path, hidden):
+            argv += _traversable_parents(path, [*hidden, *tmp])
             argv += ["--ro-bind", str(path), str(path)]
     if policy.gpu:
         for dev in sorted(glob.glob("/dev/nvidia*")):

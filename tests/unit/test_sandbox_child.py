@@ -54,6 +54,14 @@ def test_an_interpreter_and_checkout_under_tmp_stay_readable_over_the_private_tm
     assert "/tmp/fresh" in pairs(args, "--dir")
 
 
+def test_a_state_dir_inside_a_checkout_under_tmp_is_hidden_after_the_checkout_is_bound():
+    args = bwrap_argv(["python"], scratch=SCRATCH, policy=SandboxPolicy(), limits=Limits(timeout_s=60), env={},
+                      hidden=[Path("/tmp/fresh/test-artifacts/state")], runtime=[Path("/tmp/fresh")], uid=1)
+    bound = max(i for i, a in enumerate(args) if a == "--ro-bind" and args[i + 1] == "/tmp/fresh")
+    hidden = max(i for i, a in enumerate(args) if a == "--tmpfs" and args[i + 1] == "/tmp/fresh/test-artifacts/state")
+    assert bound < hidden, "the tmpfs over the state dir must come after the checkout's bind, or the bind shows it"
+
+
 def test_only_the_scratch_and_the_named_paths_are_writable():
     args = argv(SandboxPolicy(writable=(Path("/srv/state/workspaces/u/r"),)))
     assert pairs(args, "--bind") == [str(SCRATCH), "/srv/state/workspaces/u/r"]
