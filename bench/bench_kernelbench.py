@@ -113,9 +113,13 @@ class Row:
     wrong: bool = False
     reverified: int = 0
     error: str = ""
+    speedup: float | None = None
+    ref_ms: float | None = None
+    baseline: str = ""
+    """GPU only (--arch cuda): the best candidate's speedup over the faster of eager and torch.compile."""
 
 
-async def run_all(workdir: Path, jobs: list[Job], concurrency: int) -> list[Row]:
+async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = "cpu-interpreter") -> list[Row]:
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
@@ -147,7 +151,7 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int) -> list[Row]
             row = Row(name=name, covered=job.covered, level=job.level, kb_family=job.family)
             op = op_name_for(Path(name).name)[:60]
             numbers = {k: v for k, v in job.overrides.items() if isinstance(v, (int, float))}
-            task = KernelTask(op_name=op, task_desc=source, task_id=f"{op}-{uuid.uuid4().hex[:6]}", arch="cpu-interpreter",
+            task = KernelTask(op_name=op, task_desc=source, task_id=f"{op}-{uuid.uuid4().hex[:6]}", arch=arch,
                               overrides=numbers, source_file=f"{Path(name).name}.py")
             async with gate:
                 t0 = time.monotonic()
@@ -161,6 +165,8 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int) -> list[Row]
             row.outcome, row.steps, row.family = result.outcome.value, result.steps, result.op_family
             row.finish = result.finish_reason.value if result.finish_reason else (result.failure.code if result.failure else "")
             row.tokens = result.tokens.total_tokens
+            if result.timing is not None:
+                row.speedup, row.ref_ms, row.baseline = result.timing.speedup, result.timing.ref_ms, result.timing.baseline
             row.compiled = any(e.report is not None and (e.report.passed or e.report.mismatches)
                                for e in result.trace if e.agent == "verifier")
             verified = [c.sha256 for e in result.trace if e.agent == "verifier" for c in e.candidates]
@@ -353,7 +359,8 @@ def public_report(rows: list[Row], wall: float, csv_path: Path | None) -> bool:
             w.writerow(CSV_COLUMNS)
             for r in sorted(rows, key=lambda r: (r.level, int(r.name.split("/")[1].split("_")[0]))):
                 w.writerow([r.level, r.name.split("/", 1)[1], r.compiled, r.outcome == "VERIFIED" and not r.wrong,
-                            "", "", r.steps, r.tokens, 0.0, "", "fp32"])
+                            "" if r.speedup is None else f"{r.speedup:.3f}", "" if r.ref_ms is None else f"{r.ref_ms:.4f}",
+                            r.steps, r.tokens, 0.0, r.baseline, "fp32"])
         print(f"  results.csv: {csv_path}")
     ok = all(ok for _, ok in checks)
     print("PASS" if ok else "FAIL")
@@ -368,6 +375,9 @@ def main() -> None:
     ap.add_argument("--csv", help="public suite: where to write results.csv (default WORKDIR/results.csv or ./)")
     ap.add_argument("--only", help="run the tasks whose file name contains this")
     ap.add_argument("--concurrency", type=int, default=2, help="jobs at a time (default 2)")
+    ap.add_argument("--arch", default="cpu-interpreter",
+                    help="cpu-interpreter (default), or cuda on a GPU kernels worker: each verified kernel is then "
+                         "timed against eager and torch.compile (results.csv speedup, ref_ms, baseline_type)")
     ap.add_argument("--workdir", help="state and artifacts folder (default: a temp dir)")
     ap.add_argument("--resume", action="store_true", help="public suite: skip the tasks WORKDIR/rows.jsonl has")
     ap.add_argument("--report-from", help="public suite: print the report from a run's WORKDIR/rows.jsonl (so far)")
@@ -394,7 +404,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(args.workdir) if args.workdir else Path(tmp)
             t0 = time.monotonic()
-            rows = asyncio.run(run_all(workdir, jobs, args.concurrency))
+            rows = asyncio.run(run_all(workdir, jobs, args.concurrency, args.arch))
             csv_path = Path(args.csv) if args.csv else Path("results.csv")
             if args.resume and done_rows is not None:
                 rows = [Row(**json.loads(line)) for line in done_rows.read_text().splitlines() if line.strip()]
@@ -410,7 +420,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(args.workdir) if args.workdir else Path(tmp)
         t0 = time.monotonic()
-        rows = asyncio.run(run_all(workdir, jobs, args.concurrency))
+        rows = asyncio.run(run_all(workdir, jobs, args.concurrency, args.arch))
         ok = report(sorted(rows, key=lambda r: r.name), time.monotonic() - t0)
     raise SystemExit(0 if ok else 1)
 

@@ -243,9 +243,10 @@ class ConductorConfig(_Strict):
 CPU_ARCH = "cpu-interpreter"
 CPU_ARCHES = frozenset({"cpu", CPU_ARCH, "interpreter"})
 """The Triton interpreter on CPU (correctness only); `cpu` and `interpreter` are aliases."""
-GPU_ARCHES = frozenset({"a10", "a100", "h100", "h20", "h800", "l4", "l40s", "rtx3090", "rtx4090", "t4", "v100",
+GPU_ARCHES = frozenset({"a10", "a100", "cuda", "h100", "h20", "h800", "l4", "l40s", "rtx3090", "rtx4090", "t4", "v100",
                         "mi250", "mi300x"})
-"""GPU targets: Triton compiles for the worker's GPU; the name says which one the job is for."""
+"""GPU targets: Triton compiles for the worker's GPU; the name says which one the job is for (`cuda`: whichever
+NVIDIA GPU the kernels worker has)."""
 KNOWN_ARCHES = CPU_ARCHES | GPU_ARCHES
 
 

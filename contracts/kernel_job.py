@@ -361,12 +361,35 @@ class VerifyRequest(BaseModel, frozen=True):
     """The workflow.yaml allows mixed kernels (torch may do part of the work; named, not rejected)."""
 
 
+class KernelTiming(BaseModel, frozen=True):
+    """A verified candidate timed on the GPU (`triton.testing.do_bench` medians, milliseconds) against the
+    reference in eager mode and under `torch.compile`; the baseline is the faster of the two."""
+
+    candidate_ms: float
+    eager_ms: float
+    compile_ms: float | None = None
+    """None when torch.compile could not run the reference (`compile_error` says why)."""
+    compile_error: str = ""
+    baseline: Literal["eager", "torch.compile"]
+    ref_ms: float
+    """The baseline's time (KernelBench's `ref_ms`)."""
+
+    @property
+    def speedup(self) -> float:
+        return self.ref_ms / self.candidate_ms
+
+
 class VerifyResult(BaseModel, frozen=True):
     report: VerifierReport
     speed: str = ""
     """Profiler note (on CPU: speed is not measurable)."""
-    speedup: float | None = None
-    """Reference time / candidate time (medians), only when measured on a GPU."""
+    timing: KernelTiming | None = None
+    """Only when measured on a GPU."""
+
+    @property
+    def speedup(self) -> float | None:
+        """Baseline time / candidate time, when measured."""
+        return self.timing.speedup if self.timing else None
 
 
 class TraceEntry(BaseModel, frozen=True):
@@ -445,6 +468,8 @@ class KernelResult(BaseModel):
     """Every agent answer (LLM and offline) and the routing analyses: calls, tokens, LLM latency."""
     speedup: float | None = None
     """Only when measured (GPU); on CPU see `speed`."""
+    timing: KernelTiming | None = None
+    """The best candidate's GPU timings (candidate, eager, torch.compile), when measured."""
     speed: str = ""
     overrides: dict[str, Number] = Field(default_factory=dict)
     """The task file's constants set with --set (the sizes this result is about)."""

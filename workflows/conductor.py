@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         KernelOutcome,
         KernelRequest,
         KernelResult,
+        KernelTiming,
         Provider,
         RecordTraceRequest,
         ReferenceAnalysis,
@@ -109,7 +110,7 @@ class ConductorWorkflow:
         self._report: VerifierReport | None = None
         self._best_report: VerifierReport | None = None
         self._speed = ""
-        self._speedup: float | None = None
+        self._timing: KernelTiming | None = None
         self._calls: list[AgentCall] = []
         """Every agent answer and routing analysis, for the result's token/latency totals."""
         self._routing: tuple[str, TokenUsage, AgentProvenance | None] = ("config", TokenUsage(), None)
@@ -382,8 +383,8 @@ class ConductorWorkflow:
         shown = winner if winner is not None else min(done)
         res = done[shown]
         self._report, self._speed = res.report, res.speed or self._speed
-        if winner is not None and (self._best is None or faster(res.speedup, self._speedup)):
-            self._best, self._speedup = cands[winner], res.speedup  # an optimizer's slower candidate never wins
+        if winner is not None and (self._best is None or faster(res.speedup, self._timing and self._timing.speedup)):
+            self._best, self._timing = cands[winner], res.timing  # an optimizer's slower candidate never wins
             self._best_report = res.report
         passed = winner is not None
         notes = [n for n in (shapes_checked(res.report), res.speed) if n]
@@ -439,7 +440,8 @@ class ConductorWorkflow:
         self._show(f"finished: {outcome.value} ({decision.reason.value})")
         result = self._result(outcome=outcome, status=status, finish_reason=decision.reason,
                               best_candidate=self._best or (self._candidates[0] if self._candidates else None),
-                              trace_artifact=trace_ref, speed=self._speed, speedup=self._speedup)
+                              trace_artifact=trace_ref, speed=self._speed,
+                              speedup=self._timing.speedup if self._timing else None, timing=self._timing)
         if status is JobStatus.COMPLETED:
             ui.set_status(status)
             return result

@@ -238,6 +238,16 @@ def _device() -> str:
     return os.environ.get("FLEETFORGE_CHILD_DEVICE", "cpu")
 
 
+def exact_fp32() -> None:
+    """On a GPU, torch runs float32 convolutions in TF32 by default (cuDNN), 10 mantissa bits: the reference
+    would then be less exact than a candidate that computes in IEEE fp32, and the eager baseline faster
+    than the fp32 work it stands for. Every child computes float32 in float32."""
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def _inputs(task: ModuleType) -> list:
     import torch
 
@@ -352,31 +362,55 @@ def _write_record(folder: str, record: dict, recorder: LaunchRecorder | None) ->
         json.dump(record, f)
 
 
-def profile(argv: list[str]) -> int:
-    """Median milliseconds of the reference and the candidate forward on the GPU
-    (`triton.testing.do_bench`: warm-up, then at least PROFILE_RUNS timed runs). Timing only:
-    correctness was settled by the verifier, outside this process."""
-    import torch
+def do_bench_ms(fn: Callable[[], Any]) -> float:
+    """Median milliseconds of `fn` on the GPU (`triton.testing.do_bench`: warm-up, then timed runs)."""
     import triton.testing
 
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def profile_times(task: ModuleType, candidate: ModuleType, seed: int,
+                  timer: Callable[[Callable[[], Any]], float] = do_bench_ms) -> dict:
+    """`{candidate_ms, eager_ms, compile_ms}`: the candidate, the reference in eager mode and the reference
+    under `torch.compile`, each built after the same seed and run on the same inputs. A variant that
+    cannot run (torch.compile without a working compiler, say) is None with its error beside it
+    (`compile_ms_error`), so the others still count. `timer` is do_bench on a GPU; tests pass their own."""
+    import torch
+
+    variants = {"candidate_ms": (candidate.ModelNew, False), "eager_ms": (task.Model, False),
+                "compile_ms": (task.Model, True)}
+    times: dict[str, Any] = {}
+    for name, (cls, compiled) in variants.items():
+        try:
+            torch.manual_seed(seed)
+            model = cls(*task.get_init_inputs()).to(_device())
+            run = torch.compile(model) if compiled else model
+            torch.manual_seed(seed + 1)
+            inputs = _inputs(task)
+
+            def forward(run: Callable = run, inputs: list = inputs) -> Any:
+                with torch.no_grad():
+                    return run(*inputs)
+            times[name] = float(timer(forward))
+        except Exception as e:  # noqa: BLE001 - a variant that cannot run is a note, not a crash
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+            times[name], times[f"{name}_error"] = None, f"{type(e).__name__}: {first}"
+    return times
+
+
+def profile(argv: list[str]) -> int:
+    """Timing only, on the GPU, after verification passed (correctness was settled by the verifier,
+    outside this process): writes `profile_times` as JSON."""
     task_path, out_path, seed, candidate_path = argv[0], argv[1], int(argv[2]), argv[3]
     task = _load(task_path, "fleetforge_task")
     candidate = _load(candidate_path, "fleetforge_candidate")
-    timings = {}
-    for name, cls in (("reference_ms", task.Model), ("candidate_ms", candidate.ModelNew)):
-        torch.manual_seed(seed)
-        model = cls(*task.get_init_inputs()).to(_device())
-        torch.manual_seed(seed + 1)
-        inputs = _inputs(task)
-        with torch.no_grad():
-            timings[name] = float(triton.testing.do_bench(lambda: model(*inputs), warmup=25, rep=100,
-                                                          return_mode="median"))
     with open(out_path, "w", encoding="utf-8") as f:
-        json.dump(timings, f)
+        json.dump(profile_times(task, candidate, seed), f)
     return 0
 
 
 if __name__ == "__main__":
     die_with_parent()
     apply_limits()
+    exact_fp32()
     sys.exit(profile(sys.argv[2:]) if sys.argv[1:2] == ["--profile"] else main(sys.argv[1:]))

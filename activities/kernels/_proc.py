@@ -27,8 +27,9 @@ LOG_CHARS = 4000
 def child_env(gpu: bool, cpu_s: int) -> dict[str, str]:
     """The limits the child also applies to itself, and the device it runs on; nothing of the worker's."""
     env = {"FLEETFORGE_CHILD_MEMORY_BYTES": str(MEMORY_LIMIT_BYTES), "FLEETFORGE_CHILD_CPU_S": str(cpu_s)}
-    if gpu:  # CUDA reserves far more address space than it uses: no RLIMIT_AS there
-        env.update(FLEETFORGE_CHILD_DEVICE="cuda", FLEETFORGE_CHILD_MEMORY_BYTES="0")
+    if gpu:  # CUDA reserves far more address space than it uses: no RLIMIT_AS there; torch.compile's
+        # baseline compiles in-process (its worker pool would spend the child's process budget)
+        env.update(FLEETFORGE_CHILD_DEVICE="cuda", FLEETFORGE_CHILD_MEMORY_BYTES="0", TORCHINDUCTOR_COMPILE_THREADS="1")
     else:
         env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     return env

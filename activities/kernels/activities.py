@@ -206,8 +206,8 @@ class KernelActivities:
             return VerifyResult(report=report, speed=CPU_SPEED_NOTE)
         if not report.passed:
             return VerifyResult(report=report)
-        speedup, note_text = profile(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, heartbeat=note)
-        return VerifyResult(report=report, speed=note_text, speedup=speedup)
+        timing, note_text = profile(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, heartbeat=note)
+        return VerifyResult(report=report, speed=note_text, timing=timing)
 
     @activity.defn
     def record_trace(self, req: RecordTraceRequest) -> ArtifactRef:

@@ -30,10 +30,11 @@ def _decompose(var: str, sizes: list[str], names: list[str], indent: str) -> lis
     """Lines splitting flat index `var` into `names` over `sizes` (last fastest)."""
     if not names:
         return []
-    lines = [f"{indent}rem = {var}"]
+    rem = f"rem_{var}"  # one name per index: the compiler refuses a variable whose type changes in a loop
+    lines = [f"{indent}{rem} = {var}"]
     for k in range(len(names) - 1, 0, -1):
-        lines += [f"{indent}{names[k]} = rem % {sizes[k]}", f"{indent}rem = rem // {sizes[k]}"]
-    lines.append(f"{indent}{names[0]} = rem")
+        lines += [f"{indent}{names[k]} = {rem} % {sizes[k]}", f"{indent}{rem} = {rem} // {sizes[k]}"]
+    lines.append(f"{indent}{names[0]} = {rem}")
     return lines
 
 

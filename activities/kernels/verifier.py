@@ -41,9 +41,9 @@ from activities.kernels.static_checks import static_check
 from activities.kernels.task_source import apply_overrides
 from activities.kernels.torch_work import torch_work
 from contracts.kernel import Number
-from contracts.kernel_job import Mismatch, TorchOpUse, VerifierReport
+from contracts.kernel_job import KernelTiming, Mismatch, TorchOpUse, VerifierReport
 
-__all__ = ["MEMORY_LIMIT_BYTES", "compare", "profile", "verify"]
+__all__ = ["MEMORY_LIMIT_BYTES", "compare", "profile", "timing_from", "verify"]
 MAX_MISMATCHES = 10
 NOT_KERNEL_DERIVED = ("the output does not depend on any buffer a Triton kernel wrote in that forward call: "
                       "ModelNew computed it from its inputs with torch ops only (a kernel launched only on "
@@ -153,10 +153,10 @@ def verify(
 
 
 def profile(task_source: str, candidate_source: str, *, timeout_s: float, seed: int = 0,
-            heartbeat: Callable[[str], None] | None = None) -> tuple[float | None, str]:
-    """On a GPU, after verification passed: (reference median / candidate median, a note), timed in
-    a child with `triton.testing.do_bench` (warm-up, then medians). A profiler failure is a note
-    and no number; callers never call this on CPU (speed is not measurable there)."""
+            heartbeat: Callable[[str], None] | None = None) -> tuple[KernelTiming | None, str]:
+    """On a GPU, after verification passed: the candidate, eager and `torch.compile` timings and a note,
+    taken in a sandboxed child with `triton.testing.do_bench`. A profiler failure is a note and no timing;
+    callers never call this on CPU (speed is not measurable there)."""
     with tempfile.TemporaryDirectory(prefix="ff-profile-") as tmp:
         root = Path(tmp)
         (root / "task.py").write_text(task_source, encoding="utf-8")
@@ -171,12 +171,31 @@ def profile(task_source: str, candidate_source: str, *, timeout_s: float, seed: 
             return None, f"speed not measured: profiler {error}"
         try:
             times = json.loads((root / "times.json").read_text(encoding="utf-8"))
-            ref, cand = float(times["reference_ms"]), float(times["candidate_ms"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError) as e:
             return None, f"speed not measured: profiler output unreadable ({e})"
-    if cand <= 0:
-        return None, f"speed not measured: candidate time {cand} ms"
-    return ref / cand, f"speedup {ref / cand:.2f}x (reference {ref:.4f} ms, candidate {cand:.4f} ms; do_bench medians)"
+    return timing_from(times)
+
+
+def timing_from(times: dict) -> tuple[KernelTiming | None, str]:
+    """The profiler's `{candidate_ms, eager_ms, compile_ms, *_error}` as a timing against the faster
+    baseline, and its note; no timing when the candidate or the eager reference has no usable time."""
+    def ms(name: str) -> float | None:
+        value = times.get(name)
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
+
+    for name, label in (("candidate_ms", "candidate"), ("eager_ms", "reference")):
+        if ms(name) is None:
+            why = times.get(f"{name}_error") or f"time {times.get(name)!r}"
+            return None, f"speed not measured: the {label} could not be timed ({why})"
+    cand, eager, compiled = ms("candidate_ms"), ms("eager_ms"), ms("compile_ms")
+    assert cand is not None and eager is not None
+    baseline, ref = ("torch.compile", compiled) if compiled is not None and compiled < eager else ("eager", eager)
+    timing = KernelTiming(candidate_ms=cand, eager_ms=eager, compile_ms=compiled, baseline=baseline, ref_ms=ref,
+                          compile_error=str(times.get("compile_ms_error") or ""))
+    against = (f"eager {eager:.4f} ms, torch.compile {compiled:.4f} ms" if compiled is not None
+               else f"eager {eager:.4f} ms; torch.compile failed: {timing.compile_error}")
+    return timing, (f"speedup {timing.speedup:.2f}x over {baseline} (candidate {cand:.4f} ms; {against}; "
+                    "do_bench medians)")
 
 
 # --- torch in the worker ------------------------------------------------------------------------

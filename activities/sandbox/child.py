@@ -199,9 +199,11 @@ def _prlimit(limits: Limits) -> list[str]:
 
 def base_env(scratch: Path) -> dict[str, str]:
     """What every child gets: a PATH, a locale, its scratch dir as HOME and TMPDIR, the repository on
-    PYTHONPATH. Nothing of the worker's own environment (no keys, no endpoints)."""
+    PYTHONPATH, a user name (its uid has no passwd entry, and `getpass.getuser()` in torch.compile's cache
+    lookup fails without one). Nothing of the worker's own environment (no keys, no endpoints)."""
     return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(scratch), "TMPDIR": str(scratch),
-            "PYTHONPATH": str(REPO_ROOT), "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+            "PYTHONPATH": str(REPO_ROOT), "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
+            "USER": "sandbox", "LOGNAME": "sandbox"}
 
 
 def unavailable() -> str | None:

@@ -281,3 +281,13 @@ def test_the_canaries_see_an_unconfined_escape(canary: Canary) -> None:
         sandbox.configure("bwrap")
     assert canary.repo_file.exists() and "/escaped" in canary.hits
     assert report.passed, "unconfined, nothing stops it: this is what the sandbox prevents"
+
+
+def test_a_child_has_a_user_name_without_a_passwd_entry(tmp_path: Path) -> None:
+    # torch.compile's cache lookup calls getpass.getuser(); the child's uid has no passwd entry, so without
+    # USER it raised KeyError and the GPU profiler lost its torch.compile baseline (seen on an H100 worker).
+    child = sandbox.spawn_child([sys.executable, "-c", "import getpass, os; print(getpass.getuser(), os.getuid())"],
+                                scratch=tmp_path, limits=sandbox.Limits(timeout_s=30))
+    assert child.proc.wait(timeout=30) == 0
+    name, uid = child.log.read_text().split()
+    assert name == "sandbox" and (os.geteuid() != 0 or uid != "0")
