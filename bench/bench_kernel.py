@@ -29,7 +29,7 @@ from pathlib import Path
 
 from bench._history import activity_times
 
-TARGET_BYTES_PER_STEP = 20 * 1024
+TARGET_BYTES_PER_STEP = 10 * 1024
 EXAMPLES = ["relu", "leaky_relu", "gelu", "softmax", "log_softmax", "sum_dim", "rmsnorm", "matmul"]
 PADDING = "Notes on the approach. " * 360
 """About 8 KiB of prose around every scripted answer."""
@@ -120,8 +120,8 @@ async def main_async(workdir: Path) -> int:
         worst = max(worst, per_step)
         print(f"  {label:<38} {result.outcome.value:<9} steps={result.steps:<2} history={size / 1024:6.1f} KiB "
               f"per step={per_step / 1024:5.2f} KiB  tokens={result.tokens.total_tokens}")
-    ok = worst < TARGET_BYTES_PER_STEP and verified == len(EXAMPLES) and runs[-1][1].outcome is KernelOutcome.VERIFIED
-    print(f"largest history per agent step: {worst / 1024:.2f} KiB (target < {TARGET_BYTES_PER_STEP // 1024} KiB): "
+    ok = worst <= TARGET_BYTES_PER_STEP and verified == len(EXAMPLES) and runs[-1][1].outcome is KernelOutcome.VERIFIED
+    print(f"largest history per agent step: {worst / 1024:.2f} KiB (target <= {TARGET_BYTES_PER_STEP // 1024} KiB, issue 24): "
           f"{'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 

@@ -169,7 +169,7 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = 
                 row.speedup, row.ref_ms, row.baseline = result.timing.speedup, result.timing.ref_ms, result.timing.baseline
             row.compiled = any(e.report is not None and (e.report.passed or e.report.mismatches)
                                for e in result.trace if e.agent == "verifier")
-            verified = [c.sha256 for e in result.trace if e.agent == "verifier" for c in e.candidates]
+            verified = [c.sha256 for e in result.trace if e.agent == "verifier" for c in e.round_candidates]
             row.reverified = len(verified) - len(set(verified))
             if result.failure is not None and not row.finish:
                 row.error = result.failure.message

@@ -129,6 +129,9 @@ class ReferenceAnalysis(BaseModel, frozen=True):
     (activities/kernels/held_out.py); empty when none could be derived (`held_out_note` says why)."""
     held_out_note: str = ""
     """Why the task has no held-out sizes ("verified at its own shapes only: ...")."""
+    artifact: ArtifactRef | None = None
+    """This analysis as JSON in the artifact store: agent requests carry this ref, not the trace, so the
+    history holds the trace once (the trace_reference result)."""
 
     @property
     def aten_ops(self) -> list[str]:
@@ -246,8 +249,8 @@ class DesignRequest(BaseModel, frozen=True):
     suggestion: str = ""
     step: int = 1
     llm: Provider = "offline"
-    reference: ReferenceAnalysis | None = None
-    """The traced reference (the offline designer chooses its template from it)."""
+    reference: ArtifactRef | None = None
+    """The traced reference (ReferenceAnalysis.artifact): the offline designer chooses its template from it."""
     output: OutputFormat | None = None
     """The workflow.yaml's output_format for the designer: parser and mandatory fields."""
     repair: list[str] = Field(default_factory=list)
@@ -301,7 +304,8 @@ class CodeRequest(BaseModel, frozen=True):
     candidate_index: int = 0
     """Which of the round's `num_candidates` parallel attempts this is."""
     llm: Provider = "offline"
-    reference: ReferenceAnalysis | None = None
+    reference: ArtifactRef | None = None
+    """The traced reference (ReferenceAnalysis.artifact), for the offline coder's lowering."""
     output: OutputFormat | None = None
     repair: list[str] = Field(default_factory=list)
     """Why this decision's earlier answers were refused (parse, static checks, duplicate), oldest first."""
@@ -412,7 +416,8 @@ class TraceEntry(BaseModel, frozen=True):
     """The agent call's transcript (the same shape for the offline provider and an LLM)."""
     parse_error: str = ""
     candidates: list[ArtifactRef] = Field(default_factory=list)
-    """Every candidate of a parallel round (coder) or verified in this step (verifier)."""
+    """Every candidate of a parallel round (coder) or verified in this step (verifier), when there were
+    several; with one, `artifact` is it (the history holds each ref once). See `round_candidates`."""
     report: VerifierReport | None = None
     speed: str = ""
     started_at: datetime | None = None
@@ -425,6 +430,11 @@ class TraceEntry(BaseModel, frozen=True):
     """Who chose this agent when the conductor had to decide (the routing analysis or its fallback rule)."""
     sizes: dict[str, Number] = Field(default_factory=dict)
     """The task file's constants set with --set for this run (the sizes this step worked on)."""
+
+    @property
+    def round_candidates(self) -> list[ArtifactRef]:
+        """The candidates of this step, one or several."""
+        return list(self.candidates) or ([self.artifact] if self.artifact is not None else [])
 
 
 class RecordTraceRequest(BaseModel, frozen=True):

@@ -181,6 +181,10 @@ class ConductorWorkflow:
             return Failure(code=Err.KERNEL_TASK_INVALID, message=problem, where="reading the reference")
         return None
 
+    def _trace_ref(self) -> ArtifactRef | None:
+        """Where the traced reference is stored: agent requests carry this, not the trace itself."""
+        return self._reference.artifact if self._reference is not None else None
+
     async def _route(self, ask: AskLLM) -> Go | Finish:
         """Ask the conductor LLM which option runs next (validated: one of the options, any case); an
         unusable answer is repaired once, then the deterministic rule decides (the trace says so)."""
@@ -239,7 +243,7 @@ class ConductorWorkflow:
 
         def ask(provider: Provider, repair: list[str]) -> Awaitable[DesignResult]:
             offline = provider == "offline"  # only the offline designer reads the trace (keeps LLM requests small)
-            update = {"llm": provider, "repair": repair, "reference": self._reference if offline else None}
+            update = {"llm": provider, "repair": repair, "reference": self._trace_ref() if offline else None}
             return self._llm_call(KernelActivities.design, dreq.model_copy(update=update),
                                   f"designer step {go.step}" + (" (offline)" if offline else ""))
 
@@ -281,7 +285,7 @@ class ConductorWorkflow:
                 needs_trace = offline and (plan is None or plan.template == "lowered")
                 return self._llm_call(KernelActivities.code, base.model_copy(update={
                     "candidate_index": i, "llm": provider, "repair": repair,
-                    "reference": self._reference if needs_trace else None}), label + (" (offline)" if offline else ""))
+                    "reference": self._trace_ref() if needs_trace else None}), label + (" (offline)" if offline else ""))
             return ask
 
         async def one(i: int) -> tuple[CodeResult | None, AgentProvenance, list[CodeResult]]:
@@ -313,7 +317,7 @@ class ConductorWorkflow:
         ended = None if good else self._no_answer(go, [r for _, _, rs in outcomes for r in rs], outcomes[0][1])
         entry = _entry(go, shown.call, summary, bool(good), good[0] if good else None, prov, errors)
         return (AgentRecord(agent=go.agent, step=go.step, parsed_ok=bool(good), suggestion=go.suggestion),
-                entry.model_copy(update={"candidates": good, "tokens": usage}), ended)
+                entry.model_copy(update={"candidates": good if len(good) > 1 else [], "tokens": usage}), ended)
 
     async def _ladder(self, agent: str, ask: Callable[[Provider, list[str]], Awaitable[R]], *,
                       force_offline: str = "") -> tuple[R | None, AgentProvenance, list[R]]:
@@ -394,7 +398,7 @@ class ConductorWorkflow:
         return (AgentRecord(agent=go.agent, step=go.step, verifier_passed=passed, suggestion=go.suggestion,
                             speedup=res.speedup if passed else None),
                 TraceEntry(step=go.step, agent=go.agent, summary=summary[:500], ok=passed, artifact=cands[shown],
-                           candidates=cands, report=res.report, speed=res.speed))
+                           candidates=cands if len(cands) > 1 else [], report=res.report, speed=res.speed))
 
     async def _verify(self, candidate: ArtifactRef, step: int, index: int, n: int) -> tuple[int, VerifyResult]:
         ref = self._reference or ReferenceAnalysis()

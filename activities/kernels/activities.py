@@ -70,7 +70,14 @@ class KernelActivities:
         from activities.kernels.reference import trace_reference
 
         with heartbeating("tracing the reference") as note:
-            return trace_reference(req.task.task_desc, timeout_s=req.timeout_s, heartbeat=note)
+            analysis = trace_reference(req.task.task_desc, timeout_s=req.timeout_s, heartbeat=note)
+        ref = self.store.put_bytes(analysis.model_dump_json().encode(), media_type="application/json",
+                                   name="reference.json")
+        return analysis.model_copy(update={"artifact": ref})
+
+    def _reference(self, ref: ArtifactRef | None) -> ReferenceAnalysis | None:
+        """The traced reference an agent request points at (None: the agent works without it)."""
+        return ReferenceAnalysis.model_validate_json(self.store.get_bytes(ref)) if ref is not None else None
 
     # -- agents ------------------------------------------------------------------------------------
 
@@ -79,7 +86,8 @@ class KernelActivities:
         base = f"kernels/{req.task.task_id}/designer-step{req.step}-a{len(req.repair)}"
         fmt = parsers.output_format("designer", req.output)
         if req.llm == "offline":
-            chosen = await asyncio.to_thread(offline_designer.design, req.reference)  # off the event loop
+            reference = await asyncio.to_thread(self._reference, req.reference)  # off the event loop
+            chosen = await asyncio.to_thread(offline_designer.design, reference)
             text = (f"no offline template: {chosen}\n" if isinstance(chosen, str)
                     else chosen.model_dump_json(indent=2, exclude_defaults=True))
             call = await self._offline("designer", base, req, text)
@@ -103,12 +111,13 @@ class KernelActivities:
         base = f"kernels/{req.task.task_id}/{req.role}-step{req.step}-c{req.candidate_index}-a{len(req.repair)}"
         fmt = parsers.output_format(req.role, req.output)
         if req.llm == "offline":
-            plan = await asyncio.to_thread(offline_coder.plan_for, req.task, req.design, req.reference)
+            reference = await asyncio.to_thread(self._reference, req.reference)
+            plan = await asyncio.to_thread(offline_coder.plan_for, req.task, req.design, reference)
             if isinstance(plan, str):
                 call = await self._offline(req.role, base, req, f"no offline template: {plan}\n")
                 return CodeResult(parsed_ok=False, reason=f"no offline template: {plan}; {NO_TEMPLATE_HINT}",
                                   rejection=Rejection.NO_TEMPLATE, call=call)
-            rendered = await asyncio.to_thread(offline_coder.render, plan, req.task.task_desc, req.reference)
+            rendered = await asyncio.to_thread(offline_coder.render, plan, req.task.task_desc, reference)
             if rendered.startswith("no offline"):
                 call = await self._offline(req.role, base, req, rendered + "\n")
                 return CodeResult(parsed_ok=False, reason=f"{rendered}; {NO_TEMPLATE_HINT}",

@@ -33,6 +33,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -127,10 +128,14 @@ def hidden_paths() -> list[Path]:
 
 
 def runtime_paths() -> list[Path]:
-    """What a child needs to read: the interpreter, its libraries and the repository."""
+    """What a child needs to read: the interpreter, its libraries and the repository. Never the temp dir
+    itself or a folder above it (a worker started as `python /tmp/script.py` has /tmp on sys.path): that
+    would show every other child's scratch dir."""
+    temp = Path(tempfile.gettempdir()).resolve()
     paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.executable).resolve().parent,
              REPO_ROOT, *(Path(p) for p in sys.path if p)]
-    return [p.resolve() for p in dict.fromkeys(paths) if p.exists()]
+    resolved = [p.resolve() for p in dict.fromkeys(paths) if p.exists()]
+    return [p for p in dict.fromkeys(resolved) if not (p == temp or p in temp.parents)]
 
 
 def _under(path: Path, roots: Sequence[Path]) -> bool:

@@ -126,6 +126,12 @@ def relu_analysis(tmp_path_factory):
     return analyse(RELU, tmp_path_factory.mktemp("relu"))
 
 
+def stored(kernels, analysis):  # noqa: ANN001, ANN201 - KernelActivities, ReferenceAnalysis -> ArtifactRef
+    """The traced reference in the activities' store, as trace_reference leaves it: requests carry the ref."""
+    return kernels.store.put_bytes(analysis.model_dump_json().encode(), media_type="application/json",
+                                   name="reference.json")
+
+
 async def test_the_offline_coder_repeating_a_rejected_candidate_is_refused_as_a_duplicate(relu_analysis, tmp_path):
     """A deterministic agent can only repeat itself: its candidate is refused (never verified again), and
     the conductor then ends NO_PROGRESS (workflows.conductor_policy.no_answer_finish)."""
@@ -137,12 +143,13 @@ async def test_the_offline_coder_repeating_a_rejected_candidate_is_refused_as_a_
     from contracts.settings import Settings
 
     kernels = KernelActivities(FileStore(tmp_path / "artifacts"), Settings(state_dir=tmp_path, llm="offline"))
-    first = await kernels.code(CodeRequest(task=TASK, reference=relu_analysis, step=2))
+    trace = stored(kernels, relu_analysis)
+    first = await kernels.code(CodeRequest(task=TASK, reference=trace, step=2))
     assert first.parsed_ok and first.candidate is not None
     source = kernels.store.get_bytes(first.candidate)
     assert first.candidate.sha256 == hashlib.sha256(source).hexdigest()
     rejected = RejectedCandidate(sha256=first.candidate.sha256, step=3, verdict="trial 0 (task inputs) output 0: wrong")
-    again = await kernels.code(CodeRequest(task=TASK, reference=relu_analysis, step=4, rejected=[rejected]))
+    again = await kernels.code(CodeRequest(task=TASK, reference=trace, step=4, rejected=[rejected]))
     assert not again.parsed_ok and again.rejection is Rejection.DUPLICATE and again.candidate is None
     assert again.reason.startswith("the offline template's candidate is identical to the one the verifier rejected "
                                    "at step 3 (trial 0 (task inputs) output 0: wrong)")
@@ -157,7 +164,7 @@ async def test_no_template_is_a_typed_refusal_naming_the_aten_ops(tmp_path):
 
     sort = RELU.replace("torch.relu(x)", "torch.sort(x, dim=1)[0]")
     kernels = KernelActivities(FileStore(tmp_path / "artifacts"), Settings(state_dir=tmp_path, llm="offline"))
-    design = await kernels.design(DesignRequest(task=TASK, reference=analyse(sort, tmp_path)))
+    design = await kernels.design(DesignRequest(task=TASK, reference=stored(kernels, analyse(sort, tmp_path))))
     assert not design.parsed_ok and design.rejection is Rejection.NO_TEMPLATE
     assert design.reason.startswith("no offline template: no lowering for sort; templates: no template for sort")
     assert design.reason.endswith("(aten ops: aten.sort.default); configure an LLM (FLEETFORGE_LLM_BASE_URL) to write "

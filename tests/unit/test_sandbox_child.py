@@ -121,3 +121,18 @@ def test_log_lines_lose_secret_values(monkeypatch):
     monkeypatch.setenv("FLEETFORGE_LLM_API_KEY", "sk-live-1234567890")
     event = scrub_secrets(None, "info", {"event": "llm call failed: key sk-live-1234567890 refused", "attempt": 2})
     assert event == {"event": f"llm call failed: key {MASK} refused", "attempt": 2}
+
+
+def test_the_temp_dir_is_never_a_runtime_path_even_when_a_script_there_put_it_on_sys_path(monkeypatch):
+    # `python /tmp/script.py` puts /tmp on sys.path; binding it would show every other child's scratch dir
+    # (and hide this child's own behind the host's 0700 mkdtemp folders).
+    import sys
+    import tempfile
+
+    from activities.sandbox.child import runtime_paths
+
+    temp = Path(tempfile.gettempdir()).resolve()
+    monkeypatch.setattr(sys, "path", [str(temp), "/", *sys.path])
+    paths = runtime_paths()
+    assert temp not in paths and Path("/") not in paths
+    assert Path(sys.executable).resolve().parent in paths
