@@ -1,8 +1,8 @@
 """Held-out sizes: a second size set for the same task, so VERIFIED means the kernel is right beyond the
 sample's shapes (a kernel with `3 * 1001` baked in is right on `get_inputs()` and wrong everywhere else).
 
-The sizes are the task's own settable constants (`--set` names) whose values are dimensions of its
-inputs or parameters, and that are written as literals (a derived constant follows the ones it is
+The sizes are the task's own settable constants (`--set` names) that `get_inputs()` reads and whose values
+are dimensions of its inputs or parameters, and that are written as literals (a derived constant follows the ones it is
 derived from). Each grows a little to an odd number (`held_out_value`): odd, because kernels that
 assume powers of two or multiples of a block size fail there; larger, because a kernel that assumes
 the sample's element count then leaves elements unwritten (a smaller size would let it write out of
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from activities.kernels.reference import size_problem
-from activities.kernels.task_source import literal_constants
+from activities.kernels.task_source import input_constants, literal_constants
 from contracts.kernel import Number
 from contracts.kernel_job import ReferenceAnalysis
 
@@ -33,11 +33,14 @@ def held_out_value(v: int) -> int:
 
 
 def knobs(source: str, analysis: ReferenceAnalysis) -> dict[str, int]:
-    """The task's literal integer constants (> 1) whose values are dimensions of its inputs or parameters."""
+    """The task's literal integer constants (> 1) that `get_inputs()` reads and whose values are dimensions
+    of its inputs or parameters: the input sizes. A constant only the model's construction reads (kernel
+    size, stride, groups, the dim a reduction runs over) changes the operation, not its shapes, so it stays."""
     dims = {d for i in analysis.inputs if i.tensor is not None for d in i.tensor.shape}
     dims |= {d for p in analysis.params for d in p.tensor.shape}
+    sizes = input_constants(source)
     return {k: v for k, v in literal_constants(source).items()
-            if isinstance(v, int) and not isinstance(v, bool) and v > 1 and v in dims}
+            if isinstance(v, int) and not isinstance(v, bool) and v > 1 and v in dims and k in sizes}
 
 
 def size_sets(sizes: dict[str, int]) -> list[dict[str, int]]:
@@ -76,8 +79,8 @@ def choose(source: str, analysis: ReferenceAnalysis,
         return {}, f"{OWN_SHAPES_ONLY}: the task could not be traced, so its dimensions are unknown"
     sizes = knobs(source, analysis)
     if not sizes:
-        return {}, (f"{OWN_SHAPES_ONLY}: the task has no module-level size constant (a literal integer that is a "
-                    "dimension of its inputs or parameters) to vary")
+        return {}, (f"{OWN_SHAPES_ONLY}: the task has no module-level size constant (a literal integer that "
+                    "get_inputs() reads and that is a dimension of its inputs or parameters) to vary")
     tried: list[str] = []
     for overrides in size_sets(sizes):
         why = check(analysis, trace(overrides))

@@ -76,6 +76,25 @@ def literal_constants(source: str, where: str = "<task>") -> dict[str, Number]:
     return {k: v for k, v in values.items() if k in literal and k not in derived}
 
 
+def input_constants(source: str, where: str = "<task>") -> set[str]:
+    """The module-level constants `get_inputs()` reads, directly or through the constants they are derived
+    from (`K = M * 2`): the input sizes. Constants only `get_init_inputs()` reads (kernel size, stride,
+    groups, a reduction dim) configure the operation itself."""
+    tree = _parse(source, where)
+    body = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_inputs"), None)
+    if body is None:
+        return set()
+    values = {name: node for st in _constant_statements(tree) for name, node in st.pairs}
+    found: set[str] = set()
+    todo = [n.id for n in ast.walk(body) if isinstance(n, ast.Name)]
+    while todo:
+        name = todo.pop()
+        if name in values and name not in found:
+            found.add(name)
+            todo += [n.id for n in ast.walk(values[name]) if isinstance(n, ast.Name)]
+    return found
+
+
 def parse_value(name: str, text: str) -> Number:
     """`--set NAME=VALUE`: VALUE is an int or a float literal."""
     text = text.strip()

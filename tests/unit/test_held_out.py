@@ -68,9 +68,8 @@ def get_init_inputs():
 def test_a_task_without_size_constants_is_verified_at_its_own_shapes_only(tmp_path: Path):
     fixed = RELU.replace("torch.randn(batch_size, dim)", "torch.randn(7, 1000)")
     unused = sizes_of(fixed, tmp_path)
-    assert unused["held_out"] == {}, "constants that size nothing change no dimension"
-    assert "no held-out size set could be used (batch_size=9, dim=1125: no input or parameter dimension changed" \
-        in unused["held_out_note"]
+    assert unused["held_out"] == {}, "constants get_inputs() does not read size nothing"
+    assert unused["held_out_note"].startswith("verified at its own shapes only: the task has no module-level size")
     fixed = fixed.replace("batch_size = 7\ndim = 1000\n", "")
     found = sizes_of(fixed, tmp_path)
     assert found["held_out"] == {}
@@ -115,3 +114,37 @@ def test_when_the_reference_fails_at_the_held_out_sizes_the_report_says_own_shap
     assert report.held_out == {}
     assert report.shapes_note.startswith("verified at its own shapes only: the reference failed at the held-out "
                                          "sizes (batch_size=9) (AssertionError"), report.shapes_note
+
+
+def test_constants_only_the_model_reads_configure_the_op_and_stay(tmp_path: Path):
+    # KernelBench's conv and pooling tasks pass kernel_size, stride and groups to the model only: changing
+    # them changes the operation (a kernel specialised to a 3x3 stride-2 conv is a fine kernel), not its sizes.
+    source = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, cin, cout, kernel_size, stride, groups):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, kernel_size, stride=stride, groups=groups)
+
+    def forward(self, x):
+        return self.conv(x)
+
+batch_size = 2
+in_channels = 4
+out_channels = 4
+kernel_size = 3
+stride = 2
+groups = 2
+side = 8
+shape = (batch_size, in_channels, side, side)
+
+def get_inputs():
+    return [torch.randn(*shape)]
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, stride, groups]
+"""
+    assert held_out.input_constants(source) >= {"batch_size", "in_channels", "side", "shape"}
+    # in_channels 5 is not divisible by the 2 groups, so the set with every size fails; the large size alone is taken
+    assert sizes_of(source, tmp_path)["held_out"] == {"side": 9}
