@@ -15,7 +15,7 @@ else on the GPU): candidate, eager reference and `torch.compile` reference, `tri
 medians; the baseline is the faster of the two. Prints a table and the speedup distribution, writes
 KernelBench v3 `results.csv` columns (speedup, ref_ms, baseline_type filled).
 
-    python -m bench.bench_kernel_gpu --pairs DIR --sizes original --csv results.csv --deadline-s 500
+    python -m bench.bench_kernel_gpu --pairs DIR --csv results.csv --deadline-s 500
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import math
 import json
+import math
 import re
 import statistics
 import sys
@@ -32,10 +32,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bench.bench_kernelbench import CSV_COLUMNS
+
 ROOT = Path(__file__).resolve().parents[1]
 KERNELBENCH = ROOT / "examples" / "kernelbench"
-CSV_COLUMNS = ("level", "problem", "compiled", "correct", "speedup", "ref_ms", "turns", "total_tokens",
-               "estimated_cost_usd", "baseline_type", "precision_used")
 
 
 def original_task(name: str) -> Path | None:
