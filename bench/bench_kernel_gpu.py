@@ -5,9 +5,9 @@ item 5): the verifier and the profiler exactly as the kernels activity runs them
 Input: a folder of `NAME/task.py` + `NAME/candidate.py` pairs, e.g. a `bench_kernelbench --suite public`
 workdir's `recheck/` folder (every verified kernel with its shrunk task). With `--sizes gpu` (default)
 the candidate runs on the task's own KernelBench file (`examples/kernelbench/levelL/NN_*.py`) shrunk by the
-bench's one rule with the largest cap (512, 256, ... 8; batch halved like the rest) whose inputs fit
-`--input-mb`, and so do its outputs (KernelBench's own sizes take gigabytes per tensor, more than the verifier's disk budget for
-its eight trial outputs): sizes the offline run never saw, so this is also a check that the kernel does
+bench's one rule with the largest cap (2048, 1024, ... 8; batch halved like the rest) whose inputs and
+outputs each fit `--input-mb` (KernelBench's own sizes take gigabytes per tensor, more than the verifier's
+disk budget for its eight trial outputs): sizes the offline run never saw, so this is also a check that the kernel does
 not assume the shrunk ones.
 
 Phase 1 verifies every pair (`--jobs` at a time); phase 2 times the verified ones one at a time (nothing
@@ -116,8 +116,8 @@ def main() -> int:
         tasks[name] = sized[0] if sized else (Path(args.pairs) / name / "task.py").read_text()
         print(f"  {name:<58} {f'cap {sized[1]}' if sized else 'the shrunk sizes'}")
 
-    def task_of(name: str) -> str:
-        return tasks[name]
+    def candidate_of(name: str) -> str:
+        return (Path(args.pairs) / name / "candidate.py").read_text()
 
     def check(name: str) -> dict:
         row = {"name": name, "verified": None, "reason": "", "seconds": 0.0}
@@ -125,8 +125,7 @@ def main() -> int:
             row["reason"] = "not run (deadline)"
             return row
         s = time.monotonic()
-        report = verify(task_of(name), (Path(args.pairs) / name / "candidate.py").read_text(), timeout_s=args.timeout_s,
-                        gpu=True)
+        report = verify(tasks[name], candidate_of(name), timeout_s=args.timeout_s, gpu=True)
         row.update(verified=report.passed, reason=report.reason[:200], seconds=round(time.monotonic() - s, 1))
         print(f"  verify {name:<58} {'ok' if report.passed else 'FAILED ' + report.reason[:90]}  {row['seconds']} s",
               flush=True)
@@ -138,8 +137,7 @@ def main() -> int:
     print("phase 2: time the verified ones, one at a time")
     for row in rows:
         if row["verified"] and not late():
-            timing, note = profile(task_of(row["name"]), (Path(args.pairs) / row["name"] / "candidate.py").read_text(),
-                                   timeout_s=args.timeout_s)
+            timing, note = profile(tasks[row["name"]], candidate_of(row["name"]), timeout_s=args.timeout_s)
             row["note"] = note
             if timing is not None:
                 row.update(timing.model_dump(), speedup=timing.speedup)

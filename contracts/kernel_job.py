@@ -382,6 +382,14 @@ class KernelTiming(BaseModel, frozen=True):
     def speedup(self) -> float:
         return self.ref_ms / self.candidate_ms
 
+    @property
+    def summary(self) -> str:
+        """One line for the trace, the CLI and the Web UI: the speedup and the three times behind it."""
+        compiled = (f"torch.compile {self.compile_ms:.4f} ms" if self.compile_ms is not None
+                    else f"torch.compile failed: {self.compile_error}")
+        return (f"speedup {self.speedup:.2f}x over {self.baseline} (candidate {self.candidate_ms:.4f} ms; "
+                f"eager {self.eager_ms:.4f} ms, {compiled}; do_bench medians)")
+
 
 class VerifyResult(BaseModel, frozen=True):
     report: VerifierReport

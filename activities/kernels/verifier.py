@@ -192,10 +192,7 @@ def timing_from(times: dict) -> tuple[KernelTiming | None, str]:
     baseline, ref = ("torch.compile", compiled) if compiled is not None and compiled < eager else ("eager", eager)
     timing = KernelTiming(candidate_ms=cand, eager_ms=eager, compile_ms=compiled, baseline=baseline, ref_ms=ref,
                           compile_error=str(times.get("compile_ms_error") or ""))
-    against = (f"eager {eager:.4f} ms, torch.compile {compiled:.4f} ms" if compiled is not None
-               else f"eager {eager:.4f} ms; torch.compile failed: {timing.compile_error}")
-    return timing, (f"speedup {timing.speedup:.2f}x over {baseline} (candidate {cand:.4f} ms; {against}; "
-                    "do_bench medians)")
+    return timing, timing.summary
 
 
 # --- torch in the worker ------------------------------------------------------------------------

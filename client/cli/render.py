@@ -148,10 +148,7 @@ def show_kernel(result: KernelResult, ui_url: str) -> None:
     if result.report is not None:
         out.line(f"verifier: {'passed' if result.report.passed else 'failed'}"
                  + (f": {result.report.reason}" if result.report.reason else ""))
-    t = result.timing
-    out.line(f"speed: {t.speedup:.2f}x over {t.baseline} (candidate {t.candidate_ms:.4f} ms, eager {t.eager_ms:.4f} ms, "
-             f"torch.compile {f'{t.compile_ms:.4f} ms' if t.compile_ms is not None else 'failed'})" if t is not None
-             else f"speed: {result.speed or '-'}")
+    out.line(f"speed: {result.timing.summary if result.timing is not None else result.speed or '-'}")
     show_tokens(result.tokens)
     out.line(f"Web UI: {ui_url}")
 
