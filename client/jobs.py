@@ -45,6 +45,8 @@ CANCELLED = JobStatus.CANCELLED.value
 
 _QUERY_ERRORS = (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError, asyncio.TimeoutError)
 _QUERY_TIMEOUT = timedelta(seconds=2)
+_TRANSIENT = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.RESOURCE_EXHAUSTED)
+_EVENT_READ_RETRIES = 5
 
 
 class JobNotFound(FleetforgeError):
@@ -337,16 +339,28 @@ class JobHandle(Generic[ResultT]):
         answers, LLM token deltas, status changes. Starts at the job's first event (`from_offset`: a
         later one); follows continue-as-new; ends once the job has closed and its last events are
         read. A job whose workflow publishes no events (one started before they existed, a fleet row)
-        ends at once. Transport errors raise."""
+        ends at once. A read that times out or finds the server unavailable resumes after the last
+        event seen (a few times); other transport errors raise."""
         from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
         stream = WorkflowStreamClient.create(self._fc.temporal, self.id)
-        try:
-            async for item in stream.subscribe([EVENTS_TOPIC], from_offset, result_type=JobEvent):
-                yield item.data
-        except (WorkflowUpdateFailedError, WorkflowQueryFailedError) as e:
-            if not _unknown_handler(e):
-                raise
+        offset, retries = from_offset, 0
+        while True:
+            try:
+                async for item in stream.subscribe([EVENTS_TOPIC], offset, result_type=JobEvent):
+                    offset = item.offset + 1
+                    yield item.data
+                return
+            except (WorkflowUpdateFailedError, WorkflowQueryFailedError) as e:
+                if not _unknown_handler(e):
+                    raise
+                return
+            except RPCError as e:
+                # a closed job's last events come from a query its worker answers by replaying the
+                # history; a busy worker can let it expire: read on from the last event seen
+                if e.status not in _TRANSIENT or retries >= _EVENT_READ_RETRIES:
+                    raise
+                retries += 1
 
     async def cancel(self) -> None:
         """Request cancellation. JobFinished when the job has already ended (nothing to cancel)."""
