@@ -148,7 +148,7 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
         feeds = calibration_feeds(safe_join(root, params.calibration_data), src)
     else:
         feeds = synthetic_feeds(src, samples=params.calibration_samples, seed=params.seed)
-    source = _load_graph(src.read_bytes(), params.model)
+    source = _load_model(src, params.model)
     if not _has_float(source):
         raise FleetforgeError(Err.NOTHING_TO_QUANTIZE, f"{params.model} computes nothing in float (integer/boolean "
                               "inputs and constants only): there is nothing to quantize")
@@ -331,6 +331,19 @@ def _model_bytes(path: Path, name: str) -> tuple[bytes, Any]:
     if not external_data_files(m):
         return data, m
     return onnx.load(str(path)).SerializeToString(), m
+
+
+def _load_model(path: Path, name: str) -> Any:
+    """The model with its external data (m.onnx.data) read in from beside it: checks that read a
+    tensor's values need them, and the worker's cwd is not the model's folder."""
+    import onnx
+
+    from activities.modelhub import external_data_files
+
+    m = _load_graph(path.read_bytes(), name)
+    if external_data_files(m):
+        onnx.load_external_data_for_model(m, str(path.parent))
+    return m
 
 
 def _tidy(text: str, limit: int) -> str:

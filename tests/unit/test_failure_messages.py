@@ -74,6 +74,31 @@ def test_an_absurd_quantization_scale_is_named_and_the_mask_pass_removes_it(tmp_
     assert (tmp_path / "q2.onnx").is_file()
 
 
+def test_the_scale_check_reads_the_weights_of_an_external_data_model(tmp_path: Path):
+    """torch's default export writes m.onnx + m.onnx.data; the check after quantization reads the float
+    source's constants, from beside the model, not from the worker's cwd."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime_qnn")
+    import numpy as np
+
+    from activities.toolchains.ort_qnn import QuantizeQdqParams, quantize_qdq
+
+    rng = np.random.default_rng(0)
+    mask = np.triu(np.full((4, 4), np.finfo(np.float32).min, np.float32), 1)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", "w"], ["q"]), onnx.helper.make_node("Add", ["q", "mask"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 4])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 4])],
+        [onnx.numpy_helper.from_array(rng.normal(size=(4, 4)).astype(np.float32), "w"),
+         onnx.numpy_helper.from_array(mask, "mask")])
+    (tmp_path / "input").mkdir()
+    onnx.save_model(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]),
+                    str(tmp_path / "input" / "m.onnx"), save_as_external_data=True, location="m.onnx.data", size_threshold=0)
+    with pytest.raises(FleetforgeError) as e:
+        quantize_qdq(tmp_path, QuantizeQdqParams(model="input/m.onnx", output="q.onnx", precision="int8"))
+    assert e.value.code is Err.QUANT_SCALE_INVALID, e.value.message  # the mask's values were read
+
+
 def test_a_message_that_already_says_what_to_do_does_not_get_the_remedy_twice():
     from contracts.errors import explained
 
