@@ -10,8 +10,10 @@ CPU), the workflow asks again with the figures (`PlanFeedback`). The planner the
 remedy on top of the ones already tried, in the order of REMEDIES: the failing outputs' last nodes
 kept in float (the cheapest: the rest stays int8; a softmax whose values sit below one 8-bit step
 needs no more), 16-bit activations (int8 → w8a16), more calibration samples with per-channel
-weights. With no remedy left the workflow ends with the gate's own code (next_remedy says so
-without asking the planner).
+weights. A float build for the HTP below the gate gets the exact graph passes registered for
+ACCURACY_BELOW_THRESHOLD instead (rewrites around a backend defect: flatten_matmul_input). With no
+remedy left the workflow ends with the gate's own code (next_remedy says so without asking the
+planner).
 """
 
 from __future__ import annotations
@@ -156,10 +158,11 @@ def next_remedy(request: ConversionRequest, feedback: PlanFeedback) -> str | Non
         # placement and compile failures: a graph pass that rewrites the named op, never a precision
         # change (w8a16 keeps the same ops where they were)
         ops = feedback.offload.cpu_ops if feedback.kind == "offload" and feedback.offload else feedback.failing_ops
-        done = set(remedy_passes(list(tried)))
-        fresh = [p for p in passes_for(set(ops) - {"QuantizeLinear", "DequantizeLinear"}, {feedback.code} - {""})
-                 if p not in done]
-        return PASS_PREFIX + "+".join(fresh) if fresh else None
+        return _fresh_passes(set(ops) - {"QuantizeLinear", "DequantizeLinear"}, {feedback.code} - {""}, tried)
+    if precision not in QUANTIZED:
+        # a float build below the gate: fp16 should match fp32 closely, so the cure is an exact
+        # rewrite around a backend defect (on quantized builds they measured no better)
+        return _fresh_passes(set(), {Err.ACCURACY_BELOW_THRESHOLD.value}, tried) if request.output in QNN_OUTPUTS else None
     for r in REMEDIES:
         if r in tried:
             continue
@@ -168,9 +171,16 @@ def next_remedy(request: ConversionRequest, feedback: PlanFeedback) -> str | Non
             return r
         if r == FLOAT_OUTPUTS and qnn_quantizer and failing_outputs(feedback):
             return r
-        if r == MORE_CALIBRATION and precision in QUANTIZED and not request.calibration:
+        if r == MORE_CALIBRATION and not request.calibration:
             return r
     return None
+
+
+def _fresh_passes(ops: set[str], codes: set[str], tried: set[str]) -> str | None:
+    """The pass remedy of the registered passes that fix these ops or codes and were not tried yet."""
+    done = set(remedy_passes(list(tried)))
+    fresh = [p for p in passes_for(ops, codes) if p not in done]
+    return PASS_PREFIX + "+".join(fresh) if fresh else None
 
 
 def failing_outputs(feedback: PlanFeedback) -> list[str]:
