@@ -22,8 +22,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import shutil
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -189,7 +191,12 @@ def main() -> None:
     args = ap.parse_args()
     if args.fresh:
         shutil.rmtree(args.out, ignore_errors=True)
-    raise SystemExit(asyncio.run(main_async(args)))
+    code = asyncio.run(main_async(args))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # the interpreter's shutdown can abort here (PyGILState_Release from a native thread the exporter or
+    # onnxruntime left behind): exit without it, so the exit status is the targets' verdict, not 134
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,11 @@ def run(model, feed: dict) -> list[np.ndarray]:
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
 
 
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
 def apply(name: str, model, **ctx) -> tuple[int, "onnx.ModelProto"]:
     work = onnx.ModelProto()
     work.CopyFrom(model)
@@ -144,6 +149,25 @@ def test_clamp_mask_constants_clamps_a_float32_min_causal_mask_with_the_same_sof
     np.testing.assert_allclose(run(fixed, {"x": SEQ})[0], run(model, {"x": SEQ})[0], atol=1e-6)
 
 
+def test_the_clamped_mask_leaves_the_scores_their_8_bit_resolution(tmp_path: Path):
+    """The mask value lands in the masked scores' quantization range: a floor of -1e4 made the 8-bit
+    step ~40, every score 0 and the softmax uniform (cosine 0.90 for DistilBERT int8)."""
+    pytest.importorskip("onnxruntime_qnn")
+    from activities.toolchains.ort_qnn import QuantizeQdqParams, quantize_qdq
+
+    model = export(CausalScores(), (torch.from_numpy(SEQ),), tmp_path / "causal.onnx", input_names=["x"])
+    apply_count, fixed = apply("clamp_mask_constants", model)
+    onnx.save(fixed, str(tmp_path / "clamped.onnx"))
+    rng = np.random.default_rng(3)
+    calib, held_out = (rng.standard_normal((n, 1, 4, 8)).astype(np.float32) for n in (32, 16))
+    np.savez(tmp_path / "calib.npz", x=calib)
+    quantize_qdq(tmp_path, QuantizeQdqParams(model="clamped.onnx", output="q.onnx", precision="int8",
+                                             calibration_data="calib.npz"))
+    q = onnx.load(str(tmp_path / "q.onnx"))
+    worst = min(cosine(run(q, {"x": x})[0], run(model, {"x": x})[0]) for x in held_out)
+    assert apply_count >= 1 and worst > 0.98, worst
+
+
 def test_clamp_mask_constants_leaves_a_graph_without_huge_constants_byte_identical(tmp_path: Path):
     assert_untouched("clamp_mask_constants", export(Mlp(), (torch.from_numpy(X8),), tmp_path / "mlp.onnx", input_names=["x"]))
 
@@ -190,11 +214,6 @@ class HeadsOut(torch.nn.Module):
 
 
 HEADS = np.random.default_rng(2).standard_normal((4, 4, 4, 8)).astype(np.float32)
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
-    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
 
 
 def test_flatten_matmul_input_puts_the_merged_heads_projection_in_2d_and_the_htp_fp16_gets_it_right(tmp_path: Path):
