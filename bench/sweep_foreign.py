@@ -3,7 +3,7 @@ small configs with seeded weights and exported with torch's default exporter (ex
 converted for SM8550 at fp16 and int8 with real-looking calibration data, then re-checked outside
 fleetforge (bench/recheck_foreign.py) on fresh inputs of two families.
 
-    .venv/bin/python -m bench.sweep_foreign --out /tmp/foreign            # the whole sweep (~30-60 min on 2 cores)
+    .venv/bin/python -m bench.sweep_foreign --out /tmp/foreign            # the whole sweep (~3 min on 2 cores)
     .venv/bin/python -m bench.sweep_foreign --out /tmp/foreign --only 'bert|vit'
     .venv/bin/python -m bench.recheck_foreign /tmp/foreign                # the independent re-check
 
