@@ -98,12 +98,12 @@ class ConversionRequest(BaseModel, frozen=True):
 class ProvideInput(BaseModel, frozen=True):
     """Answers to a NEEDS_INPUT job's questions (the `provide_input` update). Omitted = unchanged."""
 
-    soc: str | None = None
-    precision: str | None = None
-    calibration: str | None = None
-    eval_data: str | None = None
-    synthetic_calibration: bool | None = None
-    """True: calibrate on synthetic inputs (the verdict says `unverified on real data`)."""
+    soc: str | None = Field(default=None, description='target SoC, e.g. "sm8550"')
+    precision: str | None = Field(default=None, description="fp32, fp16, int8 or w8a16")
+    calibration: str | None = Field(default=None, description="calibration .npz or folder (optional)")
+    eval_data: str | None = Field(default=None, description="held-out .npz the accuracy gate scores (optional)")
+    synthetic_calibration: bool | None = Field(
+        default=None, description="calibrate int8 on synthetic inputs: the verdict then says unverified on real data (optional)")
 
     def is_empty(self) -> bool:
         return self.synthetic_calibration is None and not any(

@@ -24,7 +24,7 @@ from client.jobs import CANCELLED, JobCancelled, JobHandle
 from client.mcp_server.args import (
     AnswerArgs, ConvertArgs, FleetTestArgs, InspectArgs, KernelArgs, ListArgs,
 )
-from client.mcp_server.tasks import JobState, JobTasks
+from client.mcp_server.tasks import JobState, JobTasks, answers_from
 from client.sdk import FleetforgeClient
 from contracts.common import ArtifactRef, JobKind, JobStatus
 from contracts.errors import Err, FleetforgeError
@@ -145,11 +145,7 @@ class Backend:
             return
         if not accepted:
             return  # declined: the job keeps waiting (it ends at its needs-input timeout)
-        answers: dict[str, Any] = {k: str(v) for k, v in content.items()
-                                   if k in ("soc", "precision", "calibration", "eval_data") and v}
-        if isinstance(content.get("synthetic_calibration"), bool):
-            answers["synthetic_calibration"] = content["synthetic_calibration"]
-        await fc.answer(state.job_id, **answers)
+        await fc.answer(state.job_id, **answers_from(content))
 
     async def cancel(self, job_id: str) -> None:
         await (await self.job(job_id)).cancel()

@@ -15,7 +15,7 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, get_args
 
 from mcp.server.mcpserver import Extension, MethodBinding
 from mcp.shared.exceptions import MCPError
@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from client.jobs import CANCELLED, JobHandle, JobSnapshot
 from contracts.common import JobStatus
+from contracts.convert import Precision
+from contracts.convert_job import ProvideInput
 from contracts.errors import FleetforgeError
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -31,7 +33,6 @@ TASK_PROTOCOL_VERSIONS = frozenset({"2026-07-28"})
 """The wire the tasks are served on: SEP-2663 lives on the 2026-07-28 protocol (the 2025-11-25
 in-core tasks are types-only in the installed `mcp` SDK and not wire-compatible with SEP-2663)."""
 POLL_INTERVAL_MS = 2000
-PRECISIONS = ["fp32", "fp16", "int8", "w8a16"]
 
 
 class TaskParams(RequestParams):
@@ -69,20 +70,40 @@ def input_key(job_id: str, questions: Sequence[str], round_: str) -> str:
     return f"answer-{digest}"
 
 
+def answer_schema() -> dict[str, Any]:
+    """The form a convert job's questions are answered with: ProvideInput's fields, typed and described."""
+    props: dict[str, dict[str, Any]] = {
+        name: {"type": "boolean" if _is_flag(field) else "string", "description": field.description or name}
+        for name, field in ProvideInput.model_fields.items()}
+    props["precision"]["enum"] = [p.value for p in Precision]
+    return {"type": "object", "properties": props}
+
+
+def answers_from(content: dict[str, Any]) -> dict[str, str | bool]:
+    """An accepted form's answers as ProvideInput takes them: text fields as text (empty ones left out),
+    a flag only when the client sent a boolean."""
+    out: dict[str, str | bool] = {}
+    for name, field in ProvideInput.model_fields.items():
+        value = content.get(name)
+        if _is_flag(field):
+            if isinstance(value, bool):
+                out[name] = value
+        elif value not in (None, ""):
+            out[name] = str(value)
+    return out
+
+
+def _is_flag(field: Any) -> bool:
+    return bool in get_args(field.annotation)
+
+
 def input_requests(state: JobState) -> dict[str, Any]:
     """The elicitations a waiting job needs: a convert job's questions, a fleet row's command approval."""
     p = state.snapshot.convert
     if state.status == JobStatus.NEEDS_INPUT and p is not None:
         key = input_key(state.job_id, p.questions, f"{p.attempt}/{p.replans}/{len(p.steps_done)}")
-        schema = {"type": "object", "properties": {
-            "soc": {"type": "string", "description": 'target SoC, e.g. "sm8550"'},
-            "precision": {"type": "string", "enum": PRECISIONS},
-            "calibration": {"type": "string", "description": "calibration .npz or folder (optional)"},
-            "eval_data": {"type": "string", "description": "held-out .npz the accuracy gate scores (optional)"},
-            "synthetic_calibration": {"type": "boolean", "description": "calibrate int8 on synthetic inputs: "
-                                      "the verdict then says unverified on real data (optional)"}}}
         return {key: {"method": "elicitation/create", "params": {
-            "mode": "form", "message": " / ".join(p.questions) or "the job needs input", "requestedSchema": schema}}}
+            "mode": "form", "message": " / ".join(p.questions) or "the job needs input", "requestedSchema": answer_schema()}}}
     if state.status == JobStatus.AWAITING_APPROVAL and state.pending_command:
         key = f"approve-{state.pending_attempt}"
         schema = {"type": "object", "properties": {

@@ -12,8 +12,8 @@ from client.events_view import EventPrinter
 from client.jobs import JobSnapshot
 from client.mcp_server.args import ConvertArgs, FleetTestArgs, KernelArgs
 from client.mcp_server.serve import check_binding
-from client.mcp_server.tasks import JobState, input_key, task_view
-from contracts.convert_job import ConversionProgress, ConversionRequest
+from client.mcp_server.tasks import JobState, answer_schema, answers_from, input_key, task_view
+from contracts.convert_job import ConversionProgress, ConversionRequest, ProvideInput
 from contracts.common import JobStatus
 from contracts.errors import FleetforgeError
 from contracts.events import EventKind, JobEvent
@@ -64,6 +64,18 @@ def test_a_failed_job_is_a_completed_task_whose_tool_result_is_an_error_with_the
     assert failed["result"]["structuredContent"]["failure"]["code"] == "COMPILER_ERROR"
     done = task_view(state("COMPLETED", result={"status": "COMPLETED"}))
     assert done["status"] == "completed" and done["result"]["isError"] is False
+
+
+def test_the_answer_form_is_provide_inputs_fields_and_its_answers_are_what_provide_input_takes():
+    form = answer_schema()["properties"]
+    assert list(form) == list(ProvideInput.model_fields), "one home for what an answer holds"
+    assert form["synthetic_calibration"]["type"] == "boolean" and form["soc"]["type"] == "string"
+    assert form["precision"]["enum"] == ["fp32", "fp16", "int8", "w8a16"]
+    assert all(f["description"] for f in form.values())
+    got = answers_from({"soc": "sm8550", "precision": "", "calibration": None, "synthetic_calibration": "yes",
+                        "unknown": "x"})
+    assert got == {"soc": "sm8550"}, "empty text left out, a flag only as a boolean, unknown keys dropped"
+    assert ProvideInput(**answers_from({"synthetic_calibration": True, "eval_data": "e.npz"})).synthetic_calibration is True
 
 
 def test_a_cancelled_job_is_a_cancelled_task():
