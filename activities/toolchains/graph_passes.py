@@ -71,6 +71,16 @@ def graph_pass(name: str, *, pattern: str, fixes_ops: tuple[str, ...] = (),
     return register
 
 
+def catalog() -> str:
+    """The passes as the `onnx.graph_passes` spec describes them to a planner (its JSON holds this text;
+    a unit test keeps the two in step)."""
+    def fixes(p: GraphPass) -> str:
+        said = ([f"ops {', '.join(sorted(p.fixes_ops))}"] if p.fixes_ops else []) + sorted(p.fixes_codes)
+        return f" (fixes {'; '.join(said)})" if said else ""
+
+    return "; ".join(f"{p.name}: {p.pattern}{fixes(p)}" for p in PASSES.values())
+
+
 def passes_for(ops: list[str] | set[str], codes: list[str] | set[str] = ()) -> list[str]:
     """Names of the passes that fix any of these failing ops or error codes, in registry order (pure)."""
     ops, codes = set(ops), set(codes)

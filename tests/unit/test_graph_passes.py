@@ -251,3 +251,14 @@ def test_every_pass_says_what_it_fixes_and_the_planners_lookup_finds_it():
     assert passes_for([], ["ACCURACY_BELOW_THRESHOLD"]) == ["flatten_matmul_input"]
     assert passes_for(["Conv", "Det"]) == []
     assert all(p.pattern and p.name for p in PASSES.values())
+
+
+def test_the_planners_spec_describes_the_registered_passes():
+    import json
+
+    from activities.toolchains.graph_passes import catalog
+
+    spec = json.loads((Path(__file__).parents[2] / "activities/toolchains/specs/onnx.graph_passes@1.0.json").read_text())
+    assert spec["description"].endswith("Passes: " + catalog()), "regenerate the spec's text from graph_passes.catalog()"
+    (names,) = [a["description"] for a in spec["args"] if a["name"] == "passes"]
+    assert names.endswith(", ".join(PASSES))
