@@ -145,5 +145,6 @@ async def _activity_waits(client: Client, workflow_id: str) -> tuple[float, tupl
             if started.attempt == 1:
                 longest = max(longest, t - t_sched)
             else:
-                retried.append(f"{name} (attempt {started.attempt})")
+                why = started.last_failure.message if started.HasField("last_failure") else "?"
+                retried.append(f"{name} (attempt {started.attempt}, after: {why[:160]})")
     return longest, tuple(retried)
