@@ -130,6 +130,17 @@ def _attr(node: Any, name: str, default: Any = None) -> Any:
     return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
+def _replace_nodes(model: Any, replacements: dict[int, list[Any]]) -> int:
+    """Put each node whose id() is a key in place of its replacement nodes, graph order kept; returns
+    how many were replaced (0: the graph is untouched)."""
+    if not replacements:
+        return 0
+    nodes = [m for n in model.graph.node for m in replacements.get(id(n), [n])]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return len(replacements)
+
+
 # ---- the passes -----------------------------------------------------------------------------------
 
 
@@ -297,29 +308,20 @@ def gathernd_to_gather(model: Any, ctx: PassContext) -> int:
             continue
         flat = np.ravel_multi_index(tuple(np.moveaxis(idx.astype(np.int64) % np.array(dims), -1, 0)), dims)
         plans.append((n, flat, list(idx.shape[:-1]), int(math.prod(dims))))
-    if not plans:
-        return 0
-    nodes = []
-    by_node = {id(p[0]): p for p in plans}
-    for n in model.graph.node:
-        p = by_node.get(id(n))
-        if p is None:
-            nodes.append(n)
-            continue
-        _, flat, out_shape, size = p
+    replacements = {}
+    for n, flat, out_shape, size in plans:
         stem = n.name or n.output[0]
         shape_name = f"{stem}_shape"
         if flat.size == size and np.array_equal(flat.ravel(), np.arange(size)):
             model.graph.initializer.append(numpy_helper.from_array(np.array(out_shape, np.int64), shape_name))
-            nodes.append(helper.make_node("Reshape", [n.input[0], shape_name], [n.output[0]], name=f"{stem}_reshape"))
+            replacements[id(n)] = [helper.make_node("Reshape", [n.input[0], shape_name], [n.output[0]], name=f"{stem}_reshape")]
             continue
         model.graph.initializer.extend([numpy_helper.from_array(np.array([-1], np.int64), shape_name),
                                         numpy_helper.from_array(flat.astype(np.int64), f"{stem}_flat_idx")])
-        nodes += [helper.make_node("Reshape", [n.input[0], shape_name], [f"{stem}_flat"], name=f"{stem}_flatten"),
-                  helper.make_node("Gather", [f"{stem}_flat", f"{stem}_flat_idx"], [n.output[0]], axis=0, name=f"{stem}_gather")]
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    return len(plans)
+        replacements[id(n)] = [
+            helper.make_node("Reshape", [n.input[0], shape_name], [f"{stem}_flat"], name=f"{stem}_flatten"),
+            helper.make_node("Gather", [f"{stem}_flat", f"{stem}_flat_idx"], [n.output[0]], axis=0, name=f"{stem}_gather")]
+    return _replace_nodes(model, replacements)
 
 
 @graph_pass("flatten_matmul_input", pattern="MatMul of a constant 2-D weight whose rank >= 3 input is a Reshape that "
@@ -349,25 +351,17 @@ def flatten_matmul_input(model: Any, ctx: PassContext) -> int:
                 or not x_dims or a_dims[-1] == x_dims[-1] or a_dims[-1] != w.shape[0]):
             continue
         plans.append((n, a_dims[:-1] + [int(w.shape[1])]))
-    if not plans:
-        return 0
-    by_node = {id(n): out for n, out in plans}
-    nodes = []
-    for n in model.graph.node:
-        out = by_node.get(id(n))
-        if out is None:
-            nodes.append(n)
-            continue
+    replacements = {}
+    for n, out in plans:
         stem = n.name or n.output[0]
         k = int(consts[n.input[1]].shape[0])
         model.graph.initializer.extend([numpy_helper.from_array(np.array([-1, k], np.int64), f"{stem}_flat_shape"),
                                         numpy_helper.from_array(np.array(out, np.int64), f"{stem}_out_shape")])
-        nodes += [helper.make_node("Reshape", [n.input[0], f"{stem}_flat_shape"], [f"{stem}_flat_in"], name=f"{stem}_flatten"),
-                  helper.make_node("MatMul", [f"{stem}_flat_in", n.input[1]], [f"{stem}_flat_out"], name=f"{stem}_2d"),
-                  helper.make_node("Reshape", [f"{stem}_flat_out", f"{stem}_out_shape"], [n.output[0]], name=f"{stem}_unflatten")]
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    return len(plans)
+        replacements[id(n)] = [
+            helper.make_node("Reshape", [n.input[0], f"{stem}_flat_shape"], [f"{stem}_flat_in"], name=f"{stem}_flatten"),
+            helper.make_node("MatMul", [f"{stem}_flat_in", n.input[1]], [f"{stem}_flat_out"], name=f"{stem}_2d"),
+            helper.make_node("Reshape", [f"{stem}_flat_out", f"{stem}_out_shape"], [n.output[0]], name=f"{stem}_unflatten")]
+    return _replace_nodes(model, replacements)
 
 
 # ---- the tool step --------------------------------------------------------------------------------

@@ -322,15 +322,13 @@ def check_scales(model: Any, name: str, source: Any) -> None:
 def _model_bytes(path: Path, name: str) -> tuple[bytes, Any]:
     """The model as one serialized proto, and its graph: external data (m.onnx.data) read in, since the
     session gets bytes (the EPContext partition name must not depend on the workspace path)."""
-    import onnx
-
     from activities.modelhub import external_data_files
 
     data = path.read_bytes()
     m = _load_graph(data, name)
     if not external_data_files(m):
         return data, m
-    return onnx.load(str(path)).SerializeToString(), m
+    return _load_model(path, name).SerializeToString(), m
 
 
 def _load_model(path: Path, name: str) -> Any:
