@@ -143,10 +143,17 @@ class OutputFigures(BaseModel, frozen=True):
     cosine_std: float | None = None
     """Spread of the per-sample cosines."""
     cosine_pooled: float | None = None
-    """Cosine over every sample concatenated (hides single bad samples: shown, never gated on)."""
+    """Cosine over every sample concatenated. It hides a single bad sample but sees what per-sample
+    cosines cannot: outputs of the right direction and the wrong size (a clipped large sample)."""
     top1_agreement: float | None = None
     """For a classifier-like output (one axis of 2+ classes): share of samples whose argmax equals the
     fp32 model's. None: not a classifier output."""
+
+    def misses(self, threshold: float) -> bool:
+        """Below the accuracy gate: a sample's output points elsewhere (per-sample cosine), the sizes
+        are off across samples (pooled cosine), or NaN/Inf where the fp32 model has none."""
+        pooled = self.cosine_pooled if self.cosine_pooled is not None else 1.0
+        return min(self.cosine, pooled) < threshold or self.nonfinite_mismatches > 0
 
 
 class OffloadReport(BaseModel, frozen=True):

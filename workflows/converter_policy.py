@@ -187,7 +187,8 @@ def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, requ
          can_remedy: Callable[[PlanFeedback], bool], failed: list[str] | None = None,
          delivered: Precision | None = None) -> Complete | Replan | GiveUp:
     """The accuracy gate: a context binary must run entirely inside the binary, and every output's
-    lowest per-sample cosine must reach the threshold (NaN/Inf where fp32 has none is a failure), else
+    lowest per-sample cosine and its pooled cosine must reach the threshold (NaN/Inf where fp32 has
+    none is a failure), else
     the planner gets the figures as feedback while the budget lasts and `can_remedy` says it has a
     remedy, else the job fails with the figures, the remedies tried and the ones it may not apply.
     `min_cosine` 0 accepts a lossy result (the verdict says so). A quantized model that passes only on
@@ -212,11 +213,11 @@ def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, requ
     if report is None:
         note = "nothing to evaluate: the output is the fp32 model in another file format"
         return Complete(record, figures.model_copy(update={"verdict": "not_evaluable", "note": note}))
-    bad = [o for o in report.outputs if o.nonfinite_mismatches]
+    missed = [o for o in report.outputs if o.misses(threshold)]
     if threshold <= 0.0:
         note = f"accepted as lossy (--min-cosine 0): worst cosine {report.cosine:.4f}"
         return Complete(record, figures.model_copy(update={"verdict": "accepted_lossy", "note": note}))
-    if report.cosine >= threshold and not bad:
+    if report.cosine >= threshold and not missed:
         if (delivered or request.precision) in QUANTIZED and report.inputs not in REAL_INPUTS:
             note = (f"accuracy: unverified on real data: lowest per-sample cosine {report.cosine:.4f} >= {threshold:g} on "
                     f"{report.samples} {report.inputs} samples only; give real inputs with --calibration (a held-out part "
@@ -225,10 +226,16 @@ def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, requ
         return Complete(record, figures)
     worst = ", ".join(f"{o.name} cosine {o.cosine:.4f}" + _spread(o) + f" sqnr {o.sqnr_db:.1f} dB"
                       + (f" {o.nonfinite_mismatches} NaN/Inf mismatches" if o.nonfinite_mismatches else "")
-                      for o in sorted(report.outputs, key=lambda o: o.cosine)[:3])
+                      for o in sorted(missed or report.outputs, key=lambda o: o.cosine)[:3])
     tried += proposal(request, delivered)
-    message = (f"lowest per-sample cosine {report.cosine:.4f} < {threshold:g} on {report.samples} {report.inputs} "
-               f"samples ({worst}){tried}")
+    if report.cosine >= threshold and not any(o.cosine < threshold or o.nonfinite_mismatches for o in missed):
+        pooled = min(o.cosine_pooled for o in missed if o.cosine_pooled is not None)
+        what = (f"pooled cosine {pooled:.4f} < {threshold:g} on {report.samples} {report.inputs} samples: every sample's "
+                f"output points the right way (lowest per-sample cosine {report.cosine:.4f}) but their sizes are off, "
+                "as when a large sample is clipped to a calibrated range")
+    else:
+        what = f"lowest per-sample cosine {report.cosine:.4f} < {threshold:g} on {report.samples} {report.inputs} samples"
+    message = f"{what} ({worst}){tried}"
     feedback = PlanFeedback(kind="accuracy", remedies=remedies, failed=failed, float_outputs=float_outputs,
                             evaluation=report, offload=offload, min_cosine=threshold)
     verdict = figures.model_copy(update={"verdict": "below_threshold"})
@@ -237,9 +244,12 @@ def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, requ
 
 
 def _spread(o: object) -> str:
-    """` (p5 X, median Y over N samples)` for per-sample figures; empty for a report from before them."""
+    """` (p5 X, median Y over N samples, pooled Z)` for per-sample figures; empty for a report from before them."""
     p05, median, n = getattr(o, "cosine_p05", None), getattr(o, "cosine_median", None), getattr(o, "samples", 0)
-    return f" (p5 {p05:.4f}, median {median:.4f} over {n} samples)" if p05 is not None and median is not None else ""
+    pooled = getattr(o, "cosine_pooled", None)
+    if p05 is None or median is None:
+        return ""
+    return f" (p5 {p05:.4f}, median {median:.4f} over {n} samples" + (f", pooled {pooled:.4f})" if pooled is not None else ")")
 
 
 def proposal(request: ConversionRequest, delivered: Precision | None) -> str:

@@ -188,7 +188,7 @@ def failing_outputs(feedback: PlanFeedback) -> list[str]:
     ev = feedback.evaluation
     if ev is None:
         return []
-    return sorted(o.name for o in ev.outputs if o.cosine < feedback.min_cosine or o.nonfinite_mismatches)
+    return sorted(o.name for o in ev.outputs if o.misses(feedback.min_cosine))
 
 
 def plan_remedies(plan: ConversionPlan) -> tuple[list[str], list[str], list[str]]:

@@ -14,7 +14,7 @@ from activities.toolchains.evaluate import EvalParams, evaluate, output_figures
 from activities.toolchains.feeds import (
     feeds_from, ingest_split, overlap, sample_key, split_held_out, synthetic_feeds, write_npz,
 )
-from activities.toolchains.offline_planner import FLOAT_OUTPUTS, MORE_CALIBRATION, W8A16, next_remedy, plan_offline
+from activities.toolchains.offline_planner import FLOAT_OUTPUTS, MORE_CALIBRATION, W8A16, failing_outputs, next_remedy, plan_offline
 from activities.toolchains.registry import default_registry
 from contracts.common import ArtifactRef
 from contracts.convert import CompiledStep, CompileResult, OutputKind, Precision
@@ -203,6 +203,29 @@ def test_int8_below_the_gate_proposes_w8a16_but_never_applies_it_without_consent
     spent = fb.model_copy(update={"remedies": [FLOAT_OUTPUTS, MORE_CALIBRATION]})
     assert next_remedy(INT8, spent) is None, "no consent: w8a16 is never the next remedy"
     assert next_remedy(INT8.model_copy(update={"precision_fallback": True}), fb) == W8A16
+
+
+def test_outputs_of_the_right_direction_and_the_wrong_size_fail_on_the_pooled_cosine():
+    """MobileNetV2 int8 on the foreign sweep: every per-sample cosine >= 0.978, but the one sample with 13x
+    the usual logits came out clipped to a fifth of its size (pooled cosine 0.73 on fresh inputs)."""
+    rng = np.random.default_rng(1)
+    ref = [rng.standard_normal((1, 10)) for _ in range(32)]
+    ref[5] = ref[5] * 13
+    cand = [r.copy() for r in ref]
+    cand[5] = ref[5] / 5
+    fig = output_figures("logits", ref, cand)
+    assert fig.cosine == pytest.approx(1.0) and fig.cosine_pooled < 0.9 and fig.misses(0.95)
+    ev = EvaluationReport(reference="input/m.onnx", candidate="converted/m_ctx.onnx", samples=32, max_abs=1.0, mean_abs=0.1,
+                          cosine=fig.cosine, candidate_provider="QNNExecutionProvider", seconds=1.0, outputs=[fig],
+                          inputs="held_out")
+    verdict = judge(ev)
+    assert isinstance(verdict, GiveUp) and verdict.failure.code == Err.ACCURACY_BELOW_THRESHOLD
+    assert verdict.failure.message.startswith(f"pooled cosine {fig.cosine_pooled:.4f} < 0.95 on 32 held_out samples")
+    assert "sizes are off" in verdict.failure.message
+    fb = PlanFeedback(kind="accuracy", remedies=[], evaluation=ev, min_cosine=0.95)
+    assert failing_outputs(fb) == ["logits"], "the planner's remedies see the output as failing too"
+    same = output_figures("logits", ref, [r.copy() for r in ref])
+    assert not same.misses(0.95) and isinstance(judge(ev.model_copy(update={"outputs": [same]})), Complete)
 
 
 def model_ref() -> ModelRef:
