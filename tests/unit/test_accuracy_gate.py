@@ -206,8 +206,8 @@ def test_int8_below_the_gate_proposes_w8a16_but_never_applies_it_without_consent
 
 
 def test_outputs_of_the_right_direction_and_the_wrong_size_fail_on_the_pooled_cosine():
-    """MobileNetV2 int8 on the foreign sweep: every per-sample cosine >= 0.978, but the one sample with 13x
-    the usual logits came out clipped to a fifth of its size (pooled cosine 0.73 on fresh inputs)."""
+    """A sample whose fp32 logits are 13x the usual size, clipped to a fifth by the 8-bit ranges: its own
+    cosine stays high, the pooled one does not (MobileNetV2 int8 in a foreign sweep: pooled 0.73)."""
     rng = np.random.default_rng(1)
     ref = [rng.standard_normal((1, 10)) for _ in range(32)]
     ref[5] = ref[5] * 13
