@@ -26,7 +26,6 @@ import collections
 import csv
 import io
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,24 +39,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 def build_image() -> str:
     """The model-server test image of tests/conftest.py (same tag; built only when missing)."""
-    from tests.conftest import MODEL_SERVER_IMAGE, MODEL_SERVER_SH
+    from tests.conftest import MODEL_SERVER_IMAGE, import_model_server_image
 
     if subprocess.run(["docker", "image", "inspect", MODEL_SERVER_IMAGE], capture_output=True).returncode == 0:
         return MODEL_SERVER_IMAGE
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        (root / "bin").mkdir()
-        shutil.copy2("/bin/busybox", root / "bin" / "busybox")
-        for applet in ("sh", "nc", "tr", "head", "sleep", "cat", "echo", "false", "true"):
-            (root / "bin" / applet).symlink_to("busybox")
-        (root / "srv").mkdir()
-        (root / "srv" / "serve.sh").write_text(MODEL_SERVER_SH)
-        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        subprocess.run(["docker", "import", "--change",
-                        'CMD ["/bin/sh", "-c", "sleep ${DELAY:-0}; exec nc -ll -p ${PORT:-8000} -e /bin/sh /srv/serve.sh"]',
-                        "-", MODEL_SERVER_IMAGE], stdin=tar.stdout, check=True, capture_output=True, timeout=120)
-        tar.wait(timeout=60)
-    return MODEL_SERVER_IMAGE
+        return import_model_server_image(Path(tmp))
 
 
 def manifest(rows: int, image: str) -> str:

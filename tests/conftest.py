@@ -158,10 +158,18 @@ def docker_image(tmp_path_factory: pytest.TempPathFactory) -> str:
                     f"{(info.stderr.strip().splitlines() or ['docker info failed'])[-1]}")
     if subprocess.run(["docker", "image", "inspect", MODEL_SERVER_IMAGE], capture_output=True).returncode == 0:
         return MODEL_SERVER_IMAGE
+    return import_model_server_image(tmp_path_factory.mktemp("rootfs"))
+
+
+def import_model_server_image(root: Path, docker: tuple[str, ...] = ("docker",)) -> str:
+    """`docker import` of MODEL_SERVER_IMAGE from the host's busybox into an empty folder `root` (nothing is
+    pulled); `docker` is the CLI's argv, e.g. ("docker", "-H", host) for a test's own daemon."""
+    import shutil
+    import subprocess
+
     busybox = Path("/bin/busybox")
     if not busybox.is_file():
         pytest.fail("the docker tests need busybox-static (/bin/busybox) to build their image: apt-get install busybox-static")
-    root = tmp_path_factory.mktemp("rootfs")
     (root / "bin").mkdir()
     shutil.copy2(busybox, root / "bin" / "busybox")
     for applet in ("sh", "nc", "tr", "head", "sleep", "cat", "echo", "false", "true"):
@@ -170,7 +178,7 @@ def docker_image(tmp_path_factory: pytest.TempPathFactory) -> str:
     (root / "srv" / "serve.sh").write_text(MODEL_SERVER_SH)
     tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
     imported = subprocess.run(
-        ["docker", "import", "--change",
+        [*docker, "import", "--change",
          'CMD ["/bin/sh", "-c", "sleep ${DELAY:-0}; exec nc -ll -p ${PORT:-8000} -e /bin/sh /srv/serve.sh"]',
          "-", MODEL_SERVER_IMAGE], stdin=tar.stdout, capture_output=True, text=True, timeout=120)
     tar.wait(timeout=60)

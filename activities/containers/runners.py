@@ -53,6 +53,7 @@ from activities.containers.evidence import MAX_TOKENS, PROMPTS, SENSIBLE_LATENCY
 from activities.containers.offline_writer import writer_policy
 from activities.sandbox import Limits, SandboxPolicy, scrub, spawn_child
 from activities.containers.policy import check_command, container_name, declared_ports, render_argv, run_labels
+from activities.containers.taxonomy import DAEMON_LOST, daemon_unreachable
 from activities.storage import ArtifactStore
 from contracts.errors import Err, FleetforgeError
 from contracts.fleet import CommandPolicy, DockerRunSpec, Evidence, HardwareProfile, Slot, TestPhase, Tier
@@ -371,7 +372,7 @@ class DockerRunner(_Base):
             if code != 0:
                 logs, exit_code = f"{out}\n{DOCKER_REFUSED.format(code=code)}", code
             else:
-                phase, exit_code = await self._wait_healthy(name, slot.port, started + req.timeout_s, heartbeat)
+                phase, exit_code, lost = await self._wait_healthy(name, slot.port, started + req.timeout_s, heartbeat)
                 problem = ""
                 if phase is TestPhase.PROBE:
                     phase, problem, evidence = await self._probe(name, slot.port, req, heartbeat)
@@ -379,10 +380,12 @@ class DockerRunner(_Base):
                 passed = phase is TestPhase.PROBE and meets(tier_of(evidence), req.require_tier)
                 if passed:
                     exit_code, problem = 0, ""
+                elif lost or daemon_unreachable(logs):  # the daemon went away mid-test: no verdict on the model
+                    problem = f"{DAEMON_LOST} ({(lost or logs).strip().splitlines()[-1][:160]})"
                 if phase is TestPhase.HEALTH:
                     logs += f"\n[fleetforge] not healthy within {req.timeout_s:g}s (--test-timeout) on port {slot.port}"
                 if problem:
-                    logs += f"\n{problem}" if problem.startswith(UNPROVABLE) else f"\n[fleetforge] probe: {problem}"
+                    logs += f"\n{problem}" if problem.startswith((UNPROVABLE, DAEMON_LOST)) else f"\n[fleetforge] probe: {problem}"
         finally:
             await asyncio.shield(self._remove(name, heartbeat))  # also on cancel/timeout
         note, runs = await self._runs(labels, earlier, runs, heartbeat, ours)
@@ -509,21 +512,25 @@ class DockerRunner(_Base):
         return bool(owners)
 
     async def _wait_healthy(self, name: str, port: int, deadline: float,
-                            heartbeat: Heartbeat) -> tuple[TestPhase, int | None]:
-        """PROBE when healthy; START with the exit code when the container stopped; HEALTH at the deadline."""
+                            heartbeat: Heartbeat) -> tuple[TestPhase, int | None, str]:
+        """(phase, exit code, the daemon's answer if it stopped answering meanwhile, else ""): PROBE when
+        healthy; START with the exit code when the container stopped; HEALTH at the deadline."""
         url = f"http://127.0.0.1:{port}{self.health_path}"
+        lost = ""
         while time.monotonic() < deadline:
             code, state = await self._docker("inspect", "--format", "{{.State.Running}} {{.State.ExitCode}}", name,
                                              heartbeat=heartbeat)
             parts = state.split()
             if code == 0 and parts and parts[0] == "false":
-                return TestPhase.START, int(parts[1]) if len(parts) > 1 and parts[1].lstrip("-").isdigit() else None
+                return TestPhase.START, int(parts[1]) if len(parts) > 1 and parts[1].lstrip("-").isdigit() else None, lost
+            if code != 0 and daemon_unreachable(state):
+                lost = lost or state
             status, _ = await _probe_get(url, heartbeat, timeout_s=5.0)
             if 200 <= status < 300:
-                return TestPhase.PROBE, None
+                return TestPhase.PROBE, None, lost
             heartbeat(f"waiting for {url}")
             await asyncio.sleep(min(self.poll_s, max(0.0, deadline - time.monotonic())))
-        return TestPhase.HEALTH, None
+        return TestPhase.HEALTH, None, lost
 
     async def _docker_logs(self, name: str, heartbeat: Heartbeat) -> str:
         _, out = await self._docker("logs", name, timeout_s=60.0, heartbeat=heartbeat)

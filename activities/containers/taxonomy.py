@@ -32,13 +32,23 @@ RETEST = "then clear the row's status and rerun fleetforge fleet-test on this CS
 """A No row is skipped by the next run: a person who changed it clears its status to test it again."""
 
 
+DAEMON_LOST = "[fleetforge] the docker daemon stopped answering during this test"
+"""The runner's line when the daemon went away while the row's container ran: a daemon that stops (a
+restart, an upgrade) stops its containers, so how the container ended is the engine's doing."""
+
+_UNREACHABLE = _rule(C.DOCKER_UNREACHABLE, R.NEW_COMMAND,
+                     f"docker daemon unreachable: start it (or fix DOCKER_HOST) for the containers worker, {RERUN}",
+                     r"Cannot connect to the Docker daemon", r"Is the docker daemon running\?",
+                     r"error during connect:", r"Cannot connect to Podman", r"unable to connect to Podman socket")
+
 ENGINE_RULES: tuple[Rule, ...] = (
     # The docker engine's (and podman's) own refusals: the model never ran, so never a No. Every pattern
     # is a real text, listed with its source in tests/unit/test_docker_error_table.py (one test each).
     _rule(C.DOCKER_UNREACHABLE, R.NEW_COMMAND,
-          f"docker daemon unreachable: start it (or fix DOCKER_HOST) for the containers worker, {RERUN}",
-          r"Cannot connect to the Docker daemon", r"Is the docker daemon running\?",
-          r"error during connect:", r"Cannot connect to Podman", r"unable to connect to Podman socket"),
+          "the docker daemon went away while the container ran (a restart stops every container): the "
+          f"container's end is the engine's, not the model's; keep the daemon up during a fleet, {RERUN}",
+          re.escape(DAEMON_LOST)),
+    _UNREACHABLE,
     _rule(C.DOCKER_UNREACHABLE, R.HUMAN,
           f"no permission on the docker socket: add the containers worker's user to the docker group, {RERUN}",
           r"permission denied while trying to connect to the Docker daemon socket"),
@@ -115,6 +125,11 @@ _EXIT_REASONS = {
     137: "container was killed (exit 137: SIGKILL, often the host OOM killer)",
     139: "container crashed (exit 139: segmentation fault)",
 }
+
+
+def daemon_unreachable(text: str) -> bool:
+    """The docker CLI's answer says the daemon is not there (stopped, restarting, wrong socket)."""
+    return bool(_UNREACHABLE.pattern.search(text))
 
 
 def _first_line(text: str, pattern: re.Pattern[str]) -> str:

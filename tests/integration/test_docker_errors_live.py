@@ -88,3 +88,39 @@ async def test_a_gpu_row_on_this_gpu_less_host_is_an_error_not_a_no(tmp_path: Pa
     assert not out.passed and c.category is ErrorCategory.GPU_UNAVAILABLE, out.log_tail
     assert row_status(False, c.category.value) is RowStatus.ERROR and "GPU host" in c.reason
     assert fleet_containers(fleet) == []
+
+
+async def test_a_daemon_restarted_while_the_model_loads_is_an_error_not_a_crash(tmp_path: Path):
+    """A real daemon (the test's own) restarted mid-test: it SIGKILLs the loading container (exit 137, as the
+    host OOM killer would), and the runner saw the daemon go away, so the row is an Error, never a No."""
+    import asyncio
+
+    from tests.conftest import import_model_server_image
+    from tests.private_dockerd import PrivateDockerd
+
+    fleet, port = f"r-{uuid.uuid4().hex[:6]}", free_ports()[0]
+    (tmp_path / "rootfs").mkdir()
+    with PrivateDockerd(shutdown_timeout_s=1) as daemon:
+        image = import_model_server_image(tmp_path / "rootfs", ("docker", "-H", daemon.host))
+        req = RunTestRequest(fleet_id=fleet, row=0, model_name="org/m", attempt=1, runner=RunnerKind.DOCKER,
+                             timeout_s=60, hardware=HardwareProfile(gpu_count=0), slot=Slot(port=port),
+                             command=f"docker run --network host -e PORT={port} -e DELAY=40 {image}")
+        runner = DockerRunner(FileStore(tmp_path / "a"), docker=str(daemon.cli(tmp_path)), poll_s=0.2,
+                              marker_dir=tmp_path / "m")
+        test = asyncio.create_task(runner.run(req, lambda _: None))
+
+        def loading() -> bool:
+            return bool(daemon.docker("ps", "-q", "--filter", f"label=fleetforge.run={fleet}").stdout.split())
+
+        deadline = asyncio.get_running_loop().time() + 60
+        while not await asyncio.to_thread(loading):
+            assert not test.done() and asyncio.get_running_loop().time() < deadline, "the container never started"
+            await asyncio.sleep(0.2)
+        await asyncio.to_thread(daemon.restart)
+        out = await asyncio.wait_for(test, 120)
+        left = daemon.docker("ps", "-aq", "--filter", f"label=fleetforge.run={fleet}").stdout.split()
+    assert not out.passed and out.exit_code == 137, out.log_tail
+    c = classify(out.exit_code, out.log_tail, out.phase)
+    assert c.category is ErrorCategory.DOCKER_UNREACHABLE and "went away" in c.reason, (c, out.log_tail)
+    assert row_status(False, c.category.value) is RowStatus.ERROR
+    assert left == []

@@ -125,3 +125,17 @@ def test_unreachable_daemon_is_retried_with_the_same_command():
     """The daemon may be back for the next attempt: the writer is asked again (same command)."""
     c = classify(125, TABLE[8].text + REFUSED, TestPhase.START)
     assert c.remedy is Remedy.NEW_COMMAND
+
+
+def test_a_container_killed_while_the_daemon_was_away_is_the_engines_not_the_models():
+    """What the runner saw when a real daemon was restarted under a loading model (the live twin is in
+    tests/integration/test_docker_errors_live.py): the daemon's answer while it stopped, exit 137 after."""
+    from activities.containers.taxonomy import DAEMON_LOST
+
+    killed = "loading the model\n"
+    assert classify(137, killed, TestPhase.START).category is C.CRASHED  # undisturbed: the model's own end
+    lost = (f"{killed}{DAEMON_LOST} (Cannot connect to the Docker daemon at unix:///tmp/ffd-x/docker.sock. "
+            "Is the docker daemon running?)")
+    c = classify(137, lost, TestPhase.START)
+    assert c.category is C.DOCKER_UNREACHABLE and c.remedy is Remedy.NEW_COMMAND, c
+    assert row_status(False, c.category.value) is RowStatus.ERROR and "went away" in c.reason
