@@ -57,7 +57,7 @@ def build_registry(settings: Settings, store: ArtifactStore) -> Registry:
     reg.by_kind["toolchain"] += [runs.create_run, runs.update_run_status, runs.attach_artifacts,
                                  runs.prepare_workspace, hub.resolve_model]
     tools = ToolchainActivities(store, settings)
-    reg.by_kind["toolchain"] += [tools.plan_offline, tools.planner_tool, tools.load_plan, tools.compile_plan, tools.execute_step, tools.evaluate]
+    reg.by_kind["toolchain"] += [tools.planner_tool, tools.load_plan, tools.compile_plan, tools.execute_step, tools.evaluate]
     reg.by_kind["toolchain"] += [tools.offline_planner_answer, tools.prepare_calibration, tools.record_failure, tools.write_report]
     llm = LLMActivities(settings, store)
     reg.by_kind["llm"] += [llm.complete_chat]

@@ -97,10 +97,8 @@ async def fleet_request(client: Client, workflow_id: str) -> FleetTestRequest:
         async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
             payloads = event.workflow_execution_started_event_attributes.input.payloads
             [req] = await client.data_converter.decode(payloads, [FleetTestRequest])
-            # the workflow's own default when a fleet was started without a fleet id (a run continued
-            # without one began before that default's patch and keeps the old rule)
-            default = default_fleet_id(workflow_id, legacy=req.carry is not None)
-            return req if req.fleet_id else req.model_copy(update={"fleet_id": default})
+            # the workflow's own default when a fleet was started without a fleet id
+            return req if req.fleet_id else req.model_copy(update={"fleet_id": default_fleet_id(workflow_id)})
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             raise FleetforgeError(Err.JOB_NOT_FOUND, f"no job with workflow id {workflow_id!r}") from None

@@ -216,21 +216,12 @@ class WriteCommandRequest(BaseModel, frozen=True):
     history: list[Classification] = Field(default_factory=list)
     """Earlier failures of this row, oldest first (policy rejections included)."""
     slot: Slot | None = None
-    fixed_command: bool = False
-    """Rows started before slots (workflows/model_test_v1.py) get the row's own command from here too."""
 
 
 class WriteCommandResult(BaseModel, frozen=True):
-    model_name: str
     command: str | None = None
     """None when the writer has no further idea (no rule-based repair applies)."""
     reason: str = ""
-    probe_url: str | None = None
-    source: CommandSource = CommandSource.OFFLINE
-    note: str = ""
-    """Why the LLM's answer was not used (set by the workflow when it fell back to this command)."""
-    row: ManifestRow | None = None
-    """The manifest row (the LLM writer's prompt is rendered from it)."""
     transcript: ArtifactRef | None = None
     """The offline writer's decision, recorded like an LLM answer (activities/llm record_offline_answer):
     set when the offline writer wrote `command`. Only the ref crosses into history."""
@@ -241,8 +232,8 @@ class PolicyCheckRequest(BaseModel, frozen=True):
     runner: RunnerKind
     hardware: HardwareProfile
     slot: Slot | None = None
-    """The command must use exactly this port and no GPU outside these devices (None: a row started before
-    slots, checked against the policy only)."""
+    """The command must use exactly this port and no GPU outside these devices (None: a direct call,
+    checked against the policy only)."""
 
 
 class PolicyCheckResult(BaseModel, frozen=True):
@@ -403,13 +394,9 @@ class FleetCarry(BaseModel, frozen=True):
     """Where the next run's live events continue (a follower's offsets go on across runs)."""
 
 
-def default_fleet_id(workflow_id: str, *, legacy: bool = False) -> str:
+def default_fleet_id(workflow_id: str) -> str:
     """The fleet id of a fleet started without one: its workflow id without the `fleet-test/` kind, any
-    other `/` or blank made `-`, so its rows' ids `fleet/<fleet id>/<row>` stay ids the tool accepts.
-    `legacy`: the rule before the "fleet-default-id" patch (only `fleet/` stripped), which fleets
-    started before it keep for their whole life."""
-    if legacy:
-        return workflow_id.removeprefix("fleet/")
+    other `/` or blank made `-`, so its rows' ids `fleet/<fleet id>/<row>` stay ids the tool accepts."""
     return re.sub(r"[/\s]+", "-", workflow_id.removeprefix("fleet-test/").removeprefix("fleet/")).strip("-") or "fleet"
 
 

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.kernels import offline_designer
@@ -92,7 +92,9 @@ with workflow.unsafe.imports_passed_through():
 R = TypeVar("R", DesignResult, CodeResult)
 
 CONDUCTOR_V2 = "kernel-conductor-traced-reference-ladder"
-"""Patch: the conductor reads the traced reference first and every agent climbs the fallback ladder."""
+"""Deprecated patch: the conductor reads the traced reference first and every agent climbs the fallback
+ladder. The refusal of histories recorded by the earlier conductor is gone; `deprecate_patch` keeps
+histories recorded while it was `workflow.patched` replaying."""
 
 
 @workflow.defn
@@ -129,9 +131,7 @@ class ConductorWorkflow:
     @workflow.run
     async def run(self, req: KernelRequest) -> KernelResult:
         self._req = req
-        if not workflow.patched(CONDUCTOR_V2):  # a history recorded by the earlier conductor cannot replay
-            raise ApplicationError("this kernel job was recorded by an earlier conductor version; start it again",
-                                   type=Err.INTERNAL, non_retryable=True)
+        workflow.deprecate_patch(CONDUCTOR_V2)
         config = self._config(req)
         self._show("reading the reference")
         try:

@@ -54,20 +54,21 @@ with workflow.unsafe.imports_passed_through():
     from workflows.job_end import end_failed, is_cancellation, mark_cancelled
 
 
+# Deprecated patches: their old paths are gone; `workflow.deprecate_patch` at the point where each was
+# `workflow.patched` keeps histories recorded while they were patches replaying.
 OFFLINE_ANSWER = "offline-planner-answer"
-"""Patch: the offline plan comes as a recorded answer (offline_planner_answer), not a bare plan."""
+"""Deprecated patch: the offline plan comes as a recorded answer (offline_planner_answer), not a bare plan."""
 TRUSTED = "convert-trusted-v1"
-"""Patch: calibration data ingested, the accuracy gate with planner remedies, a deterministic planner
-never replanning, logs/last_error.json for every failure. Runs from before it keep the old loop."""
+"""Deprecated patch: calibration data ingested, the accuracy gate with planner remedies, a deterministic
+planner never replanning, logs/last_error.json for every failure."""
 GRAPH_PASSES = "convert-graph-passes"
-"""Patch: a deterministic planner gets a compile failure that names an op (or a code) a graph pass fixes
-as remedy feedback, instead of the job ending there."""
-EVAL_SAMPLES_WITH_CALIBRATION = 8
+"""Deprecated patch: a deterministic planner gets a compile failure that names an op (or a code) a graph
+pass fixes as remedy feedback, instead of the job ending there."""
 HELD_OUT_GATE = "convert-held-out-gate"
-"""Patch: quantizing without calibration data asks for it (or the synthetic opt-in); the gate grades
-samples the candidate never calibrated on (held out, --eval-data, or other synthetic families), per
-sample; the delivered precision is the requested one unless a fallback is allowed; the deployment
-report. Runs from before it keep the in-sample evaluation."""
+"""Deprecated patch: quantizing without calibration data asks for it (or the synthetic opt-in); the gate
+grades samples the candidate never calibrated on (held out, --eval-data, or other synthetic families),
+per sample; the delivered precision is the requested one unless a fallback is allowed; the deployment
+report."""
 
 
 @workflow.defn
@@ -92,11 +93,9 @@ class ConverterWorkflow:
         self._provenance: list[AgentProvenance] = []
         self._evaluation: EvaluationReport | None = None
         self._accuracy: AccuracyVerdict | None = None
-        self._trusted = False
         self._calibrated_from: str | None = None
         self._events = JobEvents()
         """Live events for followers (steps, planner tools and answers, status); not state: never read back."""
-        self._gate = False
         self._calibration_source: str | None = None
         """The user's calibration data as given (the request then names the workspace copy)."""
         self._ingested: tuple[str | None, str | None] = (None, None)
@@ -110,8 +109,8 @@ class ConverterWorkflow:
     @workflow.run
     async def run(self, req: ConversionRequest) -> ConversionResult:
         self._req = req
-        self._trusted = workflow.patched(TRUSTED)
-        self._gate = self._trusted and workflow.patched(HELD_OUT_GATE)
+        workflow.deprecate_patch(TRUSTED)
+        workflow.deprecate_patch(HELD_OUT_GATE)
         ctx = RunContext(run_id=run_id_for(req.run_id), kind=JobKind.CONVERT, queues=req.queues)
         try:
             ws = await self._init(ctx)
@@ -143,19 +142,17 @@ class ConverterWorkflow:
         """The gate's verdict this attempt's plan is a remedy for."""
         for attempt in itertools.count():
             compiled = compiled or await self._compile(plan, ws, attempt)
-            if self._gate:  # a plan that delivers another precision than allowed does not run
-                compiled = check_precision(compiled, req)
+            compiled = check_precision(compiled, req)  # a plan that delivers another precision than allowed does not run
             verdict = next_after_compile(compiled, attempt=attempt, replans=self._progress.replans,
                                          max_replans=req.max_replans, tried=frozenset(tried),
                                          last_feedback=self._progress.last_error,
-                                         last_failure=last_failure if self._trusted else None,
-                                         can_replan=not (self._trusted and self._deterministic))
+                                         last_failure=last_failure, can_replan=not self._deterministic)
             compiled = None
             if isinstance(verdict, Execute):
                 tried.add(verdict.fingerprint)
                 self._ran = list(verdict.steps)
                 failure = await self._execute(verdict.steps, ws)
-                if failure is not None and remedying is not None and self._trusted and self._deterministic:
+                if failure is not None and remedying is not None and self._deterministic:
                     remedies, float_outputs, _ = plan_remedies(plan)
                     verdict = next_after_failed_remedy(failure, remedying, remedies=remedies, float_outputs=float_outputs,
                                                        attempt=attempt, replans=self._progress.replans,
@@ -163,7 +160,7 @@ class ConverterWorkflow:
                 else:
                     verdict = next_after_execution(failure, attempt=attempt, replans=self._progress.replans,
                                                    max_replans=req.max_replans,
-                                                   can_replan=not (self._trusted and self._deterministic),
+                                                   can_replan=not self._deterministic,
                                                    can_remedy=self._can_remedy if failure and self._graph_passes else None,
                                                    remedies=plan_remedies(plan)[0])
             if isinstance(verdict, Evaluate):
@@ -200,8 +197,6 @@ class ConverterWorkflow:
                                                  note=clip(failure.message, 300))
             return GiveUp(failure, ran.record.model_copy(update={"outcome": "evaluation_failed",
                                                                  "feedback": failure.message}))
-        if not self._trusted:  # a run from before the gate completes as it did then
-            return Complete(ran.record, AccuracyVerdict(verdict="passed", min_cosine=0.0))
         remedies, float_outputs, failed = plan_remedies(plan)
         verdict = gate(self._evaluation, self._offload(), request=self._request, attempt=attempt,
                        replans=self._progress.replans, max_replans=self._request.max_replans, remedies=remedies,
@@ -220,7 +215,10 @@ class ConverterWorkflow:
     @property
     def _graph_passes(self) -> bool:
         """A compile failure naming an op a graph pass rewrites goes back to the offline planner."""
-        return self._trusted and self._deterministic and workflow.patched(GRAPH_PASSES)
+        if not self._deterministic:
+            return False
+        workflow.deprecate_patch(GRAPH_PASSES)
+        return True
 
     @property
     def _deterministic(self) -> bool:
@@ -228,8 +226,8 @@ class ConverterWorkflow:
         return self._request.llm != "openai" or bool(self._request.rerun_of)
 
     def _delivered(self) -> Precision | None:
-        """What the built artifacts compute in (None: a run from before the precision check)."""
-        return delivered_precision(self._ran, self._request.precision) if self._gate and self._ran else None
+        """What the built artifacts compute in (None: nothing ran yet)."""
+        return delivered_precision(self._ran, self._request.precision) if self._ran else None
 
     def _offload(self) -> OffloadReport | None:
         return next((s.offload for s in reversed(self._steps) if s.offload is not None), None)
@@ -274,7 +272,7 @@ class ConverterWorkflow:
     async def _plan_or_ask(self) -> tuple[ConversionPlan, CompileResult | None]:
         """The first plan, unless quantizing without calibration data and without the synthetic opt-in:
         then the job asks for the data (with any other missing fact) before a planner runs."""
-        question = calibration_question(self._request) if self._gate else None
+        question = calibration_question(self._request)
         if question is None:
             return await self._plan(attempt=0)
         return ConversionPlan(status=PlanStatus.NEEDS_INPUT, questions=[*questions_for(self._request), question],
@@ -282,28 +280,9 @@ class ConverterWorkflow:
 
     async def _ingest_calibration(self) -> None:
         """Copy the user's calibration data into the workspace (content-addressed); from then on the
-        request names the workspace copy, so planner, quantizer and evaluation read the same data.
-        With the held-out gate the evaluation samples are set apart there too (`_ingest_split`)."""
-        if self._gate:
-            await self._ingest_split()
-            return
-        req = self._request
-        if not self._trusted or not req.calibration or req.calibration == self._calibrated_from:
-            return
-        assert self._workspace is not None and self._model is not None
-        self._show("calibration data")
-        ref = await workflow.execute_activity_method(
-            ToolchainActivities.prepare_calibration,
-            CalibrationRequest(workspace=self._workspace, source=req.calibration, model=f"input/{self._model.filename}"),
-            task_queue=req.queues.toolchain, summary=f"copy the calibration data {req.calibration} into the workspace",
-            start_to_close_timeout=TOOLCHAIN.start_to_close, heartbeat_timeout=TOOLCHAIN.heartbeat,
-            retry_policy=TOOLCHAIN.retry)
-        self._req = req.model_copy(update={"calibration": ref.path})
-        self._calibrated_from = ref.path
-
-    async def _ingest_split(self) -> None:
-        """Ingest the calibration data and the evaluation data, never overlapping: `--eval-data` checked
-        against the calibration data, or a held-out part of it (prepare_calibration)."""
+        request names the workspace copy, so planner, quantizer and evaluation read the same data. The
+        evaluation data is ingested with it, never overlapping: `--eval-data` checked against the
+        calibration data, or a held-out part of it (prepare_calibration)."""
         req = self._request
         calibration = self._calibration_source if req.calibration == self._calibrated_from else req.calibration
         sources = (calibration, req.eval_data)
@@ -373,10 +352,7 @@ class ConverterWorkflow:
     async def _plan_offline(self, req: PlanRequest, summary: str) -> ConversionPlan:
         """The offline planner's answer, counted and kept like an LLM answer (a call, zero tokens)."""
         queue = self._request.queues.toolchain
-        if not workflow.patched(OFFLINE_ANSWER):  # a run started before offline answers were recorded
-            return await workflow.execute_activity_method(
-                ToolchainActivities.plan_offline, req, task_queue=queue, summary=summary,
-                start_to_close_timeout=TOOLCHAIN.start_to_close, retry_policy=TOOLCHAIN.retry)
+        workflow.deprecate_patch(OFFLINE_ANSWER)
         result = await workflow.execute_activity_method(
             ToolchainActivities.offline_planner_answer, req, task_queue=queue, summary=summary,
             start_to_close_timeout=TOOLCHAIN.start_to_close, retry_policy=TOOLCHAIN.retry)
@@ -446,7 +422,7 @@ class ConverterWorkflow:
         self._progress.last_error = feedback
         if remedy is not None and self._request.llm == "openai":
             feedback = llm_planner.gate_feedback(remedy, feedback,
-                                                 allow_wider=not self._gate or self._request.precision_fallback)
+                                                 allow_wider=self._request.precision_fallback)
         elif self._request.llm == "openai":
             feedback = llm_planner.feedback_prompt(feedback)
         return await self._plan(attempt, feedback, remedy)
@@ -518,14 +494,9 @@ class ConverterWorkflow:
         self._show("evaluate")
         source = plan.intent.get("source_model")  # a PyTorch model: the torch module is the reference
         torch_ref = {"source": source} if isinstance(source, str) else {}
-        if self._gate:
-            req = EvaluateRequest(workspace=ws, reference=ref, candidate=cand, samples=self._request.eval_samples,
-                                  seed=EVAL_SEED, evaluation=self._eval_set, held_out=self._held_out,
-                                  calibrated_on=calibration_sources(self._ran), **torch_ref)  # type: ignore[arg-type]
-        else:
-            calibration = self._request.calibration if self._trusted else None
-            more = {"calibration": calibration, "samples": EVAL_SAMPLES_WITH_CALIBRATION} if calibration else {}
-            req = EvaluateRequest(workspace=ws, reference=ref, candidate=cand, **more, **torch_ref)  # type: ignore[arg-type]
+        req = EvaluateRequest(workspace=ws, reference=ref, candidate=cand, samples=self._request.eval_samples,
+                              seed=EVAL_SEED, evaluation=self._eval_set, held_out=self._held_out,
+                              calibrated_on=calibration_sources(self._ran), **torch_ref)  # type: ignore[arg-type]
         return await workflow.execute_activity_method(
             ToolchainActivities.evaluate, req,
             task_queue=self._request.queues.toolchain, summary=f"evaluate {cand} against {ref}",
@@ -540,9 +511,8 @@ class ConverterWorkflow:
         artifacts = self._artifacts()
         if self._accuracy is not None and self._accuracy.verdict == "unverified":
             self._warnings.append(self._accuracy.note)
-        if self._gate:
-            self._report = await self._write_report(ctx, ws, artifacts)
-            artifacts = artifacts + self._report.files
+        self._report = await self._write_report(ctx, ws, artifacts)
+        artifacts = artifacts + self._report.files
         self._show("attach")
         await ctx.attach(artifacts)
         await ctx.finish(JobStatus.COMPLETED)
@@ -582,7 +552,7 @@ class ConverterWorkflow:
             result["artifacts"] = self._artifacts()
         if self._run_created:
             try:
-                if self._trusted and self._workspace is not None:
+                if self._workspace is not None:
                     await workflow.execute_activity_method(
                         ToolchainActivities.record_failure,
                         RecordFailureRequest(workspace=self._workspace, failure=failure, attempts=self._attempts),
@@ -620,8 +590,8 @@ class ConverterWorkflow:
             executed_steps=[s.step_id for s in self._steps if not s.cached],
             warnings=self._planner_warnings + self._warnings + self._remedy_warnings() + self._sandbox_warnings(), tokens=self._tokens(),
             transcripts=[c.transcript for c in self._llm_calls], evaluation=self._evaluation,
-            accuracy=self._accuracy if self._trusted else None, offload=self._offload(), planner=self._provenance,
-            finished_at=workflow.now(), requested_precision=self._request.precision if self._gate else None,
+            accuracy=self._accuracy, offload=self._offload(), planner=self._provenance,
+            finished_at=workflow.now(), requested_precision=self._request.precision,
             delivered_precision=self._delivered(), report=self._report.report if self._report else None,
             **kw,  # type: ignore[arg-type]
         )
@@ -658,8 +628,8 @@ class ConverterWorkflow:
             "accuracy": accuracy_row(self._accuracy, self._evaluation),
             "precision": precision_row(self._request.precision if self._req else None, self._delivered()),
             "offload": offload_row(self._offload()),
-            "evaluation": evaluation_facts(self._evaluation) if self._gate else self._evaluation,
-            "accuracy per output": accuracy_rows(self._evaluation) if self._gate and self._evaluation else [],
+            "evaluation": evaluation_facts(self._evaluation),
+            "accuracy per output": accuracy_rows(self._evaluation) if self._evaluation else [],
             "op placement": placement_rows(self._report.report) if self._report else [],
             "toolchain": self._report.report.toolchain if self._report else {},
             "report": self._report.files[0] if self._report else None,

@@ -36,9 +36,11 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["FleetTestWorkflow", "ModelTestWorkflow"]
 
 FLEET_SLOTS_PATCH = "fleet-slots"
-"""Runs from here on give every row a slot (port, GPUs); runs recorded before start rows by the window only."""
+"""Deprecated patch: every row gets a slot (port, GPUs). The slot-less window of runs started before it
+is gone; `deprecate_patch` keeps histories recorded while it was `workflow.patched` replaying."""
 FLEET_DEFAULT_ID_PATCH = "fleet-default-id"
-"""Before it, a fleet started without a fleet id named its rows `fleet/fleet-test/X/N` (see default_fleet_id)."""
+"""Deprecated patch: a fleet started without a fleet id gets `default_fleet_id(workflow id)`. The legacy
+rule of fleets started before it is gone; kept as `deprecate_patch` like FLEET_SLOTS_PATCH."""
 
 
 def _cheap(summary: str) -> dict:
@@ -63,7 +65,6 @@ class FleetTestWorkflow:
         """Children that ended in this run (the window wakes on a change)."""
         self._paused = False
         self._capacity = 0
-        self._slotted = True
         self._ahead: set[int] = set()
         """Positions past the cursor already started (a family cap let them go first)."""
         self._family_running: dict[int, int] = {}
@@ -75,7 +76,7 @@ class FleetTestWorkflow:
         self._carry = req.carry or FleetCarry(started_at=workflow.now())
         self._paused = self._paused or self._carry.paused  # a pause signal may arrive before run() starts
         self._ahead = set(self._carry.ahead)
-        self._slotted = workflow.patched(FLEET_SLOTS_PATCH)
+        workflow.deprecate_patch(FLEET_SLOTS_PATCH)
         try:
             self._plan = await self._load(req, fleet_id)
             cursor = await self._window(req, fleet_id)
@@ -97,12 +98,11 @@ class FleetTestWorkflow:
 
     @staticmethod
     def _fleet_id(req: FleetTestRequest) -> str:
-        """The request's fleet id, else the default. A fleet keeps the rule it began with: one continued
-        without a fleet id was started before the patch (since it, every continuation carries its id)."""
+        """The request's fleet id, else the default (every continuation carries the id its first run used)."""
         if req.fleet_id:
             return req.fleet_id
-        legacy = req.carry is not None or not workflow.patched(FLEET_DEFAULT_ID_PATCH)
-        return default_fleet_id(workflow.info().workflow_id, legacy=legacy)
+        workflow.deprecate_patch(FLEET_DEFAULT_ID_PATCH)
+        return default_fleet_id(workflow.info().workflow_id)
 
     async def _load(self, req: FleetTestRequest, fleet_id: str) -> FleetPlan:
         plan = await workflow.execute_activity_method(
@@ -136,12 +136,10 @@ class FleetTestWorkflow:
             if pos is None:
                 break
             row = pending[pos]
-            slot = None
-            if self._slotted:
-                slot = allocate(self._plan.gpus.get(row, self._plan.default_gpus), req.hardware, self._slots.values())
-                if slot is None:
-                    break
-                self._slots[row] = slot
+            slot = allocate(self._plan.gpus.get(row, self._plan.default_gpus), req.hardware, self._slots.values())
+            if slot is None:
+                break
+            self._slots[row] = slot
             if (family := plan.family_of.get(row)) is not None:
                 self._row_family[row] = family
                 self._family_running[family] = self._family_running.get(family, 0) + 1
@@ -173,7 +171,7 @@ class FleetTestWorkflow:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
 
-    async def _child(self, req: FleetTestRequest, fleet_id: str, row: int, slot: Slot | None) -> None:
+    async def _child(self, req: FleetTestRequest, fleet_id: str, row: int, slot: Slot) -> None:
         child = ModelTestRequest(fleet_id=fleet_id, manifest=req.manifest, row=row, hardware=req.hardware,
                                  runner=req.runner, max_attempts=req.max_attempts, require_approval=req.require_approval,
                                  test_timeout_s=req.test_timeout_s, llm=req.llm, queues=req.queues, slot=slot,

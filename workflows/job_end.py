@@ -29,15 +29,15 @@ with workflow.unsafe.imports_passed_through():
 M = TypeVar("M", bound=BaseModel)
 
 FAILED_JOB_FAILS_WORKFLOW = "failed-job-fails-workflow"
-"""Patch: a FAILED job fails its execution. Runs recorded before it returned the FAILED contract."""
+"""Deprecated patch: a FAILED job fails its execution. The old path (returning the FAILED contract) is
+gone; `deprecate_patch` keeps histories recorded while it was `workflow.patched` replaying."""
 
 
 def end_failed(result: M, failure: Failure) -> M:
     """End a job FAILED: raise the failure that fails the workflow execution (it carries `result`).
-    Returns `result` only when replaying a run recorded before this rule (the old way)."""
+    Never returns; typed to return `M` so callers can `return end_failed(...)`."""
     ui.set_status(JobStatus.FAILED)
-    if not workflow.patched(FAILED_JOB_FAILS_WORKFLOW):
-        return result
+    workflow.deprecate_patch(FAILED_JOB_FAILS_WORKFLOW)
     raise ApplicationError(f"[{failure.code}] {failure.where}: {failure.message}", result,
                            type=failure.code, non_retryable=True)
 

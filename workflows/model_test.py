@@ -41,11 +41,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.fleet_policy import (
         Finish, Retry, harness_failure, model_result, next_after_attempt, rejection, render_fixed, writer_gave_up,
     )
-    from workflows.model_test_v1 import ROW_SLOTS_PATCH, RowBeforeSlots
 
+ROW_SLOTS_PATCH = "fleet-row-slots"
+"""Deprecated patch: rows run on slots with the agent ladder, Yes/No/Error and the verdict saved per row.
+The flow of rows started before it is gone; `deprecate_patch` keeps histories recorded while it was
+`workflow.patched` replaying."""
 FAIRNESS_PATCH = "fleet-fairness"
-"""From here on a row's test activity carries a priority (first attempt before retries) and its family as
-the fairness key; rows recorded before schedule it without."""
+"""Deprecated patch: a row's test activity carries a priority (first attempt before retries) and its
+family as the fairness key. Kept as `deprecate_patch` like ROW_SLOTS_PATCH."""
 
 _SOURCES = {AnswerSource.LLM: CommandSource.LLM, AnswerSource.OFFLINE: CommandSource.OFFLINE,
             AnswerSource.FALLBACK: CommandSource.FALLBACK}
@@ -70,7 +73,7 @@ class Written:
 
 
 @workflow.defn
-class ModelTestWorkflow(RowBeforeSlots):
+class ModelTestWorkflow:
     def __init__(self) -> None:
         self._attempts: list[AttemptRecord] = []
         self._failures: list[Classification] = []
@@ -91,8 +94,7 @@ class ModelTestWorkflow(RowBeforeSlots):
 
     @workflow.run
     async def run(self, req: ModelTestRequest) -> ModelTestResult:
-        if not workflow.patched(ROW_SLOTS_PATCH):  # a row started before slots: finish it the way it began
-            return await self._v1_run(req)
+        workflow.deprecate_patch(ROW_SLOTS_PATCH)
         started = workflow.now()
         row: ManifestRow | None = None
         try:
@@ -224,9 +226,7 @@ class ModelTestWorkflow(RowBeforeSlots):
     async def _run(self, req: ModelTestRequest, attempt: int, command: str, probe_url: str | None, slot: Slot,
                    reference: str | None = None) -> TestOutcome:
         self._show(f"testing on port {slot.port}, attempt {attempt}")
-        fair = {}
-        if workflow.patched(FAIRNESS_PATCH):  # first attempts before retries, families dispatched fairly
-            fair["priority"] = Priority(priority_key=2 if attempt == 1 else 4, fairness_key=self._family or None)
+        workflow.deprecate_patch(FAIRNESS_PATCH)
         return await workflow.execute_activity_method(
             ContainerActivities.run_test,
             RunTestRequest(fleet_id=req.fleet_id, row=req.row, model_name=self._model, attempt=attempt, command=command,
@@ -236,7 +236,9 @@ class ModelTestWorkflow(RowBeforeSlots):
             start_to_close_timeout=max(CONTAINER.start_to_close, timedelta(seconds=req.test_timeout_s + 300)),
             heartbeat_timeout=CONTAINER.heartbeat, retry_policy=CONTAINER.retry,
             # a cancelled row ends only after the runner removed its container
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED, **fair)
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            # first attempts before retries, families dispatched fairly
+            priority=Priority(priority_key=2 if attempt == 1 else 4, fairness_key=self._family or None))
 
     async def _await_approval(self, attempt: int, command: str) -> ApprovalRequest:
         """Durable wait for `approve_command` (no timer: the fleet waits for a person)."""

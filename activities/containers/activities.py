@@ -38,9 +38,9 @@ from activities.llm.activity import record_offline_answer
 from activities.storage import ArtifactStore
 from contracts.common import ArtifactRef
 from contracts.errors import Err, FleetforgeError
-from contracts.fleet import Classification, ErrorCategory
+from contracts.fleet import Classification
 from contracts.fleet_job import (
-    ClassifyRequest, CommandSource, FinishFleetRequest, FinishFleetResult, FleetPlan, ManifestRow, PlanFleetRequest,
+    ClassifyRequest, FinishFleetRequest, FinishFleetResult, FleetPlan, ManifestRow, PlanFleetRequest,
     PolicyCheckRequest, PolicyCheckResult, RecordVerdictRequest, RowRequest, RowVerdict, RunnerKind, RunTestRequest,
     SaveVerdictsRequest, TestOutcome, WriteCommandRequest, WriteCommandResult,
 )
@@ -150,13 +150,7 @@ class ContainerActivities:
         """The offline writer's command for the row's slot, or why it has none (no template for the row,
         no rule-based repair for its last failure): then `command` is None and `reason` says why."""
         row = self._row(req.manifest, req.row)
-        base = WriteCommandResult(model_name=row.model_name, probe_url=row.probe_url, row=row)
-        if req.fixed_command and row.command:  # a row started before slots: its own command came from here
-            if req.history and req.history[-1].category is ErrorCategory.POLICY_REJECTED and "{attempt}" not in row.command:
-                return base.model_copy(update={"source": CommandSource.FIXED,
-                                               "reason": "the row's fixed command was rejected; it needs a person"})
-            return base.model_copy(update={"source": CommandSource.FIXED,
-                                           "command": row.command.replace("{attempt}", str(req.attempt))})
+        base = WriteCommandResult()
         if req.runner is RunnerKind.PROCESS:
             return base.model_copy(update={"reason": "the process runner needs a `command` column for this row"})
         try:

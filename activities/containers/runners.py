@@ -340,7 +340,7 @@ class DockerRunner(_Base):
         """The test under the row's lock. With intents: the container's name is recorded before `docker run`
         and kept; a retry that finds one kills the earlier `docker run` client and container, runs its own under
         a new name (`-r2`, ...), then counts the earlier starts from the engine's events."""
-        slot = req.slot or Slot(port=(declared_ports(spec) or [8000])[0])  # no slot: a row started before slots
+        slot = req.slot or Slot(port=(declared_ports(spec) or [8000])[0])  # no slot (a direct call): the spec's port
         base = container_name(req.fleet_id, f"{req.row}-{req.model_name}", req.attempt)
         labels = run_labels(req.fleet_id, key=str(req.row), attempt=req.attempt)
         earlier = intents.earlier(req.attempt) if intents else []

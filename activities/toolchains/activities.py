@@ -129,12 +129,6 @@ class ToolchainActivities:
         return record_offline_answer(self.store, AGENT, req.model_dump(mode="json"), plan.model_dump_json())
 
     @activity.defn
-    def plan_offline(self, req: PlanRequest) -> ConversionPlan:
-        """The plan without a recorded answer: only for runs started before `offline_planner_answer`
-        (their histories schedule this one); remove with the workflow's OFFLINE_ANSWER patch."""
-        return plan_offline_fn(req.request, req.model, self.registry, feedback=req.feedback)
-
-    @activity.defn
     def load_plan(self, req: RerunRequest) -> ConversionPlan:
         """An earlier run's plan.json with the overrides applied (for a rerun; no planner)."""
         from activities.toolchains.rerun import apply_overrides, earlier_plan

@@ -22,7 +22,7 @@ from workflows.converter import ConverterWorkflow
 pytest.importorskip("onnxruntime_qnn")
 
 
-PLANNERS = {"offline_planner_answer", "plan_offline", "complete_chat"}
+PLANNERS = {"offline_planner_answer", "complete_chat"}
 Run = Callable[..., Awaitable[tuple[ConversionResult, list[str]]]]
 
 

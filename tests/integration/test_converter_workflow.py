@@ -279,7 +279,7 @@ async def test_cancel_during_a_compile_kills_the_tool_and_ends_cancelled_without
     assert not made, ("the tool was killed before it wrote its output", made)
 
 
-TOOL_METHODS = ("plan_offline", "planner_tool", "load_plan", "compile_plan", "execute_step", "evaluate",
+TOOL_METHODS = ("planner_tool", "load_plan", "compile_plan", "execute_step", "evaluate",
                 "offline_planner_answer", "prepare_calibration", "record_failure", "write_report")
 
 

@@ -1,7 +1,8 @@
-"""Record workflow histories for the replay tests: `python -m tests.replay.record [inspect|convert|convert_remedy|convert_gate ...]`.
+"""Record workflow histories for the replay tests: `python -m tests.replay.record [inspect|convert_gate ...]`.
 
 Re-run after a deliberate change to a workflow's commands (and keep the old history too when the
-change is behind `workflow.patched`, so old runs are still proven replayable)."""
+change is behind `workflow.patched`, so old runs are still proven replayable). When a patch is
+retired (`workflow.deprecate_patch`), delete the histories recorded before it: nothing replays them."""
 
 from __future__ import annotations
 
@@ -47,55 +48,6 @@ async def record_inspect(env: WorkflowEnvironment, tmp: Path) -> None:
     (HISTORIES / "inspect_completed.json").write_text(history.to_json())
 
 
-async def record_convert(env: WorkflowEnvironment, tmp: Path) -> None:
-    """An int8 conversion that first waits for its SoC (NEEDS_INPUT → provide_input → plan → compile → run)."""
-    settings = Settings(state_dir=tmp / "state")
-    store = FileStore(tmp / "artifacts")
-    queues = fresh_queues()
-    model = build_tiny_cnn(tmp / "tiny.onnx")
-    async with new_worker(env.client, workflows=[ConverterWorkflow],
-                          activities=build_registry(settings, store).by_kind["toolchain"], task_queue=queues.workflows):
-        handle = await env.client.start_workflow(
-            ConverterWorkflow.run, ConversionRequest(model=str(model), precision=Precision.INT8, preset="fast",
-                                                     queues=queues, run_id="replay"),
-            id=f"convert/{uuid.uuid4().hex[:8]}", task_queue=queues.workflows,
-            search_attributes=start_attributes(JobKind.CONVERT, "tiny.onnx"),
-        )
-
-        async def waiting() -> bool:
-            return (await handle.query(ConverterWorkflow.status)).status is JobStatus.NEEDS_INPUT
-
-        await assert_eventually(waiting, timeout=30)
-        await handle.execute_update(ConverterWorkflow.provide_input, ProvideInput(soc="sm8550"))
-        result = await handle.result()
-        assert result.status is JobStatus.COMPLETED, result.failure
-    history = await handle.fetch_history()
-    (HISTORIES / "convert_needs_input_int8.json").write_text(history.to_json())
-
-
-async def record_convert_remedy(env: WorkflowEnvironment, tmp: Path) -> None:
-    """An int8 conversion of light_squeezenet (a uniform softmax output): the accuracy gate sends the
-    figures back, the offline planner keeps the softmax in float, the second attempt passes."""
-    import onnx
-
-    settings = Settings(state_dir=tmp / "state-remedy")
-    store = FileStore(tmp / "artifacts-remedy")
-    queues = fresh_queues()
-    model = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_squeezenet.onnx"
-    async with new_worker(env.client, workflows=[ConverterWorkflow],
-                          activities=build_registry(settings, store).by_kind["toolchain"], task_queue=queues.workflows):
-        handle = await env.client.start_workflow(
-            ConverterWorkflow.run, ConversionRequest(model=str(model), target_soc="sm8550", precision=Precision.INT8,
-                                                     preset="fast", queues=queues, run_id="replay-remedy"),
-            id=f"convert/{uuid.uuid4().hex[:8]}", task_queue=queues.workflows,
-            search_attributes=start_attributes(JobKind.CONVERT, "light_squeezenet.onnx", "SM8550"),
-        )
-        result = await handle.result()
-        assert result.status is JobStatus.COMPLETED and result.accuracy.remedies == ["float_outputs"], result
-    history = await handle.fetch_history()
-    (HISTORIES / "convert_int8_accuracy_remedy.json").write_text(history.to_json())
-
-
 async def record_convert_gate(env: WorkflowEnvironment, tmp: Path) -> None:
     """The held-out gate: int8 without calibration data asks for it; the synthetic opt-in answers; the
     gate grades 32 synthetic samples of other families (verdict unverified) and the report is written."""
@@ -124,7 +76,7 @@ async def record_convert_gate(env: WorkflowEnvironment, tmp: Path) -> None:
     (HISTORIES / "convert_held_out_gate_int8.json").write_text(history.to_json())
 
 
-async def main(which: tuple[str, ...] = ("inspect", "convert", "convert_remedy", "convert_gate")) -> None:
+async def main(which: tuple[str, ...] = ("inspect", "convert_gate")) -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
         data_converter=pydantic_data_converter,
@@ -133,10 +85,6 @@ async def main(which: tuple[str, ...] = ("inspect", "convert", "convert_remedy",
         with tempfile.TemporaryDirectory() as tmp:
             if "inspect" in which:
                 await record_inspect(env, Path(tmp))
-            if "convert" in which:
-                await record_convert(env, Path(tmp))
-            if "convert_remedy" in which:
-                await record_convert_remedy(env, Path(tmp))
             if "convert_gate" in which:
                 await record_convert_gate(env, Path(tmp))
     finally:
@@ -146,4 +94,4 @@ async def main(which: tuple[str, ...] = ("inspect", "convert", "convert_remedy",
 if __name__ == "__main__":
     import sys
 
-    asyncio.run(main(tuple(sys.argv[1:]) or ("inspect", "convert", "convert_remedy", "convert_gate")))
+    asyncio.run(main(tuple(sys.argv[1:]) or ("inspect", "convert_gate")))

@@ -105,4 +105,3 @@ def test_a_fleet_started_without_an_id_gets_one_its_rows_can_be_named_by(workflo
     assert default_fleet_id(workflow_id) == fleet_id
     assert candidates(f"fleet/{fleet_id}/3") == [f"fleet/{fleet_id}/3"]
     assert kind_of(f"fleet/{fleet_id}/3") is JobKind.MODEL_TEST
-    assert default_fleet_id("fleet-test/X", legacy=True) == "fleet-test/X", "fleets started before the patch keep it"
