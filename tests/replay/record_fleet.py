@@ -5,9 +5,10 @@ Writes `fleet_LABEL_run1.json` / `_run2.json` (a fleet of process rows that cont
 `fleet-test/X`, no fleet id; `--direct-only` writes just these)
 and `modeltest_LABEL_{retry,human,llm,approval}.json` (rows: a retry, a failure a person must fix,
 the LLM writer with a refused answer, a refused then approved command). Run it from a checkout of
-the code whose histories you want (the `before-slots` files came from the commit before
-`workflow.patched("fleet-slots")` / `("fleet-row-slots")`); keep the old files when a change is
-behind a patch, so runs started before it are still proven replayable.
+the code whose histories you want; keep the old files when a change is behind a patch, so runs
+started before it are still proven replayable, and delete them when the patch is retired
+(`workflow.deprecate_patch`). The `modeltest_fairness_*` files came from e9d06a6, the last commit
+with every fleet patch still `workflow.patched`.
 """
 
 from __future__ import annotations
