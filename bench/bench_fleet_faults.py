@@ -48,20 +48,25 @@ def manifest(rows: int) -> str:
     return buf.getvalue()
 
 
-def hold_a_port(first: int, last: int) -> socket.socket | None:
-    """A listening socket on a free port of the range (a stranger's server)."""
-    for port in range(first, last + 1):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-            s.listen()
-            return s
-        except OSError:
-            s.close()
+def hold_a_port(ports: range, patience_s: float = 10.0) -> socket.socket | None:
+    """A listening socket on one of `ports` (a stranger's server), taken in the moment between two rows
+    when a slot's container has let it go: the allocator hands out the lowest free ports, so a spare port
+    at the top of the range would never be asked for."""
+    deadline = time.monotonic() + patience_s
+    while time.monotonic() < deadline:
+        for port in ports:
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+                s.listen()
+                return s
+            except OSError:
+                s.close()
+        time.sleep(0.005)
     return None
 
 
-async def inject(fraction_done, daemon: PrivateDockerd, port_range: tuple[int, int], log: list[str]) -> None:
+async def inject(fraction_done, daemon: PrivateDockerd, port_range: tuple[int, int], slots: int, log: list[str]) -> None:
     """The three faults, each once, as the fleet passes 15 %, 35 %, 55 %."""
     async def wait_for(f: float) -> None:
         while await fraction_done() < f:
@@ -80,7 +85,7 @@ async def inject(fraction_done, daemon: PrivateDockerd, port_range: tuple[int, i
     finally:  # also when the fleet ends first: the rerun needs the image
         daemon.docker("tag", MODEL_SERVER_IMAGE, BENCH_IMAGE)
     await wait_for(0.55)
-    held = hold_a_port(*port_range)
+    held = await asyncio.to_thread(hold_a_port, range(port_range[0], port_range[0] + slots))
     log.append(f"port {held.getsockname()[1] if held else '-'} held at {await fraction_done():.0%}")
     try:
         await asyncio.sleep(5)
@@ -143,7 +148,7 @@ async def main_async(rows: int, concurrency: int, workdir: Path, daemon: Private
                     p = await handle.query(FleetTestWorkflow.progress)
                     return p.done / max(1, p.total - p.skipped)
 
-                chaos_task = asyncio.create_task(inject(fraction_done, daemon, hw.port_range, faults)) if chaos else None
+                chaos_task = asyncio.create_task(inject(fraction_done, daemon, hw.port_range, concurrency, faults)) if chaos else None
                 result = await outcome_of(handle, FleetTestResult)  # a fleet with Error rows ends FAILED, carrying it
                 if chaos_task:
                     chaos_task.cancel()

@@ -13,6 +13,13 @@ import time
 from pathlib import Path
 
 
+def _term_with_parent() -> None:
+    """The daemon gets SIGTERM (a clean shutdown) when the test or bench that started it dies."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
 class PrivateDockerd:
     def __init__(self, shutdown_timeout_s: int = 2, start_timeout_s: float = 60.0):
         if shutil.which("dockerd") is None or os.geteuid() != 0:
@@ -30,7 +37,7 @@ class PrivateDockerd:
             ["dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
              "--pidfile", str(self.root / "dockerd.pid"), "-H", self.host, "--bridge=none", "--iptables=false",
              "--ip-masq=false", "--shutdown-timeout", str(self.shutdown_timeout_s)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_term_with_parent)
         deadline = time.monotonic() + self.start_timeout_s
         while self.docker("info", check=False).returncode != 0:
             if self._proc.poll() is not None or time.monotonic() > deadline:
@@ -77,9 +84,14 @@ class PrivateDockerd:
                     self.docker("rm", "-f", *ids, check=False)
             self.stop()
         finally:
-            subprocess.run(["umount", "-R", str(self.root / "exec")], capture_output=True)
-            subprocess.run(["umount", "-R", str(self.root / "data")], capture_output=True)
+            for mount in self._mounts():  # the daemon's network namespace file and any overlay left behind
+                subprocess.run(["umount", "-l", mount], capture_output=True)
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def _mounts(self) -> list[str]:
+        """Mount points under this daemon's folder, deepest first."""
+        points = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+        return sorted((p for p in points if p.startswith(f"{self.root}/")), key=len, reverse=True)
 
     def __enter__(self) -> PrivateDockerd:
         self.start()

@@ -310,10 +310,16 @@ class ProcessRunner(_Marked):
         return await self._outcome(req, started, log, passed=True, phase=TestPhase.PROBE, exit_code=0, test_runs=runs)
 
 
+DAEMON_PATIENCE_S = 60.0
+"""How long a worker waits for a docker daemon that stopped answering (a restart takes seconds, its
+shutdown up to the containers' stop timeout) before its rows are Errors: counted from when this worker
+first saw the outage, not per row, so a daemon that stays down costs one wait, not one per row."""
+
+
 class DockerRunner(_Base):
     def __init__(self, store: ArtifactStore, *, policy_for: Callable[[HardwareProfile], CommandPolicy] = writer_policy,
                  docker: str = "docker", health_path: str = "/health", poll_s: float = 2.0,
-                 marker_dir: Path | None = None):
+                 marker_dir: Path | None = None, daemon_patience_s: float = DAEMON_PATIENCE_S):
         super().__init__(store)
         self.policy_for = policy_for
         self.docker = docker
@@ -322,6 +328,9 @@ class DockerRunner(_Base):
         self.marker_dir = marker_dir
         """Where the row locks and start intents live (None: no intents; a rerun is seen only by the
         leftover container of the same name)."""
+        self.daemon_patience_s = daemon_patience_s
+        self._down_since: float | None = None
+        """When this worker first found the daemon not answering (None: it answered last time)."""
 
     async def _docker(self, *args: str, timeout_s: float = 120.0, heartbeat: Heartbeat = lambda _: None) -> tuple[int | None, str]:
         return await _run_argv([self.docker, *args], timeout_s, heartbeat, f"docker {args[0]}")
@@ -345,7 +354,9 @@ class DockerRunner(_Base):
         labels = run_labels(req.fleet_id, key=str(req.row), attempt=req.attempt)
         earlier = intents.earlier(req.attempt) if intents else []
         name = base if not earlier else f"{base}-r{len(earlier) + 1}"  # never the name a late start may still take
-        started = time.monotonic()
+        if down := await self._daemon_answers(heartbeat):
+            return await self._outcome(req, time.monotonic(), down, passed=False, phase=TestPhase.START)
+        started = time.monotonic()  # the test's time (--test-timeout) starts once the daemon answers
         code, out = await self._docker("image", "inspect", "--format", "{{.Id}}", spec.image, heartbeat=heartbeat)
         if code != 0:
             log = out if "No such image" in out or "daemon" in out else f"No such image: {spec.image}\n{out}"
@@ -391,6 +402,23 @@ class DockerRunner(_Base):
         note, runs = await self._runs(labels, earlier, runs, heartbeat, ours)
         return await self._outcome(req, started, note + logs, passed=passed, phase=phase, exit_code=exit_code,
                                    test_runs=runs, evidence=evidence)
+
+    async def _daemon_answers(self, heartbeat: Heartbeat) -> str:
+        """"" once the daemon answers; its last answer when it stays away past the patience. A restart is
+        waited out rather than turned into Error rows; the wait counts from this worker's first sight of the
+        outage, so once a daemon has been away that long every row is told at once."""
+        while True:
+            code, out = await self._docker("version", "--format", "{{.Server.Version}}", timeout_s=30.0,
+                                           heartbeat=heartbeat)
+            if code == 0 or not daemon_unreachable(out):  # another problem: the test itself will say it
+                self._down_since = None
+                return ""
+            now = time.monotonic()
+            self._down_since = self._down_since or now
+            if now - self._down_since >= self.daemon_patience_s:
+                return out
+            heartbeat(f"the docker daemon does not answer: waiting up to {self.daemon_patience_s:g}s for it")
+            await asyncio.sleep(1.0)
 
     async def _remove(self, name: str, heartbeat: Heartbeat, patience_s: float = 30.0) -> None:
         """`docker rm -f name`, tried again while the daemon does not answer (a restart mid-test): a container

@@ -124,3 +124,44 @@ async def test_a_daemon_restarted_while_the_model_loads_is_an_error_not_a_crash(
     assert c.category is ErrorCategory.DOCKER_UNREACHABLE and "went away" in c.reason, (c, out.log_tail)
     assert row_status(False, c.category.value) is RowStatus.ERROR
     assert left == []
+
+
+async def test_a_daemon_restart_is_waited_out_and_a_daemon_that_stays_away_fails_rows_at_once(tmp_path: Path):
+    """Rows that start while the daemon restarts wait for it (a restart is not an Error row); once it has been
+    away past the patience, every row is told at once (DOCKER_UNREACHABLE), not after a wait of its own."""
+    import asyncio
+    import time
+
+    from tests.conftest import import_model_server_image
+    from tests.private_dockerd import PrivateDockerd
+
+    (tmp_path / "rootfs").mkdir()
+    with PrivateDockerd(shutdown_timeout_s=1) as daemon:
+        image = import_model_server_image(tmp_path / "rootfs", ("docker", "-H", daemon.host))
+
+        def request(row: int) -> RunTestRequest:
+            port = free_ports()[0]
+            return RunTestRequest(fleet_id=f"w-{uuid.uuid4().hex[:6]}", row=row, model_name=f"org/m{row}", attempt=1,
+                                  runner=RunnerKind.DOCKER, timeout_s=30, hardware=HardwareProfile(gpu_count=0),
+                                  slot=Slot(port=port), command=f"docker run --network host -e PORT={port} "
+                                                                f"-e MODEL_NAME=org/m{row} {image}")
+
+        runner = DockerRunner(FileStore(tmp_path / "a"), docker=str(daemon.cli(tmp_path)), poll_s=0.2,
+                              daemon_patience_s=20)
+        daemon.stop()
+        test = asyncio.create_task(runner.run(request(0), lambda _: None))
+        await asyncio.sleep(2)  # the row is waiting for the daemon, not failing
+        assert not test.done()
+        await asyncio.to_thread(daemon.start)
+        out = await asyncio.wait_for(test, 90)
+        assert out.passed, out.log_tail
+
+        daemon.stop()
+        runner.daemon_patience_s = 2
+        out = await runner.run(request(1), lambda _: None)
+        assert not out.passed
+        c = classify(out.exit_code, out.log_tail, out.phase)
+        assert c.category is ErrorCategory.DOCKER_UNREACHABLE and row_status(False, c.category.value) is RowStatus.ERROR
+        t0 = time.monotonic()
+        out = await runner.run(request(2), lambda _: None)
+        assert not out.passed and time.monotonic() - t0 < 1.5, "an outage older than the patience is not waited again"
