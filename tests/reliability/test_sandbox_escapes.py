@@ -236,6 +236,36 @@ def test_a_secret_in_text_leaving_the_child_is_scrubbed(canary: Canary) -> None:
     assert SECRET not in report.model_dump_json()
 
 
+def test_a_wrong_kernel_cannot_rewrite_what_it_is_compared_with(canary: Canary) -> None:
+    """Invented here: a wrong candidate waits at exit for the reference child's outputs (the folder beside its
+    own) to overwrite them with its own wrong numbers, and forges its launch record. Unconfined this turns a
+    wrong kernel VERIFIED (checked below); in the sandbox the reference is out of its sight."""
+    source = escaping('''_os, _g = _imp("os"), globals()
+_wrong = x * 0 + 7
+def _forge(_shape=tuple(x.shape)):
+    _ref = _os.path.join(_os.path.dirname(_os.getcwd()), "reference", "out.pt")
+    for _i in range(100):
+        if _os.path.exists(_ref):
+            break
+        _imp("time").sleep(0.05)
+    getattr(torch, "save")([[torch.full(_shape, 7.0)] for _ in range(8)], _ref)
+    _imp("io").open("launches.json", "w").write(\'{"not_kernel_derived": [], "torch_ops": []}\')
+if not _g.get("_armed"):
+    _g["_armed"] = _imp("atexit").register(_forge)
+return _wrong''', canary)
+    assert static_check(source).ok
+    seed = int(uuid.uuid4().hex[:6], 16)  # a reference of its own: no cached outputs from another test
+    report = verify(RELU, source, timeout_s=TIMEOUT_S, seed=seed)
+    assert not report.passed and "output 0" in report.reason and report.mismatches, report.reason
+    assert_nothing_escaped(report, canary)
+    sandbox.configure("off")
+    try:
+        unconfined = verify(RELU, source, timeout_s=TIMEOUT_S, seed=seed + 1)
+    finally:
+        sandbox.configure("bwrap")
+    assert unconfined.passed, "the canary: unconfined, the forgery works (else this test proves nothing)"
+
+
 def test_honest_candidates_of_the_same_task_still_verify(canary: Canary) -> None:
     report = verify(RELU, candidate(RELU_OUT), timeout_s=TIMEOUT_S)
     assert report.passed, report.reason
