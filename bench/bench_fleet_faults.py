@@ -56,6 +56,7 @@ def hold_a_port(ports: range, patience_s: float = 10.0) -> socket.socket | None:
     while time.monotonic() < deadline:
         for port in ports:
             s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: the last row's TIME_WAITs
             try:
                 s.bind(("127.0.0.1", port))
                 s.listen()
