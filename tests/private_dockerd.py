@@ -32,12 +32,12 @@ class PrivateDockerd:
         self._proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        log = (self.root / "dockerd.log").open("ab")
-        self._proc = subprocess.Popen(
-            ["dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
-             "--pidfile", str(self.root / "dockerd.pid"), "-H", self.host, "--bridge=none", "--iptables=false",
-             "--ip-masq=false", "--shutdown-timeout", str(self.shutdown_timeout_s)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_term_with_parent)
+        with (self.root / "dockerd.log").open("ab") as log:  # the daemon keeps its own copy of the fd
+            self._proc = subprocess.Popen(
+                ["dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
+                 "--pidfile", str(self.root / "dockerd.pid"), "-H", self.host, "--bridge=none", "--iptables=false",
+                 "--ip-masq=false", "--shutdown-timeout", str(self.shutdown_timeout_s)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_term_with_parent)
         deadline = time.monotonic() + self.start_timeout_s
         while self.docker("info", check=False).returncode != 0:
             if self._proc.poll() is not None or time.monotonic() > deadline:
