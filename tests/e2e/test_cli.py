@@ -260,6 +260,23 @@ def fleet_of_two(stack: Stack, tmp_path: Path) -> tuple[str, str]:
     return f"fleet-test/{fleet_id}", f"fleet/{fleet_id}/0"
 
 
+@pytest.mark.docker
+def test_a_docker_fleet_on_the_hosts_own_profile_discovers_no_gpu_and_good_images_are_yes(
+        stack: Stack, tmp_path: Path, docker_image: str):
+    """Issue 25 on this GPU-less machine: no --hardware, good images: the discovered profile (0 GPUs) is printed
+    before any row starts, every row is Yes (never the host's No) and the verdicts land in the CSV."""
+    csv = tmp_path / "models.csv"
+    csv.write_text("model_name,status,note,command\n" + "".join(
+        f"org/m{i},,,docker run --network host -e PORT={{port}} -e MODEL_NAME=org/m{i} {docker_image}\n" for i in range(2)))
+    done = ff("fleet-test", str(csv), "--runner", "docker", "--concurrency", "2", "--wait", "--json", env=stack.env,
+              timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"hardware: 0 GPU\(s\), .*discovered on", done.stderr), done.stderr
+    result = json.loads(done.stdout)
+    assert (result["passed"], result["failed"], result["errors"]) == (2, 0, 0), result
+    assert [line.split(",")[1] for line in csv.read_text().splitlines()[1:]] == ["Yes", "Yes"]
+
+
 def test_show_watch_cancel_and_artifacts_take_a_fleet_row_id(stack: Stack, tmp_path: Path):
     fleet, row = fleet_of_two(stack, tmp_path)
 
