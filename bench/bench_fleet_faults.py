@@ -9,8 +9,9 @@ its rows:
 * the fleet's image removed for 3 s, then restored (`docker rmi` / `docker tag` of a bench-only tag);
 * a port of the fleet's range held by a stranger (a plain socket of this process) for 5 s.
 
-Every model is good (it "loads" for 1-3 s, so a fault finds rows in every phase), so any `No` is a false No. The first run's Error rows are retested by a second
-fleet on the written-back CSV (Yes rows skipped), which must end with every row Yes. Prints the
+Every model is good (it "loads" for 1-3 s, so a fault finds rows in every phase), so any `No` is a false
+No. The first run's Error rows are retested by a second fleet on the written-back CSV (Yes rows skipped),
+which must end with every row Yes. Prints the
 categories of the first run's Errors, both runs' counts and wall times; exit 0 when there is no No,
 every Error was settled by the rerun and every row has its verdict.
 

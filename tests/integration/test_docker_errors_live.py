@@ -5,9 +5,12 @@ runner with the old default profile (8 GPUs), ends Error GPU_UNAVAILABLE, never 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +20,9 @@ from activities.containers.taxonomy import classify
 from activities.storage import FileStore
 from contracts.fleet import ErrorCategory, HardwareProfile, RowStatus, Slot, TestPhase, row_status
 from contracts.fleet_job import RunnerKind, RunTestRequest
-from tests.conftest import fleet_containers
+from tests.conftest import fleet_containers, import_model_server_image
 from tests.helpers import free_ports
+from tests.private_dockerd import PrivateDockerd
 from tests.unit.test_docker_error_table import TABLE
 
 pytestmark = pytest.mark.docker
@@ -90,35 +94,37 @@ async def test_a_gpu_row_on_this_gpu_less_host_is_an_error_not_a_no(tmp_path: Pa
     assert fleet_containers(fleet) == []
 
 
-async def test_a_daemon_restarted_while_the_model_loads_is_an_error_not_a_crash(tmp_path: Path):
-    """A real daemon (the test's own) restarted mid-test: it SIGKILLs the loading container (exit 137, as the
-    host OOM killer would), and the runner saw the daemon go away, so the row is an Error, never a No."""
-    import asyncio
-
-    from tests.conftest import import_model_server_image
-    from tests.private_dockerd import PrivateDockerd
-
-    fleet, port = f"r-{uuid.uuid4().hex[:6]}", free_ports()[0]
+@pytest.fixture
+def private_daemon(tmp_path: Path) -> Iterator[tuple[PrivateDockerd, str]]:
+    """A docker daemon of the test's own (stopped and restarted under its rows) with the model-server image."""
     (tmp_path / "rootfs").mkdir()
     with PrivateDockerd(shutdown_timeout_s=1) as daemon:
-        image = import_model_server_image(tmp_path / "rootfs", ("docker", "-H", daemon.host))
-        req = RunTestRequest(fleet_id=fleet, row=0, model_name="org/m", attempt=1, runner=RunnerKind.DOCKER,
-                             timeout_s=60, hardware=HardwareProfile(gpu_count=0), slot=Slot(port=port),
-                             command=f"docker run --network host -e PORT={port} -e DELAY=40 {image}")
-        runner = DockerRunner(FileStore(tmp_path / "a"), docker=str(daemon.cli(tmp_path)), poll_s=0.2,
-                              marker_dir=tmp_path / "m")
-        test = asyncio.create_task(runner.run(req, lambda _: None))
+        yield daemon, import_model_server_image(tmp_path / "rootfs", ("docker", "-H", daemon.host))
 
-        def loading() -> bool:
-            return bool(daemon.docker("ps", "-q", "--filter", f"label=fleetforge.run={fleet}").stdout.split())
 
-        deadline = asyncio.get_running_loop().time() + 60
-        while not await asyncio.to_thread(loading):
-            assert not test.done() and asyncio.get_running_loop().time() < deadline, "the container never started"
-            await asyncio.sleep(0.2)
-        await asyncio.to_thread(daemon.restart)
-        out = await asyncio.wait_for(test, 120)
-        left = daemon.docker("ps", "-aq", "--filter", f"label=fleetforge.run={fleet}").stdout.split()
+async def test_a_daemon_restarted_while_the_model_loads_is_an_error_not_a_crash(
+        tmp_path: Path, private_daemon: tuple[PrivateDockerd, str]):
+    """A real daemon (the test's own) restarted mid-test: it SIGKILLs the loading container (exit 137, as the
+    host OOM killer would), and the runner saw the daemon go away, so the row is an Error, never a No."""
+    fleet, port = f"r-{uuid.uuid4().hex[:6]}", free_ports()[0]
+    daemon, image = private_daemon
+    req = RunTestRequest(fleet_id=fleet, row=0, model_name="org/m", attempt=1, runner=RunnerKind.DOCKER,
+                         timeout_s=60, hardware=HardwareProfile(gpu_count=0), slot=Slot(port=port),
+                         command=f"docker run --network host -e PORT={port} -e DELAY=40 {image}")
+    runner = DockerRunner(FileStore(tmp_path / "a"), docker=str(daemon.cli(tmp_path)), poll_s=0.2,
+                          marker_dir=tmp_path / "m")
+    test = asyncio.create_task(runner.run(req, lambda _: None))
+
+    def loading() -> bool:
+        return bool(daemon.docker("ps", "-q", "--filter", f"label=fleetforge.run={fleet}").stdout.split())
+
+    deadline = asyncio.get_running_loop().time() + 60
+    while not await asyncio.to_thread(loading):
+        assert not test.done() and asyncio.get_running_loop().time() < deadline, "the container never started"
+        await asyncio.sleep(0.2)
+    await asyncio.to_thread(daemon.restart)
+    out = await asyncio.wait_for(test, 120)
+    left = daemon.docker("ps", "-aq", "--filter", f"label=fleetforge.run={fleet}").stdout.split()
     assert not out.passed and out.exit_code == 137, out.log_tail
     c = classify(out.exit_code, out.log_tail, out.phase)
     assert c.category is ErrorCategory.DOCKER_UNREACHABLE and "went away" in c.reason, (c, out.log_tail)
@@ -126,42 +132,35 @@ async def test_a_daemon_restarted_while_the_model_loads_is_an_error_not_a_crash(
     assert left == []
 
 
-async def test_a_daemon_restart_is_waited_out_and_a_daemon_that_stays_away_fails_rows_at_once(tmp_path: Path):
+async def test_a_daemon_restart_is_waited_out_and_a_daemon_that_stays_away_fails_rows_at_once(
+        tmp_path: Path, private_daemon: tuple[PrivateDockerd, str]):
     """Rows that start while the daemon restarts wait for it (a restart is not an Error row); once it has been
     away past the patience, every row is told at once (DOCKER_UNREACHABLE), not after a wait of its own."""
-    import asyncio
-    import time
+    daemon, image = private_daemon
 
-    from tests.conftest import import_model_server_image
-    from tests.private_dockerd import PrivateDockerd
+    def request(row: int) -> RunTestRequest:
+        port = free_ports()[0]
+        return RunTestRequest(fleet_id=f"w-{uuid.uuid4().hex[:6]}", row=row, model_name=f"org/m{row}", attempt=1,
+                              runner=RunnerKind.DOCKER, timeout_s=30, hardware=HardwareProfile(gpu_count=0),
+                              slot=Slot(port=port), command=f"docker run --network host -e PORT={port} "
+                                                            f"-e MODEL_NAME=org/m{row} {image}")
 
-    (tmp_path / "rootfs").mkdir()
-    with PrivateDockerd(shutdown_timeout_s=1) as daemon:
-        image = import_model_server_image(tmp_path / "rootfs", ("docker", "-H", daemon.host))
+    runner = DockerRunner(FileStore(tmp_path / "a"), docker=str(daemon.cli(tmp_path)), poll_s=0.2,
+                          daemon_patience_s=20)
+    daemon.stop()
+    test = asyncio.create_task(runner.run(request(0), lambda _: None))
+    await asyncio.sleep(2)  # the row is waiting for the daemon, not failing
+    assert not test.done()
+    await asyncio.to_thread(daemon.start)
+    out = await asyncio.wait_for(test, 90)
+    assert out.passed, out.log_tail
 
-        def request(row: int) -> RunTestRequest:
-            port = free_ports()[0]
-            return RunTestRequest(fleet_id=f"w-{uuid.uuid4().hex[:6]}", row=row, model_name=f"org/m{row}", attempt=1,
-                                  runner=RunnerKind.DOCKER, timeout_s=30, hardware=HardwareProfile(gpu_count=0),
-                                  slot=Slot(port=port), command=f"docker run --network host -e PORT={port} "
-                                                                f"-e MODEL_NAME=org/m{row} {image}")
-
-        runner = DockerRunner(FileStore(tmp_path / "a"), docker=str(daemon.cli(tmp_path)), poll_s=0.2,
-                              daemon_patience_s=20)
-        daemon.stop()
-        test = asyncio.create_task(runner.run(request(0), lambda _: None))
-        await asyncio.sleep(2)  # the row is waiting for the daemon, not failing
-        assert not test.done()
-        await asyncio.to_thread(daemon.start)
-        out = await asyncio.wait_for(test, 90)
-        assert out.passed, out.log_tail
-
-        daemon.stop()
-        runner.daemon_patience_s = 2
-        out = await runner.run(request(1), lambda _: None)
-        assert not out.passed
-        c = classify(out.exit_code, out.log_tail, out.phase)
-        assert c.category is ErrorCategory.DOCKER_UNREACHABLE and row_status(False, c.category.value) is RowStatus.ERROR
-        t0 = time.monotonic()
-        out = await runner.run(request(2), lambda _: None)
-        assert not out.passed and time.monotonic() - t0 < 1.5, "an outage older than the patience is not waited again"
+    daemon.stop()
+    runner.daemon_patience_s = 2
+    out = await runner.run(request(1), lambda _: None)
+    assert not out.passed
+    c = classify(out.exit_code, out.log_tail, out.phase)
+    assert c.category is ErrorCategory.DOCKER_UNREACHABLE and row_status(False, c.category.value) is RowStatus.ERROR
+    t0 = time.monotonic()
+    out = await runner.run(request(2), lambda _: None)
+    assert not out.passed and time.monotonic() - t0 < 1.5, "an outage older than the patience is not waited again"
