@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Literal
@@ -96,6 +97,18 @@ class CommandSource(StrEnum):
     LLM = "llm"
     FALLBACK = "fallback"
     """The offline templater's command after the LLM failed or its answers stayed unusable."""
+
+
+@dataclass(frozen=True)
+class Written:
+    """A command for a row's next attempt and who wrote it (ModelTestWorkflow's own value: defined here,
+    outside the workflow's module, so the sandbox does not build the class again for every row)."""
+
+    command: str
+    source: CommandSource
+    transcript: ArtifactRef | None = None
+    note: str = ""
+    provenance: AgentProvenance | None = None
 
 
 class RowVerdict(BaseModel, frozen=True):

@@ -133,7 +133,9 @@ async def new_worker(
 ) -> AsyncIterator[Worker]:
     """A worker on a fresh (or given) queue, with fleetforge's interceptor and a thread pool."""
     from activities.interceptors import FleetforgeInterceptor
+    from worker import cache_bytecode
 
+    cache_bytecode()  # as the product's worker does at start
     with ThreadPoolExecutor(max_workers=16) as executor:
         worker = Worker(
             client, task_queue=task_queue or f"test-{uuid.uuid4().hex[:10]}", workflows=list(workflows),

@@ -12,7 +12,7 @@ module for every run, and a fleet starts one of these per row.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -24,13 +24,13 @@ with workflow.unsafe.imports_passed_through():
     from activities.containers import llm_writer
     from activities.containers.activities import ContainerActivities
     from activities.llm.structured import Rejected
-    from contracts.agents import AgentProvenance, AnswerSource
+    from contracts.agents import AnswerSource
     from contracts.common import ArtifactRef, Failure, JobStatus, TokenTotals
     from contracts.fleet import Classification, ErrorCategory, Slot
     from contracts.fleet_job import (
         ApprovalRequest, AttemptRecord, ClassifyRequest, CommandSource, CommandWriterContext, ManifestRow,
         ModelTestRequest, ModelTestResult, PolicyCheckRequest, PolicyCheckResult, PreviousAttempt,
-        RecordVerdictRequest, RowRequest, RunnerKind, RunTestRequest, TestOutcome, WriteCommandRequest,
+        RecordVerdictRequest, RowRequest, RunnerKind, RunTestRequest, TestOutcome, WriteCommandRequest, Written,
     )
     from contracts.messages import ChatResult
     from workflows._call_options import CONTAINER, LOCAL
@@ -42,14 +42,6 @@ with workflow.unsafe.imports_passed_through():
         Finish, Retry, harness_failure, model_result, next_after_attempt, rejection, render_fixed, writer_gave_up,
     )
 
-ROW_SLOTS_PATCH = "fleet-row-slots"
-"""Deprecated patch: rows run on slots with the agent ladder, Yes/No/Error and the verdict saved per row.
-The flow of rows started before it is gone; `deprecate_patch` keeps histories recorded while it was
-`workflow.patched` replaying."""
-FAIRNESS_PATCH = "fleet-fairness"
-"""Deprecated patch: a row's test activity carries a priority (first attempt before retries) and its
-family as the fairness key. Kept as `deprecate_patch` like ROW_SLOTS_PATCH."""
-
 _SOURCES = {AnswerSource.LLM: CommandSource.LLM, AnswerSource.OFFLINE: CommandSource.OFFLINE,
             AnswerSource.FALLBACK: CommandSource.FALLBACK}
 
@@ -59,17 +51,6 @@ def _local(summary: str) -> dict:
     activities on the workflow's own worker, recorded in history like any activity but without a
     task-queue round trip, which is most of a fleet row's orchestration cost."""
     return dict(summary=summary, start_to_close_timeout=LOCAL.start_to_close, retry_policy=LOCAL.retry)
-
-
-@dataclass(frozen=True)
-class Written:
-    """A command for the next attempt and who wrote it."""
-
-    command: str
-    source: CommandSource
-    transcript: ArtifactRef | None = None
-    note: str = ""
-    provenance: AgentProvenance | None = None
 
 
 @workflow.defn
@@ -94,7 +75,6 @@ class ModelTestWorkflow:
 
     @workflow.run
     async def run(self, req: ModelTestRequest) -> ModelTestResult:
-        workflow.deprecate_patch(ROW_SLOTS_PATCH)
         started = workflow.now()
         row: ManifestRow | None = None
         try:
@@ -226,7 +206,6 @@ class ModelTestWorkflow:
     async def _run(self, req: ModelTestRequest, attempt: int, command: str, probe_url: str | None, slot: Slot,
                    reference: str | None = None) -> TestOutcome:
         self._show(f"testing on port {slot.port}, attempt {attempt}")
-        workflow.deprecate_patch(FAIRNESS_PATCH)
         return await workflow.execute_activity_method(
             ContainerActivities.run_test,
             RunTestRequest(fleet_id=req.fleet_id, row=req.row, model_name=self._model, attempt=attempt, command=command,

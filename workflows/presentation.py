@@ -145,10 +145,11 @@ def _as_table(value: object) -> tuple[list[str], list[list[object]], int] | None
         return ["", ""], [[k, v] for k, v in value.items() if not _empty(v)], 0
     if not isinstance(value, (list, tuple)) or not value:
         return None
-    items = [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in value]
-    if not all(isinstance(i, dict) for i in items):
+    # only the rows shown are dumped: a fleet run shows its latest verdicts on every window change
+    shown = [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in value[:MAX_TABLE_ROWS]]
+    if not all(isinstance(i, dict) for i in shown):
         return None
-    shown, more = items[:MAX_TABLE_ROWS], max(0, len(items) - MAX_TABLE_ROWS)
+    more = max(0, len(value) - MAX_TABLE_ROWS)
     if all(_is_artifact(i) for i in shown):
         return (["artifact", "size", "sha256", "uri"],
                 [[i.get("name") or "-", i["size"], str(i["sha256"])[:12], i["uri"]] for i in shown], more)

@@ -34,24 +34,16 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from activities.sandbox import proc_stat
 from contracts.errors import Err, FleetforgeError
 
 LOCK_WAIT_S = 60.0
 KILL_WAIT_S = 10.0
 
 
-def _stat(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name (field 3 first), or None when there is no such process."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return raw[raw.rindex(")") + 2:].split()
-
-
 def start_ticks(pid: int) -> int | None:
     """The process's start time (clock ticks since boot): with the pid, what identifies it."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     return int(fields[19]) if fields else None
 
 
@@ -59,7 +51,7 @@ def group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes of a process group."""
     members = []
     for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and (fields := _stat(int(entry.name))) and fields[0] != "Z" and int(fields[2]) == pgid:
+        if entry.name.isdigit() and (fields := proc_stat(int(entry.name))) and fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(entry.name))
     return members
 
@@ -83,7 +75,7 @@ def tagged_processes(tag: str) -> list[int]:
         except OSError:
             continue
         setenv = any(a == TAG_VAR.encode() and argv[i + 1:i + 2] == [tag.encode()] for i, a in enumerate(argv))
-        if (needle in env or setenv) and (fields := _stat(int(entry.name))) and fields[0] != "Z":
+        if (needle in env or setenv) and (fields := proc_stat(int(entry.name))) and fields[0] != "Z":
             found.append(int(entry.name))
     return found
 

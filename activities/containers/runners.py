@@ -51,7 +51,7 @@ from activities.containers._marker import TAG_VAR, Intent, RowMarker, StartInten
 from activities.containers._ports import listening_pids, port_taken
 from activities.containers.evidence import MAX_TOKENS, PROMPTS, SENSIBLE_LATENCY_S, UNPROVABLE, degenerate, meets, shortfall, tier_of
 from activities.containers.offline_writer import writer_policy
-from activities.sandbox import Limits, SandboxPolicy, scrub, spawn_child
+from activities.sandbox import Child, Limits, SandboxPolicy, scrub, spawn_child
 from activities.containers.policy import check_command, container_name, declared_ports, render_argv, run_labels
 from activities.containers.taxonomy import DAEMON_LOST, daemon_unreachable
 from activities.storage import ArtifactStore
@@ -132,7 +132,8 @@ async def _run_argv(argv: Sequence[str], timeout_s: float, heartbeat: Heartbeat,
     """Run argv (no shell) in its own process group; (exit code or None on timeout, combined output).
     The run ends when the program exits (a background child still holding its output does not keep
     it going); then the whole group is killed, as on timeout and on cancellation: nothing of a test
-    outlives it. `on_start(pid)` runs once the process exists."""
+    outlives it. `on_start(pid)` runs once the process exists, in a thread (it may fsync a marker: never
+    on the event loop, which serves every workflow and activity of the worker)."""
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         start_new_session=True, cwd=cwd, env={**os.environ, **env} if env else None,
@@ -144,7 +145,7 @@ async def _run_argv(argv: Sequence[str], timeout_s: float, heartbeat: Heartbeat,
     timed_out = False
     try:
         if on_start is not None:
-            on_start(proc.pid)
+            await asyncio.to_thread(on_start, proc.pid)
         # poll the exit status: on 3.11 `proc.wait()` also waits for the output pipe, which a background
         # child may hold open for ever
         while proc.returncode is None:
@@ -171,15 +172,33 @@ async def _run_confined(argv: Sequence[str], timeout_s: float, heartbeat: Heartb
                         on_start: Callable[[int], None] | None = None) -> tuple[int | None, str]:
     """`_run_argv`'s contract for a command an LLM may have written: in the sandbox, its scratch folder
     as cwd (`cwd` is not used), the host's network shared (the server answers on 127.0.0.1)."""
+    def start(scratch: Path) -> Child:
+        """Spawn and `on_start` in one worker thread (fsync'ing a marker never blocks the event loop)."""
+        child = spawn_child(argv, scratch=scratch, policy=SandboxPolicy(network=True),
+                            limits=Limits(timeout_s=timeout_s, memory_bytes=0), env=dict(env or {}))
+        try:
+            if on_start is not None:
+                on_start(child.pid)
+        except BaseException:
+            child.kill()
+            raise
+        return child
+
     with tempfile.TemporaryDirectory(prefix="ff-row-") as tmp:
-        child = await asyncio.to_thread(spawn_child, argv, scratch=Path(tmp), policy=SandboxPolicy(network=True),
-                                        limits=Limits(timeout_s=timeout_s, memory_bytes=0), env=dict(env or {}))
+        starting = asyncio.ensure_future(asyncio.to_thread(start, Path(tmp)))
+        try:
+            child = await asyncio.shield(starting)
+        except asyncio.CancelledError:  # cancelled while it started: it still starts, and is killed at once
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread((await starting).kill)
+            raise
         deadline = time.monotonic() + timeout_s
         beat = time.monotonic() + HEARTBEAT_S
         timed_out = False
         try:
-            if on_start is not None:
-                on_start(child.pid)
+            # the first look after one interval: sooner, most tests' sandbox is still setting up, and
+            # Child.poll would scan /proc for its namespace for nothing
+            await asyncio.sleep(min(EXIT_POLL_S, timeout_s))
             while (code := child.poll()) is None:
                 now = time.monotonic()
                 if now >= deadline:
@@ -274,7 +293,8 @@ class _Marked(_Base):
         async with marker.held(heartbeat):
             leftovers = await marker.stop_leftovers(heartbeat)
             killed = sum(1 for lo in leftovers if lo.killed)
-            tag = marker.intend(req.attempt)  # durable before the spawn: a crash around it stays findable
+            # durable before the spawn (a crash around it stays findable); fsync'ed off the event loop
+            tag = await asyncio.to_thread(marker.intend, req.attempt)
             try:
                 code, out = await self.run_argv(argv, timeout_s, heartbeat, f"row {req.row}", cwd=cwd,
                                                 env={**slot_env(req.slot), TAG_VAR: tag},
@@ -375,7 +395,8 @@ class DockerRunner(_Base):
                 "is held by another process before the container started", passed=False, phase=TestPhase.START,
                 test_runs=runs)
         if intents is not None:
-            intents.intend(req.attempt, name)  # durable before `docker run`: a retry will ask the engine
+            # durable before `docker run` (a retry will ask the engine); fsync'ed off the event loop
+            await asyncio.to_thread(intents.intend, req.attempt, name)
         passed, phase, exit_code, logs, ours, evidence = False, TestPhase.START, None, "", "", Evidence()
         try:
             code, out = await self._docker(*render_argv(spec, name, labels)[1:], heartbeat=heartbeat)

@@ -11,6 +11,7 @@ from activities.sandbox.child import (
     exit_description,
     log_lines,
     mode,
+    proc_stat,
     spawn_child,
     unavailable,
     wait_children,
@@ -19,4 +20,4 @@ from activities.sandbox.paths import safe_join
 from activities.sandbox.scrub import scrub
 
 __all__ = ["Child", "Limits", "SandboxMode", "SandboxPolicy", "configure", "confinement_note", "exit_description",
-           "log_lines", "mode", "safe_join", "scrub", "spawn_child", "unavailable", "wait_children"]
+           "log_lines", "mode", "proc_stat", "safe_join", "scrub", "spawn_child", "unavailable", "wait_children"]

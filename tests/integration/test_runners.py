@@ -374,3 +374,29 @@ async def test_a_process_runner_command_runs_in_the_sandbox(tmp_path: Path, file
     found = json.loads(out.log_tail.strip().splitlines()[-1])
     assert found["hidden"] in ("absent", []) and found["processes"] <= 3
     assert found["uid"] != 0 and "FLEETFORGE_LLM_API_KEY" not in found["env"] and "PORT" not in found["env"]
+
+
+async def test_a_row_cancelled_while_its_command_starts_leaves_nothing_running(tmp_path: Path, file_store, monkeypatch):
+    """The spawn and the marker's durable record happen in a worker thread; a cancellation that arrives
+    meanwhile must still kill the command once it exists (it would otherwise run on, unowned)."""
+    from activities.containers import _marker
+
+    started = threading.Event()
+    tags: list[str] = []
+    record = _marker.RowMarker.started
+
+    def slow_started(self, pid: int, attempt: int, tag: str = "") -> None:
+        record(self, pid, attempt, tag)
+        tags.append(tag)
+        started.set()
+        time.sleep(1.0)  # the row is cancelled while the record is being written
+
+    monkeypatch.setattr(_marker.RowMarker, "started", slow_started)
+    runner = ProcessRunner(file_store, marker_dir=tmp_path / "m")
+    task = asyncio.create_task(runner.run(request('python -c "import time; time.sleep(300)"'), print))
+    assert await asyncio.to_thread(started.wait, 30), "the command started"
+    assert _marker.tagged_processes(tags[0]), "it runs while the record is written"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _marker.tagged_processes(tags[0]) == [], "the cancelled row's command is gone"

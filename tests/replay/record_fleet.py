@@ -7,8 +7,9 @@ and `modeltest_LABEL_{retry,human,llm,approval}.json` (rows: a retry, a failure 
 the LLM writer with a refused answer, a refused then approved command). Run it from a checkout of
 the code whose histories you want; keep the old files when a change is behind a patch, so runs
 started before it are still proven replayable, and delete them when the patch is retired
-(`workflow.deprecate_patch`). The `modeltest_fairness_*` files came from e9d06a6, the last commit
-with every fleet patch still `workflow.patched`.
+(`workflow.deprecate_patch`). The `modeltest_deprecated_*` files came from a58763e, the release that
+recorded the row patches as deprecated; their calls are gone since (a deprecated marker is skipped on
+replay), so those files prove that rows started by that release still replay.
 """
 
 from __future__ import annotations

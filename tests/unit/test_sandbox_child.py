@@ -136,3 +136,31 @@ def test_the_temp_dir_is_never_a_runtime_path_even_when_a_script_there_put_it_on
     paths = runtime_paths()
     assert temp not in paths and Path("/") not in paths
     assert Path(sys.executable).resolve().parent in paths
+
+
+def test_runtime_paths_follow_sys_path(monkeypatch, tmp_path: Path):
+    # resolved once per sys.path: a folder added later is bound for the next child, a removed one is not
+    import sys
+
+    from activities.sandbox.child import runtime_paths
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    assert lib not in runtime_paths()
+    monkeypatch.setattr(sys, "path", [*sys.path, str(lib)])
+    assert lib in runtime_paths()
+    monkeypatch.undo()
+    assert lib not in runtime_paths()
+
+
+def test_proc_stat_reads_a_process_state_and_parent_and_none_once_it_is_gone():
+    import os
+    import subprocess
+
+    from activities.sandbox import proc_stat
+
+    own = proc_stat(os.getpid())
+    assert own is not None and own[0] in "RS" and int(own[1]) == os.getppid()
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert proc_stat(child.pid) is None, "a reaped process has no stat"
