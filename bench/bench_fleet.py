@@ -23,8 +23,8 @@ import argparse
 import asyncio
 import csv
 import io
-import tempfile
 import statistics
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -127,6 +127,7 @@ async def largest_run_history(client, workflow_id: str) -> tuple[int, int]:
 class Round:
     fleet_s: float
     bare_s: float
+    bare_first: bool
 
     def ratio(self) -> float:
         """fleet rate / bare rate for the same rows: bare time / fleet time."""
@@ -196,13 +197,10 @@ async def main_async(rows: int, concurrency: int, workdir: Path, baseline: bool 
                 await bare(WARM_UP_ROWS)
                 results = []
                 for r in range(rounds):  # alternate which goes first: neither gains from the other's leftovers
-                    if r % 2 == 0:
-                        fleet_s, fleet_id, runs = await fleet(rows)
-                        results.append(Round(fleet_s, await bare(rows)))
-                    else:
-                        bare_s = await bare(rows)
-                        fleet_s, fleet_id, runs = await fleet(rows)
-                        results.append(Round(fleet_s, bare_s))
+                    bare_first = r % 2 == 1
+                    bare_s = await bare(rows) if bare_first else 0.0
+                    fleet_s, fleet_id, runs = await fleet(rows)
+                    results.append(Round(fleet_s, bare_s if bare_first else await bare(rows), bare_first))
             history_runs, largest = await largest_run_history(client, f"fleet/{fleet_id}")
             _, child_events = await largest_run_history(client, f"fleet/{fleet_id}/0")
     finally:
@@ -216,7 +214,7 @@ async def main_async(rows: int, concurrency: int, workdir: Path, baseline: bool 
         return 0
     print(f"warm-up:             {WARM_UP_ROWS} rows of each, untimed")
     for i, r in enumerate(results, 1):
-        print(f"round {i}{' (bare first)' if i % 2 == 0 else '             '}: fleet-test {r.fleet_s:6.2f} s {rows / r.fleet_s:6.1f} "
+        print(f"round {i}{' (bare first)' if r.bare_first else '             '}: fleet-test {r.fleet_s:6.2f} s {rows / r.fleet_s:6.1f} "
               f"models/s, bare parent/child {r.bare_s:6.2f} s {rows / r.bare_s:6.1f} rows/s: ratio {r.ratio():.2f}")
     ratio = statistics.median(r.ratio() for r in results)
     print(f"ratio fleet / bare:  {ratio:.2f}, the median of {len(results)} rounds "
