@@ -12,7 +12,8 @@ Starts the embedded Temporal dev server (127.0.0.1) and one in-process worker, t
      no-op activities and local activities (no policy, no store, no sandbox, no presentation): what
      Temporal itself costs.
 
-Prints each round's rates and ratio, their median (target >= 0.7) and the largest history (events) of
+Prints each round's rates and ratio, their median (target >= 0.7), the CPU each side cost per row in the
+worker process and in the Temporal server (where a gap comes from), and the largest history (events) of
 any fleet workflow run. Exit code 0 when the median meets the target. `--no-baseline` runs the fleet
 alone, once (a 10,000-row run: its wall time, rows/s and largest history).
 """
@@ -21,19 +22,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import csv
 import io
+import os
 import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel
 from temporalio import activity, workflow
 
+T = TypeVar("T")
 TARGET_RATIO = 0.7
 ROUNDS = 3
 WARM_UP_ROWS = 64
@@ -123,15 +129,44 @@ async def largest_run_history(client, workflow_id: str) -> tuple[int, int]:
     return runs, largest
 
 
+def server_pid() -> int | None:
+    """The embedded Temporal server: this process's child named `temporal`."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry.name}/stat").read_text()
+                if stat[stat.index("(") + 1:stat.rindex(")")] == "temporal" and int(stat[stat.rindex(")") + 2:].split()[1]) == os.getpid():
+                    return int(entry.name)
+    return None
+
+
+def cpu_s(server: int | None) -> tuple[float, float]:
+    """(this process's CPU seconds, the server's): user + system."""
+    mine = os.times()
+    if server is None:
+        return mine.user + mine.system, 0.0
+    fields = Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()
+    return mine.user + mine.system, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Timed:
+    """One timed run: its wall seconds and the CPU seconds the worker process and the server spent in it."""
+
+    wall_s: float
+    worker_cpu_s: float
+    server_cpu_s: float
+
+
 @dataclass
 class Round:
-    fleet_s: float
-    bare_s: float
+    fleet: Timed
+    bare: Timed
     bare_first: bool
 
     def ratio(self) -> float:
         """fleet rate / bare rate for the same rows: bare time / fleet time."""
-        return self.bare_s / self.fleet_s
+        return self.bare.wall_s / self.fleet.wall_s
 
 
 async def main_async(rows: int, concurrency: int, workdir: Path, baseline: bool = True, rounds: int = ROUNDS) -> int:
@@ -164,31 +199,38 @@ async def main_async(rows: int, concurrency: int, workdir: Path, baseline: bool 
     try:
         client = env.client
 
-        async def fleet(n: int) -> tuple[float, str, int]:
-            """(seconds, fleet id, workflow runs) of a fleet of n instant rows."""
+        server = server_pid()
+
+        async def timed(run: Awaitable[T]) -> tuple[Timed, T]:
+            wall, (worker, serving) = time.monotonic(), cpu_s(server)
+            result = await run
+            after = cpu_s(server)
+            return Timed(time.monotonic() - wall, after[0] - worker, after[1] - serving), result
+
+        async def fleet(n: int) -> tuple[Timed, str, int]:
+            """(time, fleet id, workflow runs) of a fleet of n instant rows."""
             fleet_id = uuid.uuid4().hex[:8]
             req = FleetTestRequest(manifest=upload_manifest(store, manifest(n)), runner=RunnerKind.PROCESS,
                                    concurrency=concurrency, max_attempts=1, queues=TaskQueues.single(queue),
                                    hardware=hardware)
-            t0 = time.monotonic()
-            result = await client.execute_workflow(FleetTestWorkflow.run, req, id=f"fleet/{fleet_id}", task_queue=queue)
-            elapsed = time.monotonic() - t0
+            took, result = await timed(client.execute_workflow(FleetTestWorkflow.run, req, id=f"fleet/{fleet_id}",
+                                                               task_queue=queue))
             if result.status is not JobStatus.COMPLETED or result.passed != n:
                 raise SystemExit(f"fleet did not pass every row: {result}")
-            return elapsed, fleet_id, result.runs
+            return took, fleet_id, result.runs
 
-        async def bare(n: int) -> float:
+        async def bare(n: int) -> Timed:
             req = BareRequest(rows=n, concurrency=concurrency, activities_per_row=per_row,
                               local_activities_per_row=local_per_row, queue=queue)
-            t0 = time.monotonic()
-            await client.execute_workflow(BareParent.run, req, id=f"bare/{uuid.uuid4().hex[:8]}", task_queue=queue)
-            return time.monotonic() - t0
+            took, _ = await timed(client.execute_workflow(BareParent.run, req, id=f"bare/{uuid.uuid4().hex[:8]}",
+                                                          task_queue=queue))
+            return took
 
         async with new_worker(client, workflows=[FleetTestWorkflow, ModelTestWorkflow, BareParent, BareChild],
                               activities=[*acts.all(), noop], task_queue=queue, max_concurrent_activities=64,
                               max_concurrent_workflow_tasks=64):
             if not baseline:  # the fleet alone, once
-                fleet_s, fleet_id, runs = await fleet(rows)
+                alone, fleet_id, runs = await fleet(rows)
                 per_row, local_per_row = await activities_of(client, f"fleet/{fleet_id}/0")
                 results: list[Round] = []
             else:
@@ -198,9 +240,9 @@ async def main_async(rows: int, concurrency: int, workdir: Path, baseline: bool 
                 results = []
                 for r in range(rounds):  # alternate which goes first: neither gains from the other's leftovers
                     bare_first = r % 2 == 1
-                    bare_s = await bare(rows) if bare_first else 0.0
-                    fleet_s, fleet_id, runs = await fleet(rows)
-                    results.append(Round(fleet_s, bare_s if bare_first else await bare(rows), bare_first))
+                    first = await bare(rows) if bare_first else None
+                    took, fleet_id, runs = await fleet(rows)
+                    results.append(Round(took, first or await bare(rows), bare_first))
             history_runs, largest = await largest_run_history(client, f"fleet/{fleet_id}")
             _, child_events = await largest_run_history(client, f"fleet/{fleet_id}/0")
     finally:
@@ -210,12 +252,17 @@ async def main_async(rows: int, concurrency: int, workdir: Path, baseline: bool 
           f"{local_per_row} local activities, {runs} fleet workflow runs")
     print(f"largest history:     {largest} events in one of the fleet's {history_runs} runs; a row's history {child_events} events")
     if not baseline:
-        print(f"fleet-test:          {fleet_s:7.2f} s  {rows / fleet_s:7.1f} models/s")
+        print(f"fleet-test:          {alone.wall_s:7.2f} s  {rows / alone.wall_s:7.1f} models/s; CPU per row: "
+              f"worker {alone.worker_cpu_s / rows * 1000:.1f} ms, server {alone.server_cpu_s / rows * 1000:.1f} ms")
         return 0
     print(f"warm-up:             {WARM_UP_ROWS} rows of each, untimed")
     for i, r in enumerate(results, 1):
-        print(f"round {i}{' (bare first)' if r.bare_first else '             '}: fleet-test {r.fleet_s:6.2f} s {rows / r.fleet_s:6.1f} "
-              f"models/s, bare parent/child {r.bare_s:6.2f} s {rows / r.bare_s:6.1f} rows/s: ratio {r.ratio():.2f}")
+        print(f"round {i}{' (bare first)' if r.bare_first else '             '}: fleet-test {r.fleet.wall_s:6.2f} s {rows / r.fleet.wall_s:6.1f} "
+              f"models/s, bare parent/child {r.bare.wall_s:6.2f} s {rows / r.bare.wall_s:6.1f} rows/s: ratio {r.ratio():.2f}")
+    for side, runs_of_side in (("fleet-test", [r.fleet for r in results]), ("bare", [r.bare for r in results])):
+        worker = statistics.median(t.worker_cpu_s for t in runs_of_side) / rows * 1000
+        serving = statistics.median(t.server_cpu_s for t in runs_of_side) / rows * 1000
+        print(f"CPU per row, {side + ':':11s} worker {worker:5.1f} ms, server {serving:5.1f} ms (medians)")
     ratio = statistics.median(r.ratio() for r in results)
     print(f"ratio fleet / bare:  {ratio:.2f}, the median of {len(results)} rounds "
           f"(target >= {TARGET_RATIO}): {'PASS' if ratio >= TARGET_RATIO else 'FAIL'}")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shlex
@@ -43,7 +44,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -109,10 +110,19 @@ def process_argv(command: str, programs: Sequence[str] = DEFAULT_PROGRAMS) -> li
                       "FLEETFORGE_PROCESS_PROGRAMS on the containers worker sets the list)")
     if tokens[0] in ("python", "python3"):
         return [sys.executable, *tokens[1:]]
-    resolved = shutil.which(tokens[0])
+    resolved = _which(tokens[0], os.environ.get("PATH", ""))
+    if resolved is not None and not os.access(resolved, os.X_OK):  # removed since: look again
+        _which.cache_clear()
+        resolved = _which(tokens[0], os.environ.get("PATH", ""))
     if resolved is None:
         raise FleetforgeError(Err.RUNNER_UNAVAILABLE, f"program {tokens[0]!r} is not installed on this worker")
     return [resolved, *tokens[1:]]
+
+
+@functools.lru_cache(maxsize=32)
+def _which(program: str, search_path: str) -> str | None:
+    """`shutil.which`, once per program and PATH: it stats every PATH folder, for every row."""
+    return shutil.which(program, path=search_path)
 
 
 def slot_env(slot: Slot | None) -> dict[str, str]:
@@ -170,35 +180,49 @@ async def _run_argv(argv: Sequence[str], timeout_s: float, heartbeat: Heartbeat,
 async def _run_confined(argv: Sequence[str], timeout_s: float, heartbeat: Heartbeat, what: str,
                         cwd: Path | None = None, env: Mapping[str, str] | None = None,
                         on_start: Callable[[int], None] | None = None) -> tuple[int | None, str]:
-    """`_run_argv`'s contract for a command an LLM may have written: in the sandbox, its scratch folder
+    """`_run_argv`'s contract for a command an LLM may have written: in the sandbox, a fresh scratch folder
     as cwd (`cwd` is not used), the host's network shared (the server answers on 127.0.0.1)."""
-    def start(scratch: Path) -> Child:
-        """Spawn and `on_start` in one worker thread (fsync'ing a marker never blocks the event loop)."""
-        child = spawn_child(argv, scratch=scratch, policy=SandboxPolicy(network=True),
-                            limits=Limits(timeout_s=timeout_s, memory_bytes=0), env=dict(env or {}))
+    def start() -> Child:
+        """Scratch folder, spawn and `on_start` in one worker thread (fsync'ing a marker never blocks the
+        event loop); nothing is left behind when any of them fails."""
+        scratch = Path(tempfile.mkdtemp(prefix="ff-row-"))
+        try:
+            child = spawn_child(argv, scratch=scratch, policy=SandboxPolicy(network=True),
+                                limits=Limits(timeout_s=timeout_s, memory_bytes=0), env=dict(env or {}))
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
         try:
             if on_start is not None:
                 on_start(child.pid)
         except BaseException:
-            child.kill()
+            end(child)
             raise
         return child
 
-    with tempfile.TemporaryDirectory(prefix="ff-row-") as tmp:
-        starting = asyncio.ensure_future(asyncio.to_thread(start, Path(tmp)))
+    def end(child: Child) -> str:
+        """Kill what is left of the child (nothing of a test outlives it), read its log, drop its scratch folder."""
         try:
-            child = await asyncio.shield(starting)
-        except asyncio.CancelledError:  # cancelled while it started: it still starts, and is killed at once
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread((await starting).kill)
-            raise
-        deadline = time.monotonic() + timeout_s
-        beat = time.monotonic() + HEARTBEAT_S
-        timed_out = False
-        try:
-            # the first look after one interval: sooner, most tests' sandbox is still setting up, and
-            # Child.poll would scan /proc for its namespace for nothing
-            await asyncio.sleep(min(EXIT_POLL_S, timeout_s))
+            child.kill()
+            return scrub(child.log.read_text(encoding="utf-8", errors="replace"))
+        finally:
+            shutil.rmtree(child.writable[0], ignore_errors=True)
+
+    starting = asyncio.ensure_future(asyncio.to_thread(start))
+    try:
+        child = await asyncio.shield(starting)
+    except asyncio.CancelledError:  # cancelled while it started: it still starts, and is ended at once
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(end, await starting)
+        raise
+    deadline = time.monotonic() + timeout_s
+    beat = time.monotonic() + HEARTBEAT_S
+    timed_out = False
+    try:
+        with _exit_event(child.pid) as exited:
+            # the first look once it exited or after one interval: most tests end before, and a look at a
+            # running child (Child.poll) scans /proc for its namespace
+            await _until(exited, min(EXIT_POLL_S, timeout_s))
             while (code := child.poll()) is None:
                 now = time.monotonic()
                 if now >= deadline:
@@ -207,11 +231,36 @@ async def _run_confined(argv: Sequence[str], timeout_s: float, heartbeat: Heartb
                 if now >= beat:
                     heartbeat(f"{what}: running")
                     beat = now + HEARTBEAT_S
-                await asyncio.sleep(min(EXIT_POLL_S, deadline - now))
-        finally:
-            await asyncio.shield(asyncio.to_thread(child.kill))  # nothing of a test outlives it
-        text = scrub(child.log.read_text(encoding="utf-8", errors="replace"))
+                await _until(exited, min(EXIT_POLL_S, deadline - now))
+    finally:
+        text = await asyncio.shield(asyncio.to_thread(end, child))
     return (None if timed_out else code), text
+
+
+@contextlib.contextmanager
+def _exit_event(pid: int) -> Iterator[asyncio.Event]:
+    """An event set when the (not yet reaped) process `pid` exits, from its pidfd: a test that ends is seen
+    at once, not at the next poll. Where the kernel has no pidfd (before Linux 5.3) it is never set and
+    the caller's polls find the exit."""
+    exited = asyncio.Event()
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        yield exited
+        return
+    loop = asyncio.get_running_loop()
+    loop.add_reader(fd, exited.set)
+    try:
+        yield exited
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+async def _until(event: asyncio.Event, timeout_s: float) -> None:
+    """Wait until `event` is set or `timeout_s` passed, whichever comes first."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), max(timeout_s, 0))
 
 
 def _http(url: str, timeout_s: float, payload: dict | None = None) -> tuple[int, str]:

@@ -147,7 +147,10 @@ def _runtime_paths(search_path: tuple[str, ...], tempdir: str) -> tuple[Path, ..
 
 
 def _under(path: Path, roots: Sequence[Path]) -> bool:
-    return any(path == r or r in path.parents for r in roots)
+    """`path` is one of `roots` or inside one (absolute, resolved paths; by their text: `Path.parents` builds
+    a Path per level, and an argv compares every runtime path with every hidden one)."""
+    text = str(path)
+    return any(text == (root := str(r)) or text.startswith(root.rstrip("/") + "/") for r in roots)
 
 
 def bwrap_argv(command: Sequence[str], *, scratch: Path, policy: SandboxPolicy, limits: Limits,

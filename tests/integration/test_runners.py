@@ -260,6 +260,25 @@ async def test_process_runner_leaves_no_process_of_the_test_behind(tmp_path: Pat
     folder = out.log_tail.strip()
     assert folder.startswith("/") and "ff-row-" in folder
     assert host_processes_in(folder) == [], "the test's background child is gone"
+    assert not Path(folder).exists(), "and so is its scratch folder"
+
+
+async def test_a_row_ends_when_its_command_exits_not_at_the_next_poll(file_store, monkeypatch):
+    """The runner learns of the exit from the child's pidfd: with polls 60 s apart, a command that exits at
+    once still ends its row at once. Without a pidfd (an old kernel) the polls find the exit."""
+    from activities.containers import runners
+
+    monkeypatch.setattr(runners, "EXIT_POLL_S", 60.0)
+    out = await asyncio.wait_for(ProcessRunner(file_store).run(request('python -c "print(42)"'), print), 30)
+    assert out.passed and out.log_tail.strip() == "42"
+
+    def no_pidfd(pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(runners, "EXIT_POLL_S", 0.05)
+    monkeypatch.setattr(runners.os, "pidfd_open", no_pidfd)
+    out = await ProcessRunner(file_store).run(request('python -c "print(43)"'), print)
+    assert out.passed and out.log_tail.strip() == "43"
 
 
 async def test_the_process_runner_tells_the_test_its_slot(file_store):
