@@ -180,7 +180,7 @@ class FleetTestWorkflow:
             result = await workflow.execute_child_workflow(
                 ModelTestWorkflow.run, child, id=f"fleet/{fleet_id}/{row}", task_queue=req.queues.workflows,
                 search_attributes=ui.start_attributes(JobKind.MODEL_TEST),
-                static_summary=presentation.summary(child), static_details=presentation.details(child))
+                static_summary=presentation.summary(child))  # no static details: the fleet's show its request once
             verdict = result.verdict()
         except (ChildWorkflowError, WorkflowAlreadyStartedError) as e:
             if is_cancellation(e):  # the fleet is being cancelled: the row has no verdict

@@ -46,11 +46,12 @@ _SOURCES = {AnswerSource.LLM: CommandSource.LLM, AnswerSource.OFFLINE: CommandSo
             AnswerSource.FALLBACK: CommandSource.FALLBACK}
 
 
-def _local(summary: str) -> dict:
-    """Options of the per-attempt bookkeeping steps (read, write, check, classify, record): local
-    activities on the workflow's own worker, recorded in history like any activity but without a
-    task-queue round trip, which is most of a fleet row's orchestration cost."""
-    return dict(summary=summary, start_to_close_timeout=LOCAL.start_to_close, retry_policy=LOCAL.retry)
+_LOCAL = dict(start_to_close_timeout=LOCAL.start_to_close, retry_policy=LOCAL.retry)
+"""Options of the per-attempt bookkeeping steps (read, write, check, classify, record): local activities
+on the workflow's own worker, recorded in history like any activity but without a task-queue round trip,
+which is most of a fleet row's orchestration cost. No summary: each is a payload the worker encodes and
+the server stores, for every row of thousands, and the step's name (read_row, check_policy, ...) with
+the row's own summary already says what it did; the test activity, the step that takes time, has one."""
 
 
 @workflow.defn
@@ -104,8 +105,7 @@ class ModelTestWorkflow:
 
     async def _read(self, req: ModelTestRequest) -> ManifestRow:
         row = await workflow.execute_local_activity_method(
-            ContainerActivities.read_row, RowRequest(manifest=req.manifest, row=req.row),
-            **_local(f"row {req.row}: read the manifest row"))
+            ContainerActivities.read_row, RowRequest(manifest=req.manifest, row=req.row), **_LOCAL)
         self._model = row.model_name
         self._family = row.family_key()
         ui.set_model(row.model_name)
@@ -167,8 +167,7 @@ class ModelTestWorkflow:
         written = await workflow.execute_local_activity_method(
             ContainerActivities.write_command,
             WriteCommandRequest(manifest=req.manifest, row=req.row, hardware=req.hardware, runner=req.runner,
-                                attempt=len(self._attempts) + 1, history=self._failures, slot=slot),
-            **_local(f"row {req.row}: offline writer, attempt {len(self._attempts) + 1}"))
+                                attempt=len(self._attempts) + 1, history=self._failures, slot=slot), **_LOCAL)
         if written.command is None:
             self._offline_said = f"the offline writer has no command: {written.reason}"
             return Rejected(self._offline_said)
@@ -177,8 +176,7 @@ class ModelTestWorkflow:
     async def _check(self, req: ModelTestRequest, command: str, slot: Slot) -> PolicyCheckResult:
         return await workflow.execute_local_activity_method(
             ContainerActivities.check_policy,
-            PolicyCheckRequest(command=command, runner=req.runner, hardware=req.hardware, slot=slot),
-            **_local(f"{self._model}: policy check, attempt {len(self._attempts) + 1}"))
+            PolicyCheckRequest(command=command, runner=req.runner, hardware=req.hardware, slot=slot), **_LOCAL)
 
     def _tokens(self) -> TokenTotals:
         return token_totals(self._llm_calls, extra_calls=self._offline_answers)
@@ -199,8 +197,7 @@ class ModelTestWorkflow:
             return self._record(attempt, written, t0, None, outcome)
         failure = await workflow.execute_local_activity_method(
             ContainerActivities.classify,
-            ClassifyRequest(exit_code=outcome.exit_code, log_tail=outcome.log_tail, phase=outcome.phase),
-            **_local(f"{self._model}: classify failure, attempt {attempt}"))
+            ClassifyRequest(exit_code=outcome.exit_code, log_tail=outcome.log_tail, phase=outcome.phase), **_LOCAL)
         return self._record(attempt, written, t0, failure, outcome)
 
     async def _run(self, req: ModelTestRequest, attempt: int, command: str, probe_url: str | None, slot: Slot,
@@ -256,7 +253,7 @@ class ModelTestWorkflow:
         try:
             await workflow.execute_local_activity_method(
                 ContainerActivities.record_verdict, RecordVerdictRequest(fleet_id=req.fleet_id, verdict=result.verdict()),
-                **_local(f"{self._model}: record the verdict"))
+                **_LOCAL)
         except ActivityError as e:  # the parent's batch still carries it; never lose the verdict itself
             if is_cancellation(e):
                 raise

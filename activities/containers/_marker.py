@@ -8,9 +8,11 @@ to an interrupted earlier run of this row, and is killed (and waited for) first.
 removed when a run ends normally.
 
 Intent before the side effect: the marker records "attempt N is starting" (with a tag the child
-carries in its environment, FLEETFORGE_RUN_TAG) durably *before* the process is spawned, and its pid
-right after. A worker killed between the two leaves an intent without a pid; the retry finds that
-run's processes by the tag in /proc/PID/environ, kills them and counts the rerun.
+carries in its environment, FLEETFORGE_RUN_TAG) durably *before* the process is spawned, and the script
+runner its pid right after. A worker killed between the two leaves an intent without a pid; the retry
+finds that run's processes by the tag in /proc/PID/environ, kills them and counts the rerun. The process
+runner's sandboxed runs record the intent only: bubblewrap's own argv carries the tag (`--setenv`), so
+the tag always finds them, even when the command clears its environment.
 
 The docker runner keeps its own durable record (StartIntents): every container name it is about to
 `docker run` for (row, attempt) is written (fsync'ed) first and kept after the run, so a retry knows

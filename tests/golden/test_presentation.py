@@ -52,7 +52,15 @@ CASES: dict[str, BaseModel] = {
 }
 
 
-def rendered(request: BaseModel) -> str:
+SUMMARY_ONLY = {"model_test"}
+"""A fleet starts its rows with a static summary only (workflows/fleet.py): the fleet's own details show
+the request every row shares, once."""
+
+
+def rendered(name: str) -> str:
+    request = CASES[name]
+    if name in SUMMARY_ONLY:
+        return f"<!-- summary -->\n{presentation.summary(request)}\n"
     return f"<!-- summary -->\n{presentation.summary(request)}\n\n<!-- details -->\n{presentation.details(request)}\n"
 
 
@@ -74,7 +82,7 @@ def check_golden(path: Path, actual: str, *, update: bool) -> None:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_summary_and_details_match_the_golden_text(name: str, update_golden: bool) -> None:
-    check_golden(GOLDEN / f"{name}.md", rendered(CASES[name]), update=update_golden)
+    check_golden(GOLDEN / f"{name}.md", rendered(name), update=update_golden)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -248,6 +248,57 @@ async def test_process_runner_finds_a_run_whose_worker_died_between_intent_and_p
             os.killpg(orphan.pid, signal.SIGKILL)
 
 
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _environ(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+async def test_a_sandboxed_run_is_found_by_its_tag_alone_even_when_its_command_clears_its_environment(tmp_path: Path):
+    """The process runner records no pid: its marker holds the intent's tag only, which bubblewrap's own
+    argv carries. A command that re-executes itself with an empty environment (no tag left in it) is still
+    found through bubblewrap, and killing bubblewrap's init ends everything in its namespace."""
+    import os
+    import sys
+
+    from activities.containers._marker import TAG_VAR, RowMarker, tagged_processes
+    from activities.sandbox import Limits, SandboxPolicy, spawn_child
+
+    markers = tmp_path / "fleet-rows"
+    tag = RowMarker(markers, "crashy", 5).intend(attempt=1)
+    token = uuid.uuid4().hex
+    hide = f"import os, sys; os.execve(sys.executable, [sys.executable, '-c', 'import time; time.sleep(300)', '{token}'], {{}})"
+
+    def hidden_command() -> list[int]:
+        return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and token in _cmdline(e.name)]
+
+    (tmp_path / "scratch").mkdir()
+    orphan = spawn_child([sys.executable, "-c", hide], scratch=tmp_path / "scratch", policy=SandboxPolicy(network=True),
+                         limits=Limits(timeout_s=300, memory_bytes=0), env={TAG_VAR: tag})
+    try:
+        await assert_eventually(lambda: len(tagged_processes(tag)) >= 2 and hidden_command(),
+                                message="the command runs without the tag; bubblewrap and its init carry it")
+        assert not any(tag in _environ(str(pid)) for pid in hidden_command()), "the command's environment is empty"
+        out = await ProcessRunner(FileStore(tmp_path / "a"), marker_dir=markers).run(
+            request('python -c "print(42)"', fleet_id="crashy", row=5), print)
+        assert out.passed and out.test_runs == 2, out.log_tail
+        assert "(1 still running and killed first)" in out.log_tail
+        assert orphan.proc.wait(timeout=10) is not None, "bubblewrap was killed"
+        assert tagged_processes(tag) == [], "and nothing of the sandbox is left"
+        await assert_eventually(lambda: hidden_command() == [], message="the command ended with its namespace")
+    finally:
+        orphan.kill()
+    assert not (markers / "crashy-5.json").exists()
+
+
 async def test_process_runner_leaves_no_process_of_the_test_behind(tmp_path: Path, file_store):
     """A test that starts a background server and exits: nothing of it outlives the test. The test runs in
     the sandbox (its own PID namespace), so its folder, not a pid, identifies it from outside."""
@@ -400,21 +451,24 @@ async def test_a_row_cancelled_while_its_command_starts_leaves_nothing_running(t
     meanwhile must still kill the command once it exists (it would otherwise run on, unowned)."""
     from activities.containers import _marker
 
+    from activities.containers import runners
+
     started = threading.Event()
     tags: list[str] = []
-    record = _marker.RowMarker.started
+    spawn = runners.spawn_child
 
-    def slow_started(self, pid: int, attempt: int, tag: str = "") -> None:
-        record(self, pid, attempt, tag)
-        tags.append(tag)
+    def slow_spawn(*args, **kwargs):
+        child = spawn(*args, **kwargs)
+        tags.append(kwargs["env"][_marker.TAG_VAR])
         started.set()
-        time.sleep(1.0)  # the row is cancelled while the record is being written
+        time.sleep(1.0)  # the row is cancelled while its start is still under way
+        return child
 
-    monkeypatch.setattr(_marker.RowMarker, "started", slow_started)
+    monkeypatch.setattr(runners, "spawn_child", slow_spawn)
     runner = ProcessRunner(file_store, marker_dir=tmp_path / "m")
     task = asyncio.create_task(runner.run(request('python -c "import time; time.sleep(300)"'), print))
     assert await asyncio.to_thread(started.wait, 30), "the command started"
-    assert _marker.tagged_processes(tags[0]), "it runs while the record is written"
+    assert _marker.tagged_processes(tags[0]), "it runs while its start is under way"
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
