@@ -275,7 +275,9 @@ async def test_a_sandboxed_run_is_found_by_its_tag_alone_even_when_its_command_c
     markers = tmp_path / "fleet-rows"
     tag = RowMarker(markers, "crashy", 5).intend(attempt=1)
     token = uuid.uuid4().hex
-    hide = f"import os, sys; os.execve(sys.executable, [sys.executable, '-c', 'import time; time.sleep(300)', '{token}'], {{}})"
+    # the token appears in an argv only once the command re-executed itself (spelled backwards before)
+    hide = (f"import os, sys; os.execve(sys.executable, [sys.executable, '-c', 'import time; time.sleep(300)', "
+            f"'{token[::-1]}'[::-1]], {{}})")
 
     def hidden_command() -> list[int]:
         return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and token in _cmdline(e.name)]
