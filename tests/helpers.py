@@ -90,6 +90,15 @@ def wait_until(check: Callable[[], Any], *, timeout: float = 20.0, interval: flo
         time.sleep(interval)
 
 
+def proc_bytes(pid: int | str, name: str) -> bytes:
+    """/proc/PID/<name> (cmdline, environ, ...), or b"" when the process is gone or not readable."""
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def free_ports(n: int = 1) -> list[int]:
     """`n` distinct free TCP ports on 127.0.0.1 (held together while chosen, then released)."""
     socks = [socket.socket() for _ in range(n)]

@@ -26,7 +26,7 @@ from contracts.errors import Err, FleetforgeError
 from contracts.fleet import ErrorCategory, HardwareProfile, Slot, TestPhase
 from contracts.fleet_job import RunnerKind, RunTestRequest
 from tests.conftest import fleet_containers
-from tests.helpers import assert_eventually, free_ports
+from tests.helpers import assert_eventually, free_ports, proc_bytes
 
 
 def request(command: str, runner: RunnerKind = RunnerKind.PROCESS, **kw) -> RunTestRequest:
@@ -248,20 +248,6 @@ async def test_process_runner_finds_a_run_whose_worker_died_between_intent_and_p
             os.killpg(orphan.pid, signal.SIGKILL)
 
 
-def _cmdline(pid: str) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _environ(pid: str) -> str:
-    try:
-        return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
-    except OSError:
-        return ""
-
-
 async def test_a_sandboxed_run_is_found_by_its_tag_alone_even_when_its_command_clears_its_environment(tmp_path: Path):
     """The process runner records no pid: its marker holds the intent's tag only, which bubblewrap's own
     argv carries. A command that re-executes itself with an empty environment (no tag left in it) is still
@@ -280,7 +266,7 @@ async def test_a_sandboxed_run_is_found_by_its_tag_alone_even_when_its_command_c
             f"'{token[::-1]}'[::-1]], {{}})")
 
     def hidden_command() -> list[int]:
-        return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and token in _cmdline(e.name)]
+        return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and token.encode() in proc_bytes(e.name, "cmdline")]
 
     (tmp_path / "scratch").mkdir()
     orphan = spawn_child([sys.executable, "-c", hide], scratch=tmp_path / "scratch", policy=SandboxPolicy(network=True),
@@ -288,7 +274,7 @@ async def test_a_sandboxed_run_is_found_by_its_tag_alone_even_when_its_command_c
     try:
         await assert_eventually(lambda: len(tagged_processes(tag)) >= 2 and hidden_command(),
                                 message="the command runs without the tag; bubblewrap and its init carry it")
-        assert not any(tag in _environ(str(pid)) for pid in hidden_command()), "the command's environment is empty"
+        assert not any(tag.encode() in proc_bytes(pid, "environ") for pid in hidden_command()), "the command's environment is empty"
         out = await ProcessRunner(FileStore(tmp_path / "a"), marker_dir=markers).run(
             request('python -c "print(42)"', fleet_id="crashy", row=5), print)
         assert out.passed and out.test_runs == 2, out.log_tail
@@ -451,9 +437,7 @@ async def test_a_process_runner_command_runs_in_the_sandbox(tmp_path: Path, file
 async def test_a_row_cancelled_while_its_command_starts_leaves_nothing_running(tmp_path: Path, file_store, monkeypatch):
     """The spawn and the marker's durable record happen in a worker thread; a cancellation that arrives
     meanwhile must still kill the command once it exists (it would otherwise run on, unowned)."""
-    from activities.containers import _marker
-
-    from activities.containers import runners
+    from activities.containers import _marker, runners
 
     started = threading.Event()
     tags: list[str] = []

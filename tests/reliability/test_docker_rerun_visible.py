@@ -30,7 +30,7 @@ from activities.storage import FileStore
 from contracts.fleet import HardwareProfile, Slot
 from contracts.fleet_job import RunnerKind, RunTestRequest
 from tests.conftest import fleet_containers
-from tests.helpers import assert_eventually, free_ports
+from tests.helpers import assert_eventually, free_ports, proc_bytes
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -152,7 +152,7 @@ async def test_a_row_killed_at_any_point_of_its_start_reports_every_second_conta
         # 0: before `docker run` returns (its client is alive and has not reached the engine yet)
         p = _spawn(rows[0], tmp_path, str(client))
         await assert_eventually(lambda: (tmp_path / "markers").is_dir() and any(
-            f"--name\0{name[0]}".encode() in _cmdline(pid) for pid in _pids()), timeout=30, interval=0.01,
+            f"--name\0{name[0]}".encode() in proc_bytes(pid, "cmdline") for pid in _pids()), timeout=30, interval=0.01,
             message="row 0's docker run client started")
         kill(p)
         # 1: right after the container exists (the health wait has not begun answering)
@@ -184,15 +184,8 @@ async def test_a_row_killed_at_any_point_of_its_start_reports_every_second_conta
             assert "ran" in outcome.log_tail or "interrupted" in outcome.log_tail
     assert all(starts[(str(r), "1")] == 2 for r in (1, 2, 3)), starts  # these rows' first container surely started
     assert fleet_containers(fleet) == [], "nothing of the killed runs is left"
-    assert not any(f"--name\0{name[0]}".encode() in _cmdline(pid) for pid in _pids()), "no docker run client left"
+    assert not any(f"--name\0{name[0]}".encode() in proc_bytes(pid, "cmdline") for pid in _pids()), "no docker run client left"
 
 
 def _pids() -> list[int]:
     return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
