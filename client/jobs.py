@@ -123,7 +123,7 @@ class JobSnapshot(BaseModel):
 def status_of(execution_status: WorkflowExecutionStatus | None, attrs: TypedSearchAttributes) -> str:
     """A job's status: the execution status decides once the job is closed (a job cancelled or
     terminated while it waited for input is CANCELLED, whatever FleetforgeStatus last said);
-    while it runs, FleetforgeStatus says what it is doing."""
+    while it runs, FleetforgeStatus says what it is doing (none: RUNNING, as for a fleet row)."""
     recorded = attrs.get(vis.STATUS) or JobStatus.RUNNING.value
     match execution_status:
         case WorkflowExecutionStatus.CANCELED | WorkflowExecutionStatus.TERMINATED:
@@ -150,16 +150,17 @@ def _quote(value: str) -> str:
 
 
 STATUS_QUERY: dict[str, str] = {
-    JobStatus.RUNNING: "ExecutionStatus = 'Running' AND FleetforgeStatus = 'RUNNING'",
+    JobStatus.RUNNING: "ExecutionStatus = 'Running' AND (FleetforgeStatus = 'RUNNING' OR FleetforgeStatus IS NULL)",
     JobStatus.NEEDS_INPUT: "ExecutionStatus = 'Running' AND FleetforgeStatus = 'NEEDS_INPUT'",
     JobStatus.AWAITING_APPROVAL: "ExecutionStatus = 'Running' AND FleetforgeStatus = 'AWAITING_APPROVAL'",
-    JobStatus.COMPLETED: "ExecutionStatus = 'Completed' AND FleetforgeStatus = 'COMPLETED'",
+    JobStatus.COMPLETED: "ExecutionStatus = 'Completed' AND (FleetforgeStatus IS NULL OR FleetforgeStatus != 'FAILED')",
     JobStatus.FAILED: "(ExecutionStatus IN ('Failed', 'TimedOut') OR "
                       "(ExecutionStatus = 'Completed' AND FleetforgeStatus = 'FAILED'))",
     JobStatus.CANCELLED: "ExecutionStatus IN ('Canceled', 'Terminated')",
 }
 """Visibility filter per job status, the same mapping as `status_of` (so a cancelled job that was
-waiting for input is never listed as NEEDS_INPUT)."""
+waiting for input is never listed as NEEDS_INPUT; a fleet row, which has no FleetforgeStatus unless it
+waits for approval, is listed by its execution status)."""
 
 
 def list_query(kind: JobKind | None = None, status: str | None = None, *, rows: bool = False) -> str:

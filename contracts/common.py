@@ -31,7 +31,8 @@ TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED
 How each one looks in Temporal (workflows/job_end.py): COMPLETED = a Completed execution whose
 result is the job's result contract; FAILED = a Failed execution whose failure is a non-retryable
 ApplicationError (type = the failure code, details[0] = the result contract); CANCELLED = a
-Canceled execution. FleetforgeStatus always says the same."""
+Canceled execution. FleetforgeStatus says the same (a fleet's rows carry it only while they wait for
+approval: workflows/_visibility.set_status)."""
 
 
 class ArtifactRef(BaseModel, frozen=True):

@@ -25,6 +25,8 @@ TARGET = SearchAttributeKey.for_keyword("FleetforgeTarget")
 SEARCH_ATTRIBUTES = (JOB, STATUS, MODEL, TARGET)
 
 MAX_KEYWORD = 200
+WAITING = frozenset({JobStatus.NEEDS_INPUT, JobStatus.AWAITING_APPROVAL})
+"""What a running job can be doing that its execution status (Running) cannot say: waiting for a person."""
 _SOC = re.compile(r"^sm\d{4}[a-z]?$", re.IGNORECASE)
 
 
@@ -41,8 +43,11 @@ def normalise_model(model: str) -> str:
 
 
 def start_attributes(kind: JobKind, model: str = "", target: str = "") -> TypedSearchAttributes:
-    """Search attributes a job is started with (the client passes these to start_workflow)."""
-    pairs = [SearchAttributePair(JOB, kind.value), SearchAttributePair(STATUS, JobStatus.RUNNING.value)]
+    """Search attributes a job is started with (the client passes these to start_workflow; a fleet starts
+    its rows with these). A fleet row starts without FleetforgeStatus (see `set_status`)."""
+    pairs = [SearchAttributePair(JOB, kind.value)]
+    if kind is not JobKind.MODEL_TEST:
+        pairs.append(SearchAttributePair(STATUS, JobStatus.RUNNING.value))
     if model:
         pairs.append(SearchAttributePair(MODEL, normalise_model(model)))
     if target:
@@ -51,7 +56,18 @@ def start_attributes(kind: JobKind, model: str = "", target: str = "") -> TypedS
 
 
 def set_status(status: JobStatus) -> None:
-    """Keep FleetforgeStatus current (what `fleetforge list --status` and the Web UI filter on)."""
+    """Keep FleetforgeStatus current (what `fleetforge list --status` and the Web UI filter on).
+
+    A fleet row (model-test) carries it only while it waits for a person: a fleet has thousands of rows,
+    every upsert is a visibility write on the server (about 3 ms of server CPU, measured by
+    bench/bench_fleet.py), and while a row runs or once it has ended its execution status says the same
+    (client/jobs.py: `status_of`, `list_query`)."""
+    if workflow.info().typed_search_attributes.get(JOB) == JobKind.MODEL_TEST.value:
+        if status in WAITING:
+            workflow.upsert_search_attributes([STATUS.value_set(status.value)])
+        elif workflow.info().typed_search_attributes.get(STATUS) is not None:
+            workflow.upsert_search_attributes([STATUS.value_unset()])
+        return
     workflow.upsert_search_attributes([STATUS.value_set(status.value)])
 
 

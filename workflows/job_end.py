@@ -9,6 +9,7 @@ model-test rows), so Temporal's own tools tell the truth:
 
 A fleet's verdict is FAILED when any tested row is No or Error (its rows' children fail the same
 way), so `ExecutionStatus='Failed'`, `FleetforgeStatus='FAILED'` and the CLI's exit code 1 agree.
+A row's FleetforgeStatus is left out (`_visibility.set_status`): its execution status says how it ended.
 Readers get the contract back with `workflows.failures.result_from_failure` (the SDK raises
 `JobFailed` carrying it; a fleet parent reads its rows' results from their failures).
 """

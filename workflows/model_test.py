@@ -54,6 +54,13 @@ the server stores, for every row of thousands, and the step's name (read_row, ch
 the row's own summary already says what it did; the test activity, the step that takes time, has one."""
 
 
+def _priority(attempt: int, family: str) -> Priority:
+    """First attempts before retries (retries a step later than the default key, 3), families dispatched
+    fairly. A first attempt carries no priority key: keyed tasks cost the server's matcher more CPU
+    (bench/bench_fleet.py), and the default already puts them ahead of every retry."""
+    return Priority(priority_key=None if attempt == 1 else 4, fairness_key=family or None)
+
+
 @workflow.defn
 class ModelTestWorkflow:
     def __init__(self) -> None:
@@ -213,8 +220,7 @@ class ModelTestWorkflow:
             heartbeat_timeout=CONTAINER.heartbeat, retry_policy=CONTAINER.retry,
             # a cancelled row ends only after the runner removed its container
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            # first attempts before retries, families dispatched fairly
-            priority=Priority(priority_key=2 if attempt == 1 else 4, fairness_key=self._family or None))
+            priority=_priority(attempt, self._family))
 
     async def _await_approval(self, attempt: int, command: str) -> ApprovalRequest:
         """Durable wait for `approve_command` (no timer: the fleet waits for a person)."""

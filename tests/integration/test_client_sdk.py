@@ -220,6 +220,33 @@ async def test_a_failing_kernel_job_raises_job_failed_carrying_its_result(ff, wo
     await assert_eventually(lambda: listed(ff, handle.id, kind=JobKind.KERNEL, status=JobStatus.FAILED))
 
 
+async def test_fleet_rows_are_listed_by_how_they_ended_without_a_status_attribute(ff, workers_running):
+    """A row carries no FleetforgeStatus (one visibility write fewer per row of thousands): `list --rows
+    --status` and a row's status come from its execution status."""
+    from contracts.fleet_job import RunnerKind
+    from workflows._visibility import STATUS
+
+    csv = "model_name,status,note,command\nok,,,\"python -c \"\"print(1)\"\"\"\nbad,,,\"python -c \"\"raise SystemExit(3)\"\"\"\n"
+    handle = await ff.start_fleet_test(csv, runner=RunnerKind.PROCESS, concurrency=2, max_attempts=1)
+    with pytest.raises(JobFailed):
+        await handle.result()
+    fleet_id = handle.id.split("/", 1)[1]
+    ok, bad = f"fleet/{fleet_id}/0", f"fleet/{fleet_id}/1"
+    for row in (ok, bad):
+        assert (await ff.temporal.get_workflow_handle(row).describe()).typed_search_attributes.get(STATUS) is None
+    assert await (await ff.job(ok)).status() == JobStatus.COMPLETED
+    assert await (await ff.job(bad)).status() == JobStatus.FAILED
+
+    async def by_status() -> bool:
+        completed = {j.workflow_id for j in await ff.list_jobs(status=JobStatus.COMPLETED, limit=200, rows=True)}
+        failed = {j.workflow_id for j in await ff.list_jobs(status=JobStatus.FAILED, limit=200, rows=True)}
+        running = {j.workflow_id for j in await ff.list_jobs(status=JobStatus.RUNNING, limit=200, rows=True)}
+        return (ok in completed and bad not in completed and bad in failed and ok not in failed
+                and handle.id in failed and not {ok, bad} & running)
+
+    await assert_eventually(by_status, timeout=20, message="rows are not listed by how they ended")
+
+
 async def test_a_fleet_is_one_job_in_the_list_across_continue_as_new_and_its_rows_are_reachable(ff, workers_running):
     from contracts.fleet_job import RunnerKind
 
@@ -234,8 +261,8 @@ async def test_a_fleet_is_one_job_in_the_list_across_continue_as_new_and_its_row
 
     await assert_eventually(one_line, timeout=20)
     assert all(j.kind != JobKind.MODEL_TEST.value for j in await ff.list_jobs(limit=200))
-    rows = [j.workflow_id for j in await ff.list_jobs(limit=200, rows=True) if j.workflow_id.startswith("fleet/")]
     fleet_id = handle.id.split("/", 1)[1]
+    rows = [j.workflow_id for j in await ff.list_jobs(limit=200, rows=True) if j.workflow_id.startswith(f"fleet/{fleet_id}/")]
     assert sorted(rows) == [f"fleet/{fleet_id}/{i}" for i in range(3)]
 
     row = await ff.job(f"fleet/{fleet_id}/1")

@@ -229,7 +229,9 @@ async def test_approval_is_a_durable_wait_with_a_validated_update(temporal_env, 
         await assert_eventually(lambda: awaiting(2), message="attempt 2 awaiting approval")
         await handle.execute_update(ModelTestWorkflow.approve_command, ApprovalRequest(attempt=2, approved=True))
         result = await outcome_of(handle, FleetTestResult)
+        ended = await handle.describe()
     assert result.passed
+    assert ended.typed_search_attributes.get(STATUS) is None, "a row carries FleetforgeStatus only while it waits"
     assert [(a.category, a.reason) for a in result.attempts] == [
         (ErrorCategory.POLICY_REJECTED, "refused by reviewer: use fewer GPUs"), (None, "")]
 
