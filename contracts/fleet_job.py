@@ -196,6 +196,9 @@ class PlanFleetRequest(BaseModel, frozen=True):
     hardware: HardwareProfile = Field(default_factory=HardwareProfile)
     families: bool = False
     """Also return each pending row's family (only a fleet with `max_per_family` needs them)."""
+    models: tuple[int, int] = (0, 0)
+    """(first position in the pending rows, count): also return these rows' model names (what one fleet
+    run can start; not the whole CSV's, which would put every name in every run's history)."""
 
 
 class FleetPlan(BaseModel, frozen=True):
@@ -211,6 +214,9 @@ class FleetPlan(BaseModel, frozen=True):
     """Distinct families of the pending rows (only when asked)."""
     family_of: dict[int, int] = Field(default_factory=dict)
     """Pending row -> index into `families` (only when asked)."""
+    models: dict[int, str] = Field(default_factory=dict)
+    """Pending row -> its model name, for the positions asked (a row starts with its FleetforgeModel
+    instead of upserting it: one visibility write fewer per row)."""
 
 
 class RowRequest(BaseModel, frozen=True):

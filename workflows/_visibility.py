@@ -62,7 +62,7 @@ def set_status(status: JobStatus) -> None:
     every upsert is a visibility write on the server (about 3 ms of server CPU, measured by
     bench/bench_fleet.py), and while a row runs or once it has ended its execution status says the same
     (client/jobs.py: `status_of`, `list_query`)."""
-    if workflow.info().typed_search_attributes.get(JOB) == JobKind.MODEL_TEST.value:
+    if _is_row():
         if status in WAITING:
             workflow.upsert_search_attributes([STATUS.value_set(status.value)])
         elif workflow.info().typed_search_attributes.get(STATUS) is not None:
@@ -72,7 +72,16 @@ def set_status(status: JobStatus) -> None:
 
 
 def set_model(model: str) -> None:
-    workflow.upsert_search_attributes([MODEL.value_set(normalise_model(model))])
+    """Set FleetforgeModel, except on a fleet row started with it (a fleet starts most rows with their model;
+    each upsert is a visibility write on the server). Other jobs always upsert: their histories have it."""
+    value = normalise_model(model)
+    if not (_is_row() and workflow.info().typed_search_attributes.get(MODEL) == value):
+        workflow.upsert_search_attributes([MODEL.value_set(value)])
+
+
+def _is_row() -> bool:
+    """This workflow is a fleet's row (a model-test job, started by its fleet)."""
+    return workflow.info().typed_search_attributes.get(JOB) == JobKind.MODEL_TEST.value
 
 
 def set_target(target: str) -> None:

@@ -43,6 +43,11 @@ FLEET_DEFAULT_ID_PATCH = "fleet-default-id"
 rule of fleets started before it is gone; kept as `deprecate_patch` like FLEET_SLOTS_PATCH."""
 
 
+def _lookahead(req: FleetTestRequest) -> int:
+    """How far past the cursor a family cap may start rows."""
+    return 4 * req.concurrency
+
+
 def _cheap(summary: str) -> dict:
     return dict(summary=summary, start_to_close_timeout=STORAGE.start_to_close,
                 heartbeat_timeout=STORAGE.heartbeat, retry_policy=STORAGE.retry)
@@ -107,7 +112,8 @@ class FleetTestWorkflow:
     async def _load(self, req: FleetTestRequest, fleet_id: str) -> FleetPlan:
         plan = await workflow.execute_activity_method(
             ContainerActivities.plan_fleet, PlanFleetRequest(fleet_id=fleet_id, manifest=req.manifest, hardware=req.hardware,
-                                                             families=req.max_per_family > 0),
+                                                             families=req.max_per_family > 0,
+                                                             models=(self._carry.cursor, req.continue_every + _lookahead(req))),
             task_queue=req.queues.containers, **_cheap(f"read manifest {req.manifest.name or req.manifest.sha256[:12]}"))
         self._capacity = capacity(req.concurrency, req.hardware, plan.default_gpus)
         return plan
@@ -132,7 +138,7 @@ class FleetTestWorkflow:
         pending, plan = self._plan.pending, self._plan
         for _ in range(self._free(req, len(pending) - cursor)):
             pos = next_startable(cursor, len(pending), self._ahead, lambda p: plan.family_of.get(pending[p]),
-                                 self._family_running, req.max_per_family, lookahead=4 * req.concurrency)
+                                 self._family_running, req.max_per_family, lookahead=_lookahead(req))
             if pos is None:
                 break
             row = pending[pos]
@@ -179,7 +185,7 @@ class FleetTestWorkflow:
         try:
             result = await workflow.execute_child_workflow(
                 ModelTestWorkflow.run, child, id=f"fleet/{fleet_id}/{row}", task_queue=req.queues.workflows,
-                search_attributes=ui.start_attributes(JobKind.MODEL_TEST),
+                search_attributes=ui.start_attributes(JobKind.MODEL_TEST, model=self._plan.models.get(row, "")),
                 static_summary=presentation.summary(child))  # no static details: the fleet's show its request once
             verdict = result.verdict()
         except (ChildWorkflowError, WorkflowAlreadyStartedError) as e:

@@ -138,8 +138,10 @@ class ContainerActivities:
             for i in pending:
                 family_of[i] = index.setdefault(rows[i].family_key(), len(index))
             families = list(index)
+        first, count = req.models
+        models = {i: rows[i].model_name for i in pending[first:first + count]}
         return FleetPlan(total=len(rows), pending=pending, skipped=len(rows) - len(pending), gpus=gpus,
-                         default_gpus=default, families=families, family_of=family_of)
+                         default_gpus=default, families=families, family_of=family_of, models=models)
 
     @activity.defn(name="containers.read_row")
     def read_row(self, req: RowRequest) -> ManifestRow:

@@ -30,7 +30,7 @@ from contracts.fleet_job import (
 from contracts.settings import Settings
 from tests.doubles.recording_runner import RecordingRunner
 from tests.helpers import assert_eventually, fresh_queues, new_worker, job_outcome, outcome_of
-from workflows._visibility import STATUS, start_attributes
+from workflows._visibility import MODEL, STATUS, start_attributes
 from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
 
 PASS = 'python -c "print(\'server ready\')"'
@@ -290,6 +290,11 @@ async def test_a_fleet_over_four_runs_continues_as_new_reports_progress_and_reco
         final = await handle.query(FleetTestWorkflow.progress)
     elapsed = time.monotonic() - t0
     sizes = await _history_sizes(client, wid)
+    for i in (1, every + 1, n - 1):  # passed rows of the first, second and last run start with their model
+        row = client.get_workflow_handle(f"{wid}/{i}")
+        assert (await row.describe()).typed_search_attributes.get(MODEL) == f"org/m-{i}"
+        events = [e.event_type for e in (await row.fetch_history()).events]
+        assert EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES not in events, "a row writes no search attribute"
     print(f"\nfleet of {n} rows: {elapsed:.1f}s, {result.runs} runs, history events per run {sizes}")
 
     assert live.total == n and live.running <= 32 and live.eta_s is not None and live.done == live.passed + live.failed
