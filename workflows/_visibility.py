@@ -59,13 +59,13 @@ def set_status(status: JobStatus) -> None:
     """Keep FleetforgeStatus current (what `fleetforge list --status` and the Web UI filter on).
 
     A fleet row (model-test) carries it only while it waits for a person: a fleet has thousands of rows,
-    every upsert is a visibility write on the server (about 3 ms of server CPU, measured by
-    bench/bench_fleet.py), and while a row runs or once it has ended its execution status says the same
+    every upsert is a visibility write on the server (about 3 ms of the machine's CPU each, measured by
+    bench/bench_row_costs.py), and while a row runs or once it has ended its execution status says the same
     (client/jobs.py: `status_of`, `list_query`)."""
     if _is_row():
         if status in WAITING:
             workflow.upsert_search_attributes([STATUS.value_set(status.value)])
-        elif workflow.info().typed_search_attributes.get(STATUS) is not None:
+        elif workflow.info().typed_search_attributes.get(STATUS) is not None:  # it waited (or started with one)
             workflow.upsert_search_attributes([STATUS.value_unset()])
         return
     workflow.upsert_search_attributes([STATUS.value_set(status.value)])

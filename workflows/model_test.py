@@ -57,7 +57,7 @@ the row's own summary already says what it did; the test activity, the step that
 def _priority(attempt: int, family: str) -> Priority:
     """First attempts before retries (retries a step later than the default key, 3), families dispatched
     fairly. A first attempt carries no priority key: keyed tasks cost the server's matcher more CPU
-    (bench/bench_fleet.py), and the default already puts them ahead of every retry."""
+    (bench/bench_row_costs.py), and the default already puts them ahead of every retry."""
     return Priority(priority_key=None if attempt == 1 else 4, fairness_key=family or None)
 
 

@@ -1,0 +1,149 @@
+"""What a fleet row's Temporal features cost, each alone: bare parent/child variants, in one run.
+
+Every variant runs the bare parent/child of bench_fleet (a sliding window of children, each three no-op
+local activities and one no-op activity) with one feature added to the child, so the difference from
+`plain` is that feature's price on the server, the worker and the whole machine:
+
+* `priority-key`: the activity carries a priority key (`Priority(priority_key=2)`);
+* `fairness-key`: the activity carries a fairness key only;
+* `upserts`: the child upserts two search attributes (a model when it starts, a status when it ends);
+* `start-attributes`: the child is started with two search attributes and a static summary.
+
+The variants alternate, reversing the order each round (neither gains from the other's leftovers), and
+each prints medians per row over the rounds and its machine CPU as a ratio of `plain`'s. Informational
+(no target): it is how fleetforge decided what a row leaves out (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+import uuid
+from datetime import timedelta
+
+from pydantic import BaseModel
+from temporalio import activity, workflow
+from temporalio.common import Priority, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+with workflow.unsafe.imports_passed_through():  # the sandbox re-imports this module for every child
+    from bench.bench_fleet import cpu_s, server_pid
+
+VARIANTS = ("plain", "priority-key", "fairness-key", "upserts", "start-attributes")
+MODEL = SearchAttributeKey.for_keyword("FleetforgeModel")
+STATUS = SearchAttributeKey.for_keyword("FleetforgeStatus")
+JOB = SearchAttributeKey.for_keyword("FleetforgeJob")
+
+
+class VariantRequest(BaseModel):
+    rows: int
+    concurrency: int
+    queue: str
+    variant: str
+
+
+@activity.defn(name="bench.row_costs.noop")
+def noop(i: int) -> int:
+    return i
+
+
+@workflow.defn
+class VariantChild:
+    @workflow.run
+    async def run(self, req: VariantRequest) -> int:
+        for i in range(3):
+            await workflow.execute_local_activity(noop, i, start_to_close_timeout=timedelta(seconds=30))
+        if req.variant == "upserts":
+            workflow.upsert_search_attributes([MODEL.value_set("org/model")])
+        priority = {"priority-key": Priority(priority_key=2), "fairness-key": Priority(fairness_key="org")}
+        await workflow.execute_activity(noop, 1, task_queue=req.queue, start_to_close_timeout=timedelta(seconds=30),
+                                        priority=priority.get(req.variant, Priority.default))
+        if req.variant == "upserts":
+            workflow.upsert_search_attributes([STATUS.value_set("COMPLETED")])
+        return 1
+
+
+@workflow.defn
+class VariantParent:
+    def __init__(self) -> None:
+        self._running = 0
+
+    @workflow.run
+    async def run(self, req: VariantRequest) -> int:
+        done = 0
+
+        async def child(row: int) -> None:
+            nonlocal done
+            extra: dict = {}
+            if req.variant == "start-attributes":
+                extra = dict(search_attributes=TypedSearchAttributes([SearchAttributePair(JOB, "model-test"),
+                                                                      SearchAttributePair(MODEL, "org/model")]),
+                             static_summary=f"row {row}: org/model")
+            await workflow.execute_child_workflow(VariantChild.run, req, id=f"{workflow.info().workflow_id}/{row}",
+                                                  task_queue=req.queue, **extra)
+            done += 1
+            self._running -= 1
+
+        for row in range(req.rows):
+            await workflow.wait_condition(lambda: self._running < req.concurrency)
+            self._running += 1
+            asyncio.create_task(child(row))
+        await workflow.wait_condition(lambda: done == req.rows)
+        return done
+
+
+async def main_async(rows: int, concurrency: int, rounds: int) -> None:
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.testing import WorkflowEnvironment
+
+    from client.binaries import temporal_binary
+    from tests.helpers import new_worker
+    from workflows._visibility import SEARCH_ATTRIBUTES
+
+    env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
+                                                data_converter=pydantic_data_converter, dev_server_log_level="error")
+    queue = f"row-costs-{uuid.uuid4().hex[:8]}"
+    taken: dict[str, list[tuple[float, float, float, float]]] = {v: [] for v in VARIANTS}
+    try:
+        server = server_pid()
+
+        async def run(variant: str, n: int) -> tuple[float, float, float, float]:
+            wall, before = time.monotonic(), cpu_s(server)
+            await env.client.execute_workflow(VariantParent.run, VariantRequest(rows=n, concurrency=concurrency, queue=queue,
+                                                                                variant=variant),
+                                              id=f"row-costs/{uuid.uuid4().hex[:8]}", task_queue=queue)
+            after = cpu_s(server)
+            return (time.monotonic() - wall, *(a - b for a, b in zip(after, before, strict=True)))
+
+        async with new_worker(env.client, workflows=[VariantParent, VariantChild], activities=[noop], task_queue=queue,
+                              max_concurrent_activities=64, max_concurrent_workflow_tasks=64):
+            for variant in VARIANTS:  # warm-up, untimed
+                await run(variant, 64)
+            for r in range(rounds):
+                for variant in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
+                    taken[variant].append(await run(variant, rows))
+    finally:
+        await env.shutdown()
+
+    def per_row(variant: str, k: int) -> float:
+        return statistics.median(t[k] for t in taken[variant]) / rows * 1000
+
+    print(f"rows {rows}, concurrency {concurrency}, {rounds} rounds; per row, medians (ms):")
+    print(f"{'variant':18s} {'wall':>6s} {'worker':>7s} {'server':>7s} {'machine':>8s}  machine / plain")
+    for variant in VARIANTS:
+        print(f"{variant:18s} {per_row(variant, 0):6.1f} {per_row(variant, 1):7.1f} {per_row(variant, 2):7.1f} "
+              f"{per_row(variant, 3):8.1f}  {per_row(variant, 3) / per_row('plain', 3):.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=300)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    asyncio.run(main_async(args.rows, args.concurrency, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
