@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from temporalio.common import Priority
+
 from contracts.common import TokenTotals
 from contracts.errors import Err
 from contracts.fleet import Classification, ErrorCategory, HardwareProfile, Remedy, Slot, row_status
@@ -142,3 +144,10 @@ def next_startable(cursor: int, total: int, ahead: set[int], family_of: Callable
         if not cap or family is None or running.get(family, 0) < cap:
             return pos
     return None
+
+
+def attempt_priority(attempt: int, family: str) -> Priority:
+    """A test activity's priority: first attempts before retries (retries keyed 4, a step after the default
+    3), families dispatched fairly. A first attempt carries no priority key: a keyed task costs the
+    server's matcher more CPU (bench/bench_row_costs.py), and the default already runs it before every retry."""
+    return Priority(priority_key=None if attempt == 1 else 4, fairness_key=family or None)

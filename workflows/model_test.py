@@ -16,7 +16,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.common import Priority
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -39,7 +38,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.failures import failure_from
     from workflows.job_end import end_failed, is_cancellation, mark_cancelled
     from workflows.fleet_policy import (
-        Finish, Retry, harness_failure, model_result, next_after_attempt, rejection, render_fixed, writer_gave_up,
+        Finish, Retry, harness_failure, model_result, next_after_attempt, rejection, render_fixed, attempt_priority,
+        writer_gave_up,
     )
 
 _SOURCES = {AnswerSource.LLM: CommandSource.LLM, AnswerSource.OFFLINE: CommandSource.OFFLINE,
@@ -52,13 +52,6 @@ on the workflow's own worker, recorded in history like any activity but without 
 which is most of a fleet row's orchestration cost. No summary: each is a payload the worker encodes and
 the server stores, for every row of thousands, and the step's name (read_row, check_policy, ...) with
 the row's own summary already says what it did; the test activity, the step that takes time, has one."""
-
-
-def _priority(attempt: int, family: str) -> Priority:
-    """First attempts before retries (retries a step later than the default key, 3), families dispatched
-    fairly. A first attempt carries no priority key: keyed tasks cost the server's matcher more CPU
-    (bench/bench_row_costs.py), and the default already puts them ahead of every retry."""
-    return Priority(priority_key=None if attempt == 1 else 4, fairness_key=family or None)
 
 
 @workflow.defn
@@ -220,7 +213,7 @@ class ModelTestWorkflow:
             heartbeat_timeout=CONTAINER.heartbeat, retry_policy=CONTAINER.retry,
             # a cancelled row ends only after the runner removed its container
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            priority=_priority(attempt, self._family))
+            priority=attempt_priority(attempt, self._family))
 
     async def _await_approval(self, attempt: int, command: str) -> ApprovalRequest:
         """Durable wait for `approve_command` (no timer: the fleet waits for a person)."""

@@ -8,7 +8,7 @@ import pytest
 from contracts.fleet import HARNESS_CATEGORIES, Classification, ErrorCategory, HardwareProfile, Remedy, RowStatus, Slot, row_status
 from workflows.fleet_policy import (
     Finish, Retry, allocate, capacity, eta_seconds, harness_failure, merge_categories, next_after_attempt, rejection,
-    render_fixed, should_continue_as_new, slots_free, writer_gave_up,
+    render_fixed, should_continue_as_new, slots_free, attempt_priority, writer_gave_up,
 )
 
 OOM = Classification(category=ErrorCategory.CUDA_OOM, remedy=Remedy.NEW_COMMAND, reason="oom")
@@ -163,3 +163,11 @@ def test_next_startable_skips_a_capped_family_within_the_lookahead_and_never_rer
     assert next_startable(0, 5, set(), fam, {0: 1}, cap=1, lookahead=8) == 2, "family 0 is at its cap"
     assert next_startable(0, 5, {2}, fam, {0: 1, 1: 1}, cap=1, lookahead=8) == 4, "row 2 already started"
     assert next_startable(0, 5, {2}, fam, {0: 1, 1: 1}, cap=1, lookahead=3) is None, "nothing within the lookahead"
+
+
+def test_first_attempts_go_before_retries_without_a_priority_key_and_families_are_fair():
+    first, retry = attempt_priority(1, "org"), attempt_priority(2, "org")
+    assert first.priority_key is None, "the default key (3): a keyed task costs the server more per row"
+    assert retry.priority_key is not None and retry.priority_key > 3, "a retry runs after every first attempt"
+    assert first.fairness_key == retry.fairness_key == "org"
+    assert attempt_priority(1, "").fairness_key is None
