@@ -30,7 +30,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -72,30 +72,32 @@ class BareChild:
         return req.activities_per_row + req.local_activities_per_row
 
 
+async def sliding_window(rows: int, concurrency: int, run_row: Callable[[int], Awaitable[object]]) -> int:
+    """Workflow code: run `run_row(row)` for every row, `concurrency` at a time; the rows done."""
+    running = done = 0
+
+    async def one(row: int) -> None:
+        nonlocal running, done
+        await run_row(row)
+        done += 1
+        running -= 1
+
+    for row in range(rows):
+        await workflow.wait_condition(lambda: running < concurrency)
+        running += 1
+        asyncio.create_task(one(row))
+    await workflow.wait_condition(lambda: done == rows)
+    return done
+
+
 @workflow.defn
 class BareParent:
     """The sliding window without anything of fleetforge's: start children, keep `concurrency` running."""
 
-    def __init__(self) -> None:
-        self._running = 0
-
     @workflow.run
     async def run(self, req: BareRequest) -> int:
-        done = 0
-
-        async def child(row: int) -> None:
-            nonlocal done
-            await workflow.execute_child_workflow(BareChild.run, req, id=f"{workflow.info().workflow_id}/{row}",
-                                                  task_queue=req.queue)
-            done += 1
-            self._running -= 1
-
-        for row in range(req.rows):
-            await workflow.wait_condition(lambda: self._running < req.concurrency)
-            self._running += 1
-            asyncio.create_task(child(row))
-        await workflow.wait_condition(lambda: done == req.rows)
-        return done
+        return await sliding_window(req.rows, req.concurrency, lambda row: workflow.execute_child_workflow(
+            BareChild.run, req, id=f"{workflow.info().workflow_id}/{row}", task_queue=req.queue))
 
 
 def manifest(rows: int) -> str:

@@ -24,16 +24,14 @@ import uuid
 from datetime import timedelta
 
 from pydantic import BaseModel
-from temporalio import activity, workflow
-from temporalio.common import Priority, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio import workflow
+from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
 
 with workflow.unsafe.imports_passed_through():  # the sandbox re-imports this module for every child
-    from bench.bench_fleet import cpu_s, server_pid
+    from bench.bench_fleet import cpu_s, noop, server_pid, sliding_window
+    from workflows._visibility import JOB, MODEL, STATUS
 
 VARIANTS = ("plain", "priority-key", "fairness-key", "upserts", "start-attributes")
-MODEL = SearchAttributeKey.for_keyword("FleetforgeModel")
-STATUS = SearchAttributeKey.for_keyword("FleetforgeStatus")
-JOB = SearchAttributeKey.for_keyword("FleetforgeJob")
 
 
 class VariantRequest(BaseModel):
@@ -41,11 +39,6 @@ class VariantRequest(BaseModel):
     concurrency: int
     queue: str
     variant: str
-
-
-@activity.defn(name="bench.row_costs.noop")
-def noop(i: int) -> int:
-    return i
 
 
 @workflow.defn
@@ -66,31 +59,13 @@ class VariantChild:
 
 @workflow.defn
 class VariantParent:
-    def __init__(self) -> None:
-        self._running = 0
-
     @workflow.run
     async def run(self, req: VariantRequest) -> int:
-        done = 0
-
-        async def child(row: int) -> None:
-            nonlocal done
-            extra: dict = {}
-            if req.variant == "start-attributes":
-                extra = dict(search_attributes=TypedSearchAttributes([SearchAttributePair(JOB, "model-test"),
-                                                                      SearchAttributePair(MODEL, "org/model")]),
-                             static_summary=f"row {row}: org/model")
-            await workflow.execute_child_workflow(VariantChild.run, req, id=f"{workflow.info().workflow_id}/{row}",
-                                                  task_queue=req.queue, **extra)
-            done += 1
-            self._running -= 1
-
-        for row in range(req.rows):
-            await workflow.wait_condition(lambda: self._running < req.concurrency)
-            self._running += 1
-            asyncio.create_task(child(row))
-        await workflow.wait_condition(lambda: done == req.rows)
-        return done
+        marked = req.variant == "start-attributes"
+        attributes = TypedSearchAttributes([SearchAttributePair(JOB, "model-test"), SearchAttributePair(MODEL, "org/model")])
+        return await sliding_window(req.rows, req.concurrency, lambda row: workflow.execute_child_workflow(
+            VariantChild.run, req, id=f"{workflow.info().workflow_id}/{row}", task_queue=req.queue,
+            search_attributes=attributes if marked else None, static_summary=f"row {row}: org/model" if marked else None))
 
 
 async def main_async(rows: int, concurrency: int, rounds: int) -> None:
