@@ -118,6 +118,8 @@ class JobSnapshot(BaseModel):
     convert: ConversionProgress | None = None
     """A convert job's `status` (NEEDS_INPUT and its questions live here)."""
     fleet: FleetProgress | None = None
+    pending_command: str = ""
+    """A fleet row's command waiting for approval (AWAITING_APPROVAL); its attempt is len(finished) + 1."""
 
 
 def status_of(execution_status: WorkflowExecutionStatus | None, attrs: TypedSearchAttributes) -> str:
@@ -274,7 +276,7 @@ class JobHandle(Generic[ResultT]):
                     lines = [f"attempt {a.attempt}: {a.category.value if a.category else 'passed'}"
                              + (f" ({a.reason})" if a.reason else "") for a in attempts]
                     step = f"awaiting approval: {pending}" if pending else (lines[-1] if lines else "")
-                    return JobSnapshot(step=step, finished=lines)
+                    return JobSnapshot(step=step, finished=lines, pending_command=pending or "")
             return JobSnapshot(step=str(await self._handle.query("step", rpc_timeout=_QUERY_TIMEOUT)))
         except _QUERY_ERRORS:  # no worker yet
             return JobSnapshot()

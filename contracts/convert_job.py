@@ -15,6 +15,19 @@ from contracts.models import ModelRef
 from contracts.runs import WorkspaceRef
 
 NEEDS_INPUT_TIMEOUT_S = 7 * 24 * 3600
+DEFAULT_MIN_COSINE: dict[Precision, float] = {
+    Precision.FP32: 0.99, Precision.FP16: 0.99, Precision.INT8: 0.95, Precision.W8A16: 0.95,
+}
+"""The accuracy gate's default (ConversionRequest.min_cosine None): the worst output's cosine to the fp32
+model, per requested precision."""
+
+
+def _gate_defaults() -> str:
+    """DEFAULT_MIN_COSINE in words for the help, "0.99 fp32/fp16, 0.95 int8/w8a16" (written once, there)."""
+    by_value: dict[float, list[str]] = {}
+    for precision, cosine in DEFAULT_MIN_COSINE.items():
+        by_value.setdefault(cosine, []).append(precision.value)
+    return ", ".join(f"{cosine:g} {'/'.join(names)}" for cosine, names in by_value.items())
 INPUT_DTYPES = ("float32", "float16", "int64", "int32", "bool")
 
 
@@ -47,25 +60,30 @@ def parse_input_shape(text: str) -> tuple[str, InputShape]:
 
 
 class ConversionRequest(BaseModel, frozen=True):
-    model: str = Field(min_length=1)
+    """A conversion job. A field's `description` is its help in every front door (client/job_options.py:
+    the CLI option, the MCP tool's input schema); the docstrings below it say what a reader of the code
+    needs on top."""
+
+    model: str = Field(min_length=1, description="model path, file:// or s3:// URI, or catalog name")
     """upload:// reference (a local model the SDK uploaded), s3:// URI, catalog name, or a path on the workers' disk."""
-    target_soc: str | None = None
-    """e.g. "SM8550" (case-insensitive); None: the job asks (NEEDS_INPUT)."""
-    precision: Precision | None = None
-    """None: the job asks (NEEDS_INPUT)."""
-    output: OutputKind = OutputKind.QNN_CONTEXT_BINARY
-    toolchain: Toolchain = Toolchain.AUTO
-    calibration: str | None = None
-    """Calibration data: an .npz (input name → array, samples along a leading axis) or a folder of
-    them, as an upload:// reference (the SDK uploads local data: contracts/uploads.py), an s3:// URI,
-    or an absolute path on the workers' disk. The job copies it into the workspace, content-addressed;
-    None: seeded synthetic calibration."""
-    min_cosine: float | None = Field(default=None, ge=0.0, le=1.0)
-    """Accuracy gate: the worst output's cosine to the fp32 model must reach this. None: the
-    precision's default (converter_policy.DEFAULT_MIN_COSINE); 0: accept a lossy result explicitly."""
-    preset: Literal["fast", "balanced", "max_perf"] = "balanced"
-    """How hard to try (activities/toolchains/presets.py maps it to concrete tool args)."""
-    max_replans: int = Field(default=2, ge=0, le=10)
+    target_soc: str | None = Field(None, description='target SoC, e.g. "sm8550" (omitted: the job asks)')
+    """Case-insensitive; None: the job asks (NEEDS_INPUT)."""
+    precision: Precision | None = Field(None, description="precision of the converted model (omitted: the job asks)")
+    output: OutputKind = Field(OutputKind.QNN_CONTEXT_BINARY, description="what to build")
+    toolchain: Toolchain = Field(Toolchain.AUTO, description="which tools (auto: the best installed)")
+    calibration: str | None = Field(
+        None, description="real inputs to calibrate on: an .npz (input name -> [N, *shape]) or a folder of them")
+    """As an upload:// reference (the SDK uploads local data: contracts/uploads.py), an s3:// URI, or an
+    absolute path on the workers' disk. The job copies it into the workspace, content-addressed; None:
+    seeded synthetic calibration."""
+    min_cosine: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description=f"accuracy gate: worst output cosine to the fp32 model (default {_gate_defaults()}; "
+                    "0 accepts a lossy result explicitly)")
+    """None: the precision's default (DEFAULT_MIN_COSINE, read by converter_policy)."""
+    preset: Literal["fast", "balanced", "max_perf"] = Field("balanced", description="how hard to try")
+    """activities/toolchains/presets.py maps it to concrete tool args."""
+    max_replans: int = Field(default=2, ge=0, le=10, description="new plans after a failed attempt")
     planner_max_tool_iters: int = Field(default=8, ge=1, le=64)
     user_id: str = "local"
     run_id: str = ""
@@ -78,21 +96,23 @@ class ConversionRequest(BaseModel, frozen=True):
     """For a rerun: step args to change, e.g. {"soc": "sm8650"}; every step having that arg gets the value."""
     llm: Literal["offline", "openai"] = "offline"
     """Who plans: the deterministic offline planner, or the LLM (ReAct loop over planner tools)."""
-    input_shapes: dict[str, InputShape] = Field(default_factory=dict)
-    """Static input shapes (`--input-shape NAME=1,3,224,224`): a PyTorch model's export shapes, and the
-    sizes an ONNX model's symbolic dims are fixed to (fix_input_dims; unnamed symbolic dims become 1)."""
-    eval_data: str | None = None
-    """Evaluation data kept apart from the calibration data (same format as `calibration`). None: the
-    accuracy gate grades a held-out part of the calibration data, or synthetic inputs of other families
-    and seeds than the calibration's; never a sample the quantizer calibrated on."""
-    eval_samples: int = Field(default=32, ge=1, le=4096)
-    """Samples the accuracy gate grades (synthetic inputs; with user data, at most this many held out)."""
-    synthetic_calibration: bool = False
-    """int8/w8a16 without calibration data: True calibrates on synthetic inputs (the verdict then says
-    `unverified on real data`); False asks for calibration data (NEEDS_INPUT)."""
-    precision_fallback: bool = False
-    """Whether the planner may deliver another precision than the requested one (int8 → w8a16) to meet
-    the gate; False: the delivered precision is the requested one, a wider one is only proposed."""
+    input_shapes: dict[str, InputShape] = Field(
+        default_factory=dict, description='static input shapes, e.g. {"pixel_values": {"dims": [1, 3, 224, 224]}}: '
+                                          "a PyTorch model's export shapes; an ONNX model's symbolic dims (others become 1)")
+    """`--input-shape NAME=1,3,224,224` on the CLI; fix_input_dims applies them to an ONNX model."""
+    eval_data: str | None = Field(
+        None, description="evaluation inputs kept apart from the calibration data (default: a held-out part of "
+                          "the calibration data, or synthetic inputs)")
+    """Same format as `calibration`. Never a sample the quantizer calibrated on: without it, synthetic inputs of
+    other families and seeds than the calibration's."""
+    eval_samples: int = Field(default=32, ge=1, le=4096, description="samples the accuracy gate grades (at most "
+                                                                     "half of the calibration data is held out)")
+    synthetic_calibration: bool = Field(
+        False, description="int8/w8a16 without calibration data: calibrate on synthetic inputs (the verdict says: "
+                           "unverified on real data); without it the job asks for calibration data")
+    precision_fallback: bool = Field(
+        False, description="let the planner deliver a wider precision (int8 -> w8a16) to meet the accuracy gate; "
+                           "without it the precision is the requested one and a fallback is only proposed")
 
 
 class ProvideInput(BaseModel, frozen=True):

@@ -423,11 +423,14 @@ class FleetTestRequest(BaseModel, frozen=True):
     manifest: ArtifactRef
     """The CSV uploaded by the client."""
     hardware: HardwareProfile = Field(default_factory=HardwareProfile)
-    concurrency: int = Field(default=4, ge=1, le=256)
-    max_attempts: int = Field(default=3, ge=1, le=10)
-    runner: RunnerKind = RunnerKind.DOCKER
-    require_approval: bool = False
-    test_timeout_s: float = Field(default=600.0, gt=0)
+    concurrency: int = Field(default=4, ge=1, le=256, description="rows tested at the same time")
+    max_attempts: int = Field(default=3, ge=1, le=10, description="attempts per row (each retry is told the last "
+                                                                  "failure)")
+    runner: RunnerKind = Field(RunnerKind.DOCKER, description="how a row's command runs")
+    require_approval: bool = Field(False, description="a person approves every command before it runs "
+                                                      "(fleetforge approve, or the MCP approve tool)")
+    test_timeout_s: float = Field(default=600.0, gt=0, description="seconds one test may take (a server: to become "
+                                                                   "healthy)")
     llm: Literal["offline", "openai"] = "offline"
     """Who writes the docker commands (the client sets it from FLEETFORGE_LLM, like ConversionRequest.llm)."""
     fleet_id: str = ""
@@ -437,13 +440,16 @@ class FleetTestRequest(BaseModel, frozen=True):
     queues: TaskQueues = Field(default_factory=TaskQueues)
     carry: FleetCarry | None = None
     """Set only by the workflow itself when it continues as new."""
-    require_tier: Tier = Tier.SERVES
-    """The tier a row must reach to be Yes (`--require-tier`; never NONE: that would pass a dead server)."""
-    evidence_columns: bool = False
-    """Add `tier` and `evidence` columns to the CSV (`--evidence-columns`); the per-model table always has them."""
-    max_per_family: int = Field(default=0, ge=0)
-    """At most this many rows of one family run at once (0: no cap); rows of other families further down
-    the CSV start meanwhile (`--max-per-family`)."""
+    require_tier: Tier = Field(Tier.SERVES, description="the tier a row must reach to be Yes: BOOTS (healthy), "
+                                                        "SERVES (lists its model, answers every request), SENSIBLE "
+                                                        "(non-degenerate answers in time), MATCHES (greedy answer = "
+                                                        "the row's reference)")
+    """Never NONE: that would pass a dead server."""
+    evidence_columns: bool = Field(False, description="also write tier and evidence columns into the CSV (the "
+                                                      "per-model table always has them)")
+    max_per_family: int = Field(default=0, ge=0, description="at most N rows of one family (the family column, else "
+                                                             "the model's organisation) run at once; 0: no cap")
+    """Rows of other families further down the CSV start meanwhile."""
 
 
 class FleetProgress(BaseModel, frozen=True):

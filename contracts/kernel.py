@@ -273,21 +273,24 @@ Number = int | float
 class KernelTask(BaseModel, frozen=True):
     """Write a `dsl` kernel for `op_name`, proven against the `framework` reference."""
 
-    op_name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    op_name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                         description="the op's name (default: from the task file's name, 19_ReLU.py -> ReLU)")
     task_desc: str = Field(min_length=1)
     """The reference program as it runs (KernelBench format), with `overrides` applied."""
     task_id: str = Field(min_length=1)
     dsl: Literal["triton"] = "triton"
     framework: Literal["torch"] = "torch"
-    arch: str = Field(min_length=1)
-    """e.g. "cpu-interpreter" (Triton interpreter on CPU), "a100", "h100" (see KNOWN_ARCHES)."""
-    workflow: str = "default"
-    """A shipped workflow name or a workflow.yaml path; ignored when `conductor` is given."""
+    arch: str = Field(min_length=1, description="cpu-interpreter (the Triton interpreter on CPU) or a GPU arch "
+                                                "(a100, h100, ...)")
+    """See KNOWN_ARCHES."""
+    workflow: str = Field("default", description="a shipped workflow name (default, coder_only, with_optimizer, "
+                                                 "akg_style) or a workflow.yaml path")
+    """Ignored when `conductor` is given."""
     conductor: ConductorConfig | None = None
-    max_step: int | None = Field(default=None, gt=0)
+    max_step: int | None = Field(default=None, gt=0, description="cap on conductor steps")
     """Overrides `limitation_info.required.max_step` when set."""
-    num_candidates: int = Field(default=1, ge=1, le=16)
-    """Coder attempts per round, run as concurrent activities; the first verified one wins."""
+    num_candidates: int = Field(default=1, ge=1, le=16, description="coder candidates per round, run in parallel")
+    """Run as concurrent activities; the first verified one wins."""
     overrides: dict[str, Number] = Field(default_factory=dict)
     """Module-level constants of the task file set with `--set NAME=VALUE` (already applied to task_desc)."""
     source_file: str = ""

@@ -465,11 +465,12 @@ class KernelRequest(BaseModel, frozen=True):
     verify_timeout_s: float = Field(default=120.0, gt=0)
     llm: Provider = "offline"
     """Filled from the settings by the client SDK; offline is the default and the fallback."""
-    max_llm_answers: int = Field(default=3, ge=1, le=10)
-    """LLM answers per agent decision (the first and its repairs) before the offline agent answers."""
-    llm_rejections_before_fallback: int = Field(default=3, ge=1, le=50)
-    """After this many LLM candidates rejected by the verifier, the offline template's candidate is tried
-    (once, when the offline agents have one)."""
+    max_llm_answers: int = Field(default=3, ge=1, le=10, description="LLM answers per agent decision (the first "
+                                                                     "and its repairs) before the offline agent answers")
+    llm_rejections_before_fallback: int = Field(
+        default=3, ge=1, le=50, description="LLM candidates the verifier may reject before the offline template's "
+                                            "candidate is tried")
+    """Tried once, when the offline agents have one."""
 
 
 class KernelResult(BaseModel):

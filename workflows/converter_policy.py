@@ -18,8 +18,8 @@ from activities.toolchains.socs import lookup_soc
 from contracts.common import Failure
 from contracts.convert import CompiledStep, CompileResult, OutputKind, Precision
 from contracts.convert_job import (
-    AccuracyVerdict, AttemptRecord, CalibrationSource, ConversionRequest, EvaluationReport, OffloadReport, PlanFeedback,
-    ProvideInput,
+    DEFAULT_MIN_COSINE, AccuracyVerdict, AttemptRecord, CalibrationSource, ConversionRequest, EvaluationReport,
+    OffloadReport, PlanFeedback, ProvideInput,
 )
 from contracts.errors import Err, FleetforgeError, clip
 
@@ -27,10 +27,6 @@ NOT_REPLANNABLE = frozenset({Err.TOOLCHAIN_UNAVAILABLE, Err.STORE_UNAVAILABLE, E
                              Err.CALIBRATION_INVALID, Err.CALIBRATION_NEEDED})
 """Execution failures a different plan cannot fix."""
 
-DEFAULT_MIN_COSINE: dict[Precision, float] = {
-    Precision.FP32: 0.99, Precision.FP16: 0.99, Precision.INT8: 0.95, Precision.W8A16: 0.95,
-}
-"""The accuracy gate's default: the worst output's cosine to the fp32 model, per requested precision."""
 CONTEXT_OUTPUTS = frozenset({OutputKind.QNN_CONTEXT_BINARY, OutputKind.DLC})
 QUANTIZED = frozenset({Precision.INT8, Precision.W8A16})
 REAL_INPUTS = frozenset({"held_out", "eval_data"})

@@ -11,13 +11,13 @@ from pydantic import BaseModel
 
 from client import out
 from client.cli.app import JsonOpt, WaitOpt, app, client_for, follow, run_sync, settings
+from client.cli.options import Opts, with_options
 from client.cli.render import show_result
+from client.job_options import FLEET_TEST
 from client.fleet import WriteBack, check_manifest, host_checked_profile, load_hardware, read_manifest
 from client.jobs import JobCancelled
 from client.sdk import FleetforgeClient
 from contracts.errors import Err, FleetforgeError
-from contracts.fleet import Tier
-from contracts.fleet_job import RunnerKind
 
 
 def show_write_back(done: WriteBack) -> None:
@@ -36,19 +36,13 @@ async def write_back(fc: FleetforgeClient, job_id: str, csv_file: Path, force: b
 
 
 @app.command("fleet-test")
+@with_options(FLEET_TEST)
 def fleet_test(
     csv_file: Annotated[Path, typer.Argument(metavar="MODELS.csv", help="Manifest: model_name,status,note,... columns.")],
-    concurrency: Annotated[int, typer.Option("--concurrency", metavar="N", min=1, max=256, help="Rows tested at the same time.")] = 4,
-    runner: Annotated[RunnerKind, typer.Option("--runner", help="How a row's command runs.")] = RunnerKind.DOCKER,
+    opts: Opts = {},
     hardware: Annotated[Optional[Path], typer.Option("--hardware", metavar="FILE.yaml", help="Hardware profile YAML.")] = None,
-    max_attempts: Annotated[int, typer.Option("--max-attempts", metavar="N", min=1, max=10, help="Attempts per row (each retry is told the last failure).")] = 3,
-    test_timeout: Annotated[float, typer.Option("--test-timeout", metavar="SECONDS", min=1.0, help="Seconds one test may take (a server: to become healthy).")] = 600.0,
-    require_approval: Annotated[bool, typer.Option("--require-approval", help="A person approves every command before it runs (fleetforge approve).")] = False,
     resume: Annotated[Optional[str], typer.Option("--resume", metavar="JOB_ID", help="Follow an existing fleet-test job instead of starting one; writes its finished rows back.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Write the verdicts back even into a CSV that is not the fleet's manifest (merged by model name).")] = False,
-    require_tier: Annotated[Tier, typer.Option("--require-tier", help="The tier a row must reach to be Yes: BOOTS (healthy), SERVES (lists its model, answers every request), SENSIBLE (non-degenerate answers in time), MATCHES (greedy answer = the row's reference).")] = Tier.SERVES,
-    max_per_family: Annotated[int, typer.Option("--max-per-family", metavar="N", min=0, help="At most N rows of one family (the family column, else the model's organisation) run at once; 0: no cap.")] = 0,
-    evidence_columns: Annotated[bool, typer.Option("--evidence-columns", help="Also write tier and evidence columns into the CSV (the per-model table always has them).")] = False,
     wait: WaitOpt = False, json_: JsonOpt = False,
 ) -> int:
     """Test-deploy every model of a CSV that has no verdict yet; with --wait (or --resume), write the
@@ -57,10 +51,10 @@ def fleet_test(
     csv_text = ""
     if resume is None:  # a bad CSV is exit 2 before anything connects or starts, and the file is not touched
         csv_text = read_manifest(csv_file)
-        check_manifest(csv_text, runner)
+        check_manifest(csv_text, opts["runner"])
     profile = load_hardware(hardware) if hardware is not None else None
     if resume is None:  # the host as it is: its GPUs, and nothing that asks for more (exit 2 before any row starts)
-        profile = host_checked_profile(csv_text, profile, str(hardware or "the profile"), require_tier, show=lambda p: out.hint(
+        profile = host_checked_profile(csv_text, profile, str(hardware or "the profile"), opts["require_tier"], show=lambda p: out.hint(
             f"hardware: {p.gpu_count} GPU(s), {p.gpu_memory_gb} GB each, ports {p.port_range[0]}-{p.port_range[1]} "
             f"({p.source or hardware})"))
 
@@ -72,16 +66,13 @@ def fleet_test(
                 out.error(f"{why}; nothing written", Err.MANIFEST_CHANGED)
                 return 2
         else:
-            handle = await fc.start_fleet_test(
-                csv_text, name=csv_file.name, concurrency=concurrency, runner=runner, hardware=profile,
-                max_attempts=max_attempts, test_timeout_s=test_timeout, require_approval=require_approval,
-                require_tier=require_tier, evidence_columns=evidence_columns, max_per_family=max_per_family)
+            handle = await fc.start_fleet_test(csv_text, name=csv_file.name, hardware=profile, **opts)
         if not wait:
             if resume is not None:
                 await write_back(fc, handle.id, csv_file, force)
             out.workflow_id(handle.id)
             out.hint(f"follow it with: fleetforge watch {handle.id}   (Web UI: {fc.ui_url(handle.id)})")
-            if require_approval:
+            if opts["require_approval"]:
                 out.hint("approve each row's command with: fleetforge approve fleet/FLEET_ID/ROW --attempt N "
                          "(rows waiting: fleetforge list --status AWAITING_APPROVAL)")
             return 0

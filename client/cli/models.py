@@ -10,7 +10,8 @@ import typer
 from client import out
 from client.convert import check_model, convert_request, input_shapes
 from client.cli.app import JobIdArg, JsonOpt, WaitOpt, app, client_for, finish, parse_sets, run_sync, settings
-from contracts.convert import OutputKind, Precision, Toolchain
+from client.cli.options import Opts, with_options
+from client.job_options import CONVERT
 from contracts.errors import Err, FleetforgeError
 
 
@@ -33,30 +34,11 @@ def inspect(
 
 
 @app.command()
+@with_options(CONVERT)
 def convert(
     model: Annotated[Optional[str], typer.Argument(metavar="MODEL", help="Model path, file:// or s3:// URI, or catalog name "
                                                         "(with --rerun: the earlier run's model).")] = None,
-    soc: Annotated[Optional[str], typer.Option("--soc", metavar="SOC", help="Target SoC, e.g. sm8550 (omitted: the job asks).")] = None,
-    precision: Annotated[Optional[Precision], typer.Option("--precision", help="Precision of the converted model (omitted: the job asks).")] = None,
-    output: Annotated[OutputKind, typer.Option("--output", help="What to build.")] = OutputKind.QNN_CONTEXT_BINARY,
-    toolchain: Annotated[Toolchain, typer.Option("--toolchain", help="Which tools (auto: the best installed).")] = Toolchain.AUTO,
-    preset: Annotated[str, typer.Option("--preset", metavar="PRESET", help="fast, balanced or max_perf.")] = "balanced",
-    calibration: Annotated[Optional[str], typer.Option(
-        "--calibration", metavar="FILE.npz|DIR", help="Real inputs: an .npz (input name -> [N, *shape]) or a folder of them.")] = None,
-    min_cosine: Annotated[Optional[float], typer.Option(
-        "--min-cosine", metavar="COSINE", min=0.0, max=1.0, help="Accuracy gate: worst output cosine to the fp32 model (default 0.99 "
-                                                                 "fp16, 0.95 int8/w8a16; 0 accepts a lossy result explicitly).")] = None,
-    eval_data: Annotated[Optional[str], typer.Option(
-        "--eval-data", metavar="FILE.npz|DIR", help="Evaluation inputs kept apart from the calibration data (default: a "
-                                                    "held-out part of --calibration, or synthetic inputs).")] = None,
-    eval_samples: Annotated[int, typer.Option("--eval-samples", metavar="N", min=1, max=4096,
-                                              help="Samples the accuracy gate grades (at most half of --calibration is held out).")] = 32,
-    synthetic_calibration: Annotated[bool, typer.Option(
-        "--synthetic-calibration", help="int8/w8a16 without --calibration: calibrate on synthetic inputs (the verdict "
-                                        "says: unverified on real data); without it the job asks for calibration data.")] = False,
-    precision_fallback: Annotated[bool, typer.Option(
-        "--precision-fallback", help="Let the planner deliver a wider precision (int8 -> w8a16) to meet the accuracy "
-                                     "gate; without it the precision is the requested one and a fallback is only proposed.")] = False,
+    opts: Opts = {},
     rerun: Annotated[Optional[str], typer.Option("--rerun", metavar="RUN_ID", help="Run id of an earlier conversion whose plan is reused.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="With --rerun: key=value step arg override (repeatable).")] = None,
     input_shape: Annotated[Optional[list[str]], typer.Option(
@@ -76,16 +58,12 @@ def convert(
     request = None
     if not rerun:  # bad input is exit 2 before anything connects
         assert model is not None
-        request = convert_request(model, settings=s, soc=soc, precision=precision, calibration=calibration,
-                                  output=output, toolchain=toolchain, preset=preset, min_cosine=min_cosine,
-                                  eval_data=eval_data, eval_samples=eval_samples,
-                                  synthetic_calibration=synthetic_calibration, precision_fallback=precision_fallback,
-                                  input_shapes=input_shapes(input_shape or []))
+        request = convert_request(model, settings=s, **opts, input_shapes=input_shapes(input_shape or []))
 
     async def go() -> int:
         fc = await client_for(s)
         if request is None:
-            handle = await fc.rerun_convert(str(rerun), overrides=overrides, model=model, min_cosine=min_cosine)
+            handle = await fc.rerun_convert(str(rerun), overrides=overrides, model=model, min_cosine=opts["min_cosine"])
         else:
             handle = await fc.start_convert(request)
         return await finish(fc, handle, wait)

@@ -1,77 +1,60 @@
-"""What each job tool takes: the contracts' own fields (their types, defaults and bounds are the
-contract's FieldInfo, so a tool cannot accept what the SDK would refuse), plus descriptions an agent
-reads. tests/unit/test_mcp_tools.py checks every field against its contract's schema."""
+"""What each tool takes. A job tool's input is what the job's CLI command takes (client/job_options.py:
+the contract fields, their types, defaults, bounds and help, so a tool cannot accept what the SDK would
+refuse) plus what names the job's input on the server's machine."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Any
 
+from pydantic import BaseModel, Field, create_model
+
+from client.job_options import CONVERT, FLEET_TEST, KERNEL, JobOptions
 from contracts.common import JobKind, JobStatus
-from contracts.convert import OutputKind, Precision
-from contracts.convert_job import ConversionRequest, InputShape, ProvideInput
-from contracts.fleet_job import FleetTestRequest, RunnerKind
+from contracts.convert_job import ProvideInput
 from contracts.inspect import InspectRequest
-from contracts.kernel import KernelTask
 
-_C = ConversionRequest.model_fields
-_K = KernelTask.model_fields
-_F = FleetTestRequest.model_fields
+_MODEL = "path on the server's machine, file:// or s3:// URI, or catalog name"
 
 
 class InspectArgs(BaseModel):
     """Resolve, record and store a model (a path on the server's machine, file:// or s3:// URI, catalog name)."""
 
-    model: str = InspectRequest.model_fields["model"]
+    model: str = Field(InspectRequest.model_fields["model"].default, min_length=1, description=_MODEL)
 
 
-class ConvertArgs(BaseModel):
+class _ConvertInput(BaseModel):
     """Convert a model for a Qualcomm SoC and precision. Leave soc or precision out and the job asks
-    (the task goes input_required; answer with tasks/update or the `answer` tool)."""
+    (a form elicitation, the task's input_required, or the `answer` tool)."""
 
-    model: str = Field(min_length=1, description="path on the server's machine, file:// or s3:// URI, or catalog name")
-    soc: str | None = Field(_C["target_soc"].default, description='target SoC, e.g. "sm8550"; omitted: the job asks')
-    precision: Precision | None = Field(_C["precision"].default, description="omitted: the job asks")
-    output: OutputKind = _C["output"]
-    preset: str = Field(_C["preset"].default, pattern="^(fast|balanced|max_perf)$",
-                        description="how hard to try: fast | balanced | max_perf")
-    calibration: str | None = Field(_C["calibration"].default,
-                                    description="calibration .npz (input name -> [N, *shape]) or a folder of them")
-    min_cosine: float | None = Field(_C["min_cosine"].default, ge=0.0, le=1.0,
-                                     description="accuracy gate: worst output cosine vs fp32; 0 accepts a lossy result")
-    max_replans: int = _C["max_replans"]
-    eval_data: str | None = Field(_C["eval_data"].default,
-                                  description="held-out .npz the accuracy gate scores, kept apart from calibration")
-    synthetic_calibration: bool = Field(_C["synthetic_calibration"].default,
-                                        description="int8/w8a16 without calibration data: calibrate on synthetic "
-                                                    "inputs (verdict: unverified on real data); false: the job asks")
-    precision_fallback: bool = Field(_C["precision_fallback"].default,
-                                     description="may deliver a wider precision (int8 -> w8a16) to meet the gate")
-    input_shapes: dict[str, InputShape] = Field(default_factory=dict,
-                                                description='static input shapes, e.g. {"pixel_values": {"dims": '
-                                                            '[1, 3, 224, 224]}}: a PyTorch model\'s export shapes')
+    model: str = Field(min_length=1, description=_MODEL)
 
 
-class KernelArgs(BaseModel):
+class _KernelInput(BaseModel):
     """Write and verify a Triton kernel for a KernelBench-format task file on the server's machine."""
 
     task_file: str = Field(min_length=1, description="path of the task .py (class Model, get_inputs, get_init_inputs)")
-    arch: str = Field("cpu", min_length=1, description="cpu-interpreter (cpu) or a GPU target (a100, h100, ...)")
-    workflow: str = Field(_K["workflow"].default, description="default | coder_only | with_optimizer | akg_style")
-    num_candidates: int = _K["num_candidates"]
-    max_step: int | None = _K["max_step"]
     sets: dict[str, str] = Field(default_factory=dict, description="module-level constants of the task to change, "
                                                                   'e.g. {"batch_size": "16", "dim": "4096"}')
 
 
-class FleetTestArgs(BaseModel):
+class _FleetTestInput(BaseModel):
     """Test every model of a manifest CSV (on the server's machine) in a container."""
 
     manifest: str = Field(min_length=1, description="path of the models CSV")
-    runner: RunnerKind = _F["runner"]
-    concurrency: int = _F["concurrency"]
-    require_approval: bool = Field(_F["require_approval"].default,
-                                   description="a person approves each command (the `approve` tool)")
-    test_timeout_s: float = _F["test_timeout_s"]
+
+
+def tool_input(base: type[BaseModel], job: JobOptions) -> type[BaseModel]:
+    """`base` (what names the job's input) plus the job's options, as the contracts declare them."""
+    fields: dict[str, Any] = {
+        r.option.key: (r.constrained, r.field())
+        for r in job.resolved()}
+    return create_model(base.__name__.strip("_").replace("Input", "Args"), __base__=base, __doc__=base.__doc__,
+                        **fields)
+
+
+ConvertArgs = tool_input(_ConvertInput, CONVERT)
+KernelArgs = tool_input(_KernelInput, KERNEL)
+FleetTestArgs = tool_input(_FleetTestInput, FLEET_TEST)
 
 
 class AnswerArgs(ProvideInput):

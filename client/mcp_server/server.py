@@ -26,7 +26,7 @@ from client.mcp_server.args import (
 )
 from client.mcp_server.tasks import JobState, JobTasks, answers_from
 from client.sdk import FleetforgeClient
-from contracts.common import ArtifactRef, JobKind, JobStatus
+from contracts.common import ArtifactRef, JobStatus
 from contracts.errors import Err, FleetforgeError
 from contracts.events import event_line
 from contracts.settings import Settings
@@ -88,27 +88,18 @@ class Backend:
     # -- starting jobs (the SDK's calls; this module adds no rule) ------------------------------
 
     async def start(self, tool: str, arguments: dict[str, Any]) -> JobHandle[Any]:
+        """Start the job behind a job tool: its arguments are the SDK's keywords (client/job_options.py)."""
         fc = await self.client()
+        args = JOB_TOOLS[tool].model_validate(arguments).model_dump()
         match tool:
             case "inspect":
-                a = InspectArgs.model_validate(arguments)
-                return await fc.start_inspect(a.model)
+                return await fc.start_inspect(args.pop("model"))
             case "convert":
-                c = ConvertArgs.model_validate(arguments)
-                return await fc.start_convert(
-                    c.model, soc=c.soc, precision=c.precision.value if c.precision else None, output=c.output,
-                    preset=c.preset, calibration=c.calibration, min_cosine=c.min_cosine, max_replans=c.max_replans,
-                    eval_data=c.eval_data, synthetic_calibration=c.synthetic_calibration,
-                    precision_fallback=c.precision_fallback, input_shapes=c.input_shapes)
+                return await fc.start_convert(args.pop("model"), **args)
             case "kernel":
-                k = KernelArgs.model_validate(arguments)
-                extra = {"max_step": k.max_step} if k.max_step else {}
-                return await fc.start_kernel(Path(k.task_file), arch=k.arch, workflow=k.workflow, sets=k.sets or None,
-                                             num_candidates=k.num_candidates, **extra)
+                return await fc.start_kernel(Path(args.pop("task_file")), sets=args.pop("sets") or None, **args)
             case "fleet_test":
-                f = FleetTestArgs.model_validate(arguments)
-                return await fc.start_fleet_test(Path(f.manifest), runner=f.runner, concurrency=f.concurrency,
-                                                 require_approval=f.require_approval, test_timeout_s=f.test_timeout_s)
+                return await fc.start_fleet_test(Path(args.pop("manifest")), **args)
         raise FleetforgeError(Err.BAD_INPUT, f"{tool} is not a job tool")
 
     # -- reading a job (for tasks/get and show) -------------------------------------------------
@@ -120,10 +111,8 @@ class Backend:
         snap = await handle.snapshot()
         state = JobState(job_id=handle.id, status=summary.status, created_at=desc.start_time,
                          updated_at=desc.close_time or desc.start_time, snapshot=snap)
-        if summary.status == JobStatus.AWAITING_APPROVAL and handle.kind is JobKind.MODEL_TEST:
-            from workflows.model_test import ModelTestWorkflow
-
-            state.pending_command = await handle._handle.query(ModelTestWorkflow.pending_command) or ""
+        if summary.status == JobStatus.AWAITING_APPROVAL and snap.pending_command:
+            state.pending_command = snap.pending_command
             state.pending_attempt = len(snap.finished) + 1
         if with_result and summary.status in (JobStatus.COMPLETED, JobStatus.FAILED):
             result = await handle.outcome()

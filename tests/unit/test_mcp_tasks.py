@@ -10,15 +10,12 @@ import pytest
 
 from client.events_view import EventPrinter
 from client.jobs import JobSnapshot
-from client.mcp_server.args import ConvertArgs, FleetTestArgs, KernelArgs
 from client.mcp_server.serve import check_binding
 from client.mcp_server.tasks import JobState, answer_schema, answers_from, input_key, task_view
-from contracts.convert_job import ConversionProgress, ConversionRequest, ProvideInput
+from contracts.convert_job import ConversionProgress, ProvideInput
 from contracts.common import JobStatus
 from contracts.errors import FleetforgeError
 from contracts.events import EventKind, JobEvent
-from contracts.fleet_job import FleetTestRequest
-from contracts.kernel import KernelTask
 
 T0 = datetime(2026, 11, 24, 10, 0, tzinfo=timezone.utc)
 
@@ -80,26 +77,6 @@ def test_the_answer_form_is_provide_inputs_fields_and_its_answers_are_what_provi
 
 def test_a_cancelled_job_is_a_cancelled_task():
     assert task_view(state("CANCELLED"))["status"] == "cancelled"
-
-
-@pytest.mark.parametrize(("args", "contract", "pairs"), [
-    (ConvertArgs, ConversionRequest, {"model": "model", "precision": "precision", "output": "output",
-                                      "max_replans": "max_replans", "calibration": "calibration",
-                                      "min_cosine": "min_cosine", "soc": "target_soc", "eval_data": "eval_data",
-                                      "synthetic_calibration": "synthetic_calibration",
-                                      "precision_fallback": "precision_fallback", "input_shapes": "input_shapes"}),
-    (KernelArgs, KernelTask, {"num_candidates": "num_candidates", "max_step": "max_step", "workflow": "workflow"}),
-    (FleetTestArgs, FleetTestRequest, {"runner": "runner", "concurrency": "concurrency",
-                                       "require_approval": "require_approval", "test_timeout_s": "test_timeout_s"}),
-])
-def test_tool_arguments_take_their_contracts_types_defaults_and_bounds(args, contract, pairs):
-    ours, theirs = args.model_json_schema(), contract.model_json_schema()
-    for mine, field in pairs.items():
-        a, b = dict(ours["properties"][mine]), dict(theirs["properties"][field])
-        for schema in (a, b):
-            schema.pop("title", None)
-            schema.pop("description", None)
-        assert a == b, (mine, a, b)
 
 
 def test_http_beyond_loopback_needs_a_token():
