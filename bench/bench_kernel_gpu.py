@@ -173,7 +173,7 @@ def report(rows: list[dict], csv_path: Path) -> int:
             level, _, problem = r["name"].partition("_")
             w.writerow([level.removeprefix("level"), problem, r["verified"] is not None, bool(r["verified"]),
                         f"{r['speedup']:.3f}" if r.get("speedup") else "", f"{r['ref_ms']:.4f}" if r.get("ref_ms") else "",
-                        "", 0, 0.0, r.get("baseline", ""), "fp32"])
+                        "", 0, 0.0, r.get("baseline", ""), "strict", "", "", "", "", ""])
     print(f"  results.csv: {csv_path}")
     return 0 if not failed else 1
 

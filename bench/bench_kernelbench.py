@@ -47,7 +47,14 @@ TASKS = ROOT / "examples" / "kernelbench"
 PUBLIC = {1: TASKS / "level1", 2: TASKS / "level2"}
 PUBLIC_TARGETS = {1: 0.80, 2: 0.60}
 CSV_COLUMNS = ("level", "problem", "compiled", "correct", "speedup", "ref_ms", "turns", "total_tokens",
-               "estimated_cost_usd", "baseline_type", "precision_used")
+               "estimated_cost_usd", "baseline_type", "precision_used", "sol_ms", "modeled_ms", "modeled_speedup",
+               "traffic_ratio", "launches")
+"""KernelBench v3's columns, then the cost model's (modeled on the roofline GPU, never measured: empty when no
+candidate verified)."""
+MODELED_FIELDS = ("gpu", "precision", "speedup", "sol_fraction", "traffic_ratio", "launches", "modeled_ms", "eager_ms", "sol_ms", "score",
+                  "memory_bound")
+TARGET_MODELED_SPEEDUP = 1.0
+TARGET_TRAFFIC_RATIO = 1.5
 UNARY = {"batch_size": 8, "dim": 500}
 SIZES: dict[str, dict[str, int]] = {
     **{name: UNARY for name in ("01_ReLU", "02_LeakyReLU", "03_Sigmoid", "04_Tanh", "05_GELU", "06_TanhGELU",
@@ -117,6 +124,11 @@ class Row:
     ref_ms: float | None = None
     baseline: str = ""
     """GPU only (--arch cuda): the best candidate's speedup over the faster of eager and torch.compile."""
+    precision: str = "strict"
+    modeled_before: dict | None = None
+    """The first verified candidate's modeled figures (MODELED_FIELDS), before any optimizer round."""
+    modeled_after: dict | None = None
+    """The delivered candidate's modeled figures (after the optimizer, when it ran)."""
 
 
 async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = "cpu-interpreter") -> list[Row]:
@@ -165,6 +177,10 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = 
             row.outcome, row.steps, row.family = result.outcome.value, result.steps, result.op_family
             row.finish = result.finish_reason.value if result.finish_reason else (result.failure.code if result.failure else "")
             row.tokens = result.tokens.total_tokens
+            row.precision = result.precision_used
+            first = next((e.modeled for e in result.trace if e.agent == "verifier" and e.modeled is not None), None)
+            row.modeled_before = modeled_figures(first)
+            row.modeled_after = modeled_figures(result.modeled)
             if result.timing is not None:
                 row.speedup, row.ref_ms, row.baseline = result.timing.speedup, result.timing.ref_ms, result.timing.baseline
             row.compiled = any(e.report is not None and (e.report.passed or e.report.mismatches)
@@ -189,6 +205,11 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = 
     finally:
         await env.shutdown()
     return rows
+
+
+def modeled_figures(modeled: object) -> dict | None:
+    """The figures of a ModeledSpeed the bench reports (None when there is none)."""
+    return None if modeled is None else {k: getattr(modeled, k) for k in MODELED_FIELDS}
 
 
 def recheck(task_source: str, candidate_source: str, folder: Path) -> tuple[str, bool]:
@@ -345,6 +366,7 @@ def public_report(rows: list[Row], wall: float, csv_path: Path | None) -> bool:
     wrong = [r for r in rows if r.wrong]
     checks.append((f"wrong kernels verified (re-checked outside the job on signed-normal inputs): {len(wrong)} "
                    "(target 0)", not wrong))
+    checks += modeled_report(rows)
     print()
     for line, ok in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {line}")
@@ -358,13 +380,58 @@ def public_report(rows: list[Row], wall: float, csv_path: Path | None) -> bool:
             w = csv.writer(f)
             w.writerow(CSV_COLUMNS)
             for r in sorted(rows, key=lambda r: (r.level, int(r.name.split("/")[1].split("_")[0]))):
+                m = r.modeled_after if r.outcome == "VERIFIED" and not r.wrong else None
+                modeled = ["", "", "", "", ""] if m is None else [
+                    f"{m['sol_ms']:.6f}", f"{m['modeled_ms']:.6f}", f"{m['speedup']:.3f}", f"{m['traffic_ratio']:.3f}",
+                    m["launches"]]
                 w.writerow([r.level, r.name.split("/", 1)[1], r.compiled, r.outcome == "VERIFIED" and not r.wrong,
                             "" if r.speedup is None else f"{r.speedup:.3f}", "" if r.ref_ms is None else f"{r.ref_ms:.4f}",
-                            r.steps, r.tokens, 0.0, r.baseline, "fp32"])
+                            r.steps, r.tokens, 0.0, r.baseline, r.precision, *modeled])
         print(f"  results.csv: {csv_path}")
     ok = all(ok for _, ok in checks)
     print("PASS" if ok else "FAIL")
     return ok
+
+
+def modeled_report(rows: list[Row]) -> list[tuple[str, bool]]:
+    """Per level and family: the verified kernels' median modeled speedup over eager and SOL fraction before and
+    after the optimizer, and the median traffic ratio; then the targets (median modeled speedup >= 1.0x on each
+    level, median traffic ratio <= 1.5 over the memory-bound kernels). All modeled (a roofline of the GPU the
+    jobs name), not measured."""
+    import statistics
+
+    done = [r for r in rows if r.outcome == "VERIFIED" and not r.wrong and r.modeled_after and r.modeled_before]
+    if not done:
+        return []
+    gpu = ", ".join(sorted({f"{r.modeled_after['gpu'].upper()} ({r.modeled_after['precision']})" for r in done}))
+
+    def med(sub: list[Row], when: str, key: str) -> float:
+        return statistics.median(getattr(r, f"modeled_{when}")[key] for r in sub)
+
+    print(f"\n  modeled on {gpu} (cost model, not a measurement): medians over the verified kernels, before -> after "
+          "the optimizer")
+    print(f"  {'level':<6}{'family':<30}{'kernels':>8}{'speedup':>16}{'SOL fraction':>16}{'traffic':>14}{'launches':>12}")
+    for level, fam in sorted({(r.level, r.kb_family) for r in done}):
+        sub = [r for r in done if (r.level, r.kb_family) == (level, fam)]
+        print(f"  {level:<6}{fam:<30}{len(sub):>8}"
+              f"{med(sub, 'before', 'speedup'):>7.2f}x ->{med(sub, 'after', 'speedup'):>5.2f}x"
+              f"{med(sub, 'before', 'sol_fraction'):>8.0%} ->{med(sub, 'after', 'sol_fraction'):>5.0%}"
+              f"{med(sub, 'before', 'traffic_ratio'):>6.2f} ->{med(sub, 'after', 'traffic_ratio'):>5.2f}"
+              f"{med(sub, 'before', 'launches'):>5.0f} ->{med(sub, 'after', 'launches'):>4.0f}")
+    checks = []
+    for level in sorted({r.level for r in done}):
+        sub = [r for r in done if r.level == level]
+        after = med(sub, "after", "speedup")
+        checks.append((f"Level {level} median modeled speedup over eager: {med(sub, 'before', 'speedup'):.2f}x -> "
+                       f"{after:.2f}x after the optimizer, {len(sub)} kernels (target >= {TARGET_MODELED_SPEEDUP:.1f}x)",
+                       after >= TARGET_MODELED_SPEEDUP))
+    bound = [r for r in done if r.modeled_after["memory_bound"]]
+    if bound:
+        ratio = med(bound, "after", "traffic_ratio")
+        checks.append((f"median modeled traffic ratio of the memory-bound kernels: "
+                       f"{med(bound, 'before', 'traffic_ratio'):.2f} -> {ratio:.2f}, {len(bound)} kernels "
+                       f"(target <= {TARGET_TRAFFIC_RATIO})", ratio <= TARGET_TRAFFIC_RATIO))
+    return checks
 
 
 def main() -> None:

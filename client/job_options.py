@@ -133,6 +133,8 @@ KERNEL = JobOptions((KernelTask, KernelRequest), (
     Option("op_name", metavar="NAME", default=None, annotation=str | None),
     Option("max_llm_answers", metavar="N"),
     Option("llm_rejections_before_fallback", metavar="N"),
+    Option("precision"),
+    Option("roofline_gpu", metavar="GPU"),
 ))
 
 FLEET_TEST = JobOptions((FleetTestRequest,), (

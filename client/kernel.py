@@ -31,12 +31,16 @@ def kernel_request(
     from activities.kernels.config_loader import config_for_task
     from activities.kernels.reference import precheck
     from activities.kernels.task_source import apply_overrides, check_op_name, check_task, op_name_for, parse_value
-    from contracts.kernel import CPU_ARCH, KernelTask, canonical_arch
+    from contracts.kernel import CPU_ARCH, KernelTask, RooflineGpu, canonical_arch
 
     try:
         arch = canonical_arch(arch)
     except ValueError as e:
         raise FleetforgeError(Err.BAD_INPUT, f"--arch: {e}") from None
+    gpus = RooflineGpu.__args__
+    if fields.get("roofline_gpu", "h100") not in gpus:
+        raise FleetforgeError(Err.BAD_INPUT, f"--roofline-gpu: unknown GPU {fields['roofline_gpu']!r}; the cost model "
+                                             f"knows {', '.join(gpus)}")
     path = local_path(str(task), cwd)
     if path is None or not path.is_file():
         raise FleetforgeError(Err.BAD_INPUT, f"{task}: no such task file")

@@ -243,7 +243,7 @@ class ConductorConfig(_Strict):
 CPU_ARCH = "cpu-interpreter"
 CPU_ARCHES = frozenset({"cpu", CPU_ARCH, "interpreter"})
 """The Triton interpreter on CPU (correctness only); `cpu` and `interpreter` are aliases."""
-GPU_ARCHES = frozenset({"a10", "a100", "cuda", "h100", "h20", "h800", "l4", "l40s", "rtx3090", "rtx4090", "t4", "v100",
+GPU_ARCHES = frozenset({"a10", "a100", "b200", "cuda", "h100", "h20", "h800", "l4", "l40s", "rtx3090", "rtx4090", "t4", "v100",
                         "mi250", "mi300x"})
 """GPU targets: Triton compiles for the worker's GPU; the name says which one the job is for (`cuda`: whichever
 NVIDIA GPU the kernels worker has)."""
@@ -268,6 +268,22 @@ def canonical_arch(arch: str) -> str:
 # --- the task ------------------------------------------------------------------------------
 
 Number = int | float
+
+
+RooflineGpu = Literal["h100", "a100", "l40s", "b200"]
+"""The GPUs the cost model knows the peaks of (activities/kernels/gpus.py)."""
+
+
+class PrecisionPolicy(StrEnum):
+    """How exact a kernel must be, declared by the job (activities/kernels/precision.py holds the numbers).
+    Speedups are only compared within one policy: the baselines are timed (and modeled) under the same one."""
+
+    STRICT = "strict"
+    """IEEE fp32 (the default): fp32 tolerance (1e-4, atol scaled by the output's magnitude), TF32 off in the
+    reference and the baselines, and a candidate's `tl.dot` on fp32 operands must use input_precision="ieee"."""
+    KERNELBENCH = "kernelbench"
+    """KernelBench's own check: atol = rtol = 1e-2, TF32 allowed in the candidate's `tl.dot`, the reference and
+    the baselines (matmuls and convolutions then count at the TF32 tensor-core peak in the cost model)."""
 
 
 class KernelTask(BaseModel, frozen=True):
@@ -295,6 +311,14 @@ class KernelTask(BaseModel, frozen=True):
     """Module-level constants of the task file set with `--set NAME=VALUE` (already applied to task_desc)."""
     source_file: str = ""
     """The task file's name, for people (the op name is derived from it)."""
+    precision: PrecisionPolicy = Field(PrecisionPolicy.STRICT, description=(
+        "strict: IEEE fp32 (tolerance 1e-4, no TF32); kernelbench: KernelBench's atol/rtol 1e-2 with TF32 allowed "
+        "(the baselines too)"))
+    """The declared precision policy: tolerance and whether TF32 is allowed (recorded as `precision_used`)."""
+    roofline_gpu: RooflineGpu = Field("h100", description="the GPU the modeled speed is for (h100, a100, l40s, b200; "
+                                                          "a GPU --arch of these models itself)")
+    """The GPU whose peaks the cost model uses for the modeled speed (activities/kernels/gpus.py: h100, a100,
+    l40s, b200); a GPU `arch` of that table is used instead."""
 
     @field_validator("arch")
     @classmethod

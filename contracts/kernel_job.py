@@ -363,6 +363,8 @@ class VerifyRequest(BaseModel, frozen=True):
     """The reference's traced aten ops: the ones torch must not compute in the candidate's forward."""
     allow_mixed: bool = False
     """The workflow.yaml allows mixed kernels (torch may do part of the work; named, not rejected)."""
+    reference: ArtifactRef | None = None
+    """The traced reference (ReferenceAnalysis.artifact): the cost model's floor and eager baseline."""
 
 
 class KernelTiming(BaseModel, frozen=True):
@@ -391,12 +393,85 @@ class KernelTiming(BaseModel, frozen=True):
                 f"eager {self.eager_ms:.4f} ms, {compiled}; do_bench medians)")
 
 
+class LaunchCost(BaseModel, frozen=True):
+    """What one Triton launch (or one torch op outside the launches) moved and computed, counted by the Triton
+    interpreter during the candidate's first forward call (activities/kernels/traffic.py)."""
+
+    kernel: str
+    """The @triton.jit function's name, or `torch:<op>` for a torch op the forward ran outside its launches."""
+    programs: int = 1
+    """Programs of the grid (product of its dims)."""
+    loaded: int = 0
+    stored: int = 0
+    """Bytes the launch's tl.load / tl.store requests moved, masked lanes excluded (every re-read counts)."""
+    unique_loaded: int = 0
+    unique_stored: int = 0
+    """Distinct bytes read / written in the launch: the DRAM traffic when re-reads within a launch hit the cache."""
+    flops: int = 0
+    """Floating-point arithmetic outside tl.dot (one per element of the block, reductions one per input element)."""
+    dot_flops: int = 0
+    """2*M*N*K of the tl.dot calls on fp32 operands with input_precision="ieee" (CUDA cores)."""
+    tf32_flops: int = 0
+    """tl.dot on fp32 operands in TF32 (Triton's default input_precision): tensor cores, 10-bit mantissa."""
+    half_flops: int = 0
+    """tl.dot on fp16 / bf16 / fp8 operands (tensor cores)."""
+
+
+class ModeledSpeed(BaseModel, frozen=True):
+    """Speed on a named GPU modeled from what the interpreter saw the candidate move and compute, beside the
+    task's speed-of-light floor and the eager reference's modeled time (activities/kernels/cost_model.py).
+    Always labelled modeled: on a GPU the measured KernelTiming stands beside it."""
+
+    gpu: str
+    """The roofline GPU (h100, a100, l40s, b200)."""
+    precision: str = "strict"
+    sol_ms: float
+    """Speed of light: the task's floor (inputs, parameters and outputs moved once; its compute ops' FLOPs)
+    on the GPU's roofline, plus one launch."""
+    modeled_ms: float
+    """The candidate: every launch's roofline time (its distinct bytes, its FLOPs, its grid's share of the SMs)
+    plus its launch overhead."""
+    eager_ms: float
+    """The reference in eager mode: every aten op of the traced graph on the roofline, plus one launch each."""
+    speedup: float
+    """eager_ms / modeled_ms."""
+    sol_fraction: float
+    """sol_ms / modeled_ms (1.0 = at the speed of light)."""
+    score: float
+    """SOL-ExecBench's S = 1 / (1 + (T_k - T_SOL) / (T_b - T_SOL)), T_b the modeled eager time: 0.5 = as fast as
+    the baseline, 1 = at the speed of light."""
+    traffic_ratio: float
+    """The candidate's DRAM bytes / the floor's bytes (1.0 = every input, parameter and output moved once)."""
+    launches: int
+    eager_launches: int = 0
+    bytes: int = 0
+    """The candidate's DRAM bytes (distinct bytes per launch, summed)."""
+    floor_bytes: int = 0
+    floor_flops: int = 0
+    memory_bound: bool = True
+    """The floor's arithmetic intensity is under the GPU's ridge point."""
+    worst: str = ""
+    """The launch that costs most, with its figures (what an optimizer should look at first)."""
+    breakdown: ArtifactRef | None = None
+    """Per launch and per eager op figures (JSON in the artifact store; the history carries this ref)."""
+
+    @property
+    def summary(self) -> str:
+        """One line for the trace, the CLI and the Web UI, labelled modeled."""
+        return (f"modeled on {self.gpu.upper()} ({self.precision}): {self.speedup:.2f}x over eager "
+                f"({self.modeled_ms:.4f} ms vs {self.eager_ms:.4f} ms), {self.sol_fraction:.0%} of SOL "
+                f"({self.sol_ms:.4f} ms), traffic {self.traffic_ratio:.2f}x the floor, {self.launches} launch(es), "
+                f"S={self.score:.2f}")
+
+
 class VerifyResult(BaseModel, frozen=True):
     report: VerifierReport
     speed: str = ""
     """Profiler note (on CPU: speed is not measurable)."""
     timing: KernelTiming | None = None
     """Only when measured on a GPU."""
+    modeled: ModeledSpeed | None = None
+    """A passing candidate's modeled speed (Triton interpreter counts on a named GPU's roofline)."""
 
     @property
     def speedup(self) -> float | None:
@@ -428,6 +503,8 @@ class TraceEntry(BaseModel, frozen=True):
     several; with one, `artifact` is it (the history holds each ref once). See `round_candidates`."""
     report: VerifierReport | None = None
     speed: str = ""
+    modeled: ModeledSpeed | None = None
+    """The verified candidate's modeled speed (verifier steps)."""
     started_at: datetime | None = None
     duration_s: float = 0.0
     tokens: TokenUsage = Field(default_factory=TokenUsage)
@@ -490,6 +567,10 @@ class KernelResult(BaseModel):
     timing: KernelTiming | None = None
     """The best candidate's GPU timings (candidate, eager, torch.compile), when measured."""
     speed: str = ""
+    modeled: ModeledSpeed | None = None
+    """The best candidate's modeled speed on the task's roofline GPU (always labelled modeled)."""
+    precision_used: str = "strict"
+    """The precision policy the candidate was verified under (and its baselines timed and modeled under)."""
     overrides: dict[str, Number] = Field(default_factory=dict)
     """The task file's constants set with --set (the sizes this result is about)."""
     op_family: str = ""

@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         KernelRequest,
         KernelResult,
         KernelTiming,
+        ModeledSpeed,
         Provider,
         RecordTraceRequest,
         ReferenceAnalysis,
@@ -70,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.messages import TokenUsage
     from workflows import _visibility as ui
+    from workflows import presentation as ui_rows
     from workflows._call_options import KERNEL, LLM
     from workflows._events import JobEvents
     from contracts.events import EventKind, JobEvent
@@ -113,6 +115,7 @@ class ConductorWorkflow:
         self._best_report: VerifierReport | None = None
         self._speed = ""
         self._timing: KernelTiming | None = None
+        self._modeled: ModeledSpeed | None = None
         self._calls: list[AgentCall] = []
         """Every agent answer and routing analysis, for the result's token/latency totals."""
         self._routing: tuple[str, TokenUsage, AgentProvenance | None] = ("config", TokenUsage(), None)
@@ -389,7 +392,7 @@ class ConductorWorkflow:
         self._report, self._speed = res.report, res.speed or self._speed
         if winner is not None and (self._best is None or faster(res.speedup, self._timing and self._timing.speedup)):
             self._best, self._timing = cands[winner], res.timing  # an optimizer's slower candidate never wins
-            self._best_report = res.report
+            self._best_report, self._modeled = res.report, res.modeled
         passed = winner is not None
         notes = [n for n in (shapes_checked(res.report), res.speed) if n]
         summary = ("PASSED" + (f" ({'; '.join(notes)})" if notes else "")) if passed else f"FAILED: {res.report.reason}"
@@ -398,7 +401,8 @@ class ConductorWorkflow:
         return (AgentRecord(agent=go.agent, step=go.step, verifier_passed=passed, suggestion=go.suggestion,
                             speedup=res.speedup if passed else None),
                 TraceEntry(step=go.step, agent=go.agent, summary=summary[:500], ok=passed, artifact=cands[shown],
-                           candidates=cands if len(cands) > 1 else [], report=res.report, speed=res.speed))
+                           candidates=cands if len(cands) > 1 else [], report=res.report, speed=res.speed,
+                           modeled=res.modeled if passed else None))
 
     async def _verify(self, candidate: ArtifactRef, step: int, index: int, n: int) -> tuple[int, VerifyResult]:
         ref = self._reference or ReferenceAnalysis()
@@ -406,7 +410,7 @@ class ConductorWorkflow:
             KernelActivities.verify,
             VerifyRequest(task=self._req.task, candidate=candidate, timeout_s=self._req.verify_timeout_s,
                           held_out=ref.held_out, held_out_note=ref.held_out_note, reference_ops=ref.aten_ops,
-                          allow_mixed=self._req.config.allow_mixed_kernels),
+                          allow_mixed=self._req.config.allow_mixed_kernels, reference=ref.artifact),
             task_queue=self._req.queues.kernels,
             summary=f"verifier step {step}" + (f", candidate {index + 1}/{n}" if n > 1 else ""),
             start_to_close_timeout=KERNEL.start_to_close, heartbeat_timeout=KERNEL.heartbeat, retry_policy=KERNEL.retry,
@@ -431,7 +435,8 @@ class ConductorWorkflow:
                     tokens=token_totals(self._calls), overrides=self._req.task.overrides, op_family=self._family,
                     shapes=shapes_checked(self._best_report) if self._best_report else "",
                     aten_ops=self._reference.aten_ops if self._reference else [], fallbacks=list(self._fallbacks),
-                    duplicates_refused=self._duplicates)
+                    duplicates_refused=self._duplicates, modeled=self._modeled,
+                    precision_used=self._req.task.precision.value)
         return KernelResult(**{**base, **fields})
 
     async def _finish(self, decision: Finish) -> KernelResult:
@@ -481,6 +486,10 @@ class ConductorWorkflow:
             "last": f"{last.agent}: {last.summary}" if last else "",
             "last error": error or (self._report.reason if self._report and not self._report.passed else ""),
             "tokens": token_totals(self._calls).total_tokens,
+            "precision": self._req.task.precision.value,
+            **({"measured": self._timing.summary} if self._timing else {}),
+            **({"modeled speed (a roofline model, not a measurement)": ui_rows.modeled_rows(self._modeled)}
+               if self._modeled else {}),
             **({"sandbox": self._report.confinement} if self._report and self._report.confinement else {}),
         })
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from contracts.convert_job import ConversionRequest
 from contracts.fleet_job import FleetTestRequest, ModelTestRequest
 from contracts.inspect import InspectRequest
-from contracts.kernel_job import KernelRequest
+from contracts.kernel_job import KernelRequest, ModeledSpeed
 
 HIDDEN_FIELDS = {"queues", "carry", "run_id", "task"}
 """Request fields that are plumbing, not something a person asked for."""
@@ -60,11 +60,28 @@ def details(request: BaseModel) -> str:
     rows = {k: v for k, v in request.model_dump(mode="json", exclude=HIDDEN_FIELDS).items() if not _empty(v)}
     if isinstance(request, KernelRequest):
         rows = {"op": request.task.op_name, "task_id": request.task.task_id, "arch": request.task.arch,
-                "dsl": request.task.dsl, "workflow": request.task.workflow, **rows}
+                "dsl": request.task.dsl, "workflow": request.task.workflow, "precision": request.task.precision.value,
+                "roofline_gpu": request.task.roofline_gpu, **rows}
         rows.pop("config", None)
     if isinstance(request, ConversionRequest) and request.target_soc:
         rows["target_soc"] = request.target_soc.upper()  # SoC names upper-case everywhere
     return "\n".join([f"**{summary(request)}**", "", *markdown_table(["field", "value"], rows.items())])
+
+
+def modeled_rows(m: ModeledSpeed) -> dict[str, str]:
+    """A kernel's modeled speed as a person reads it, every figure labelled modeled (a roofline model of the
+    named GPU from the interpreter's counts, never a measurement)."""
+    return {
+        "GPU (roofline)": f"{m.gpu.upper()}, precision {m.precision}",
+        "speedup over eager (modeled)": f"{m.speedup:.2f}x",
+        "candidate (modeled)": f"{m.modeled_ms:.4f} ms in {m.launches} launch(es)",
+        "eager reference (modeled)": f"{m.eager_ms:.4f} ms in {m.eager_launches} aten op(s)",
+        "speed of light": f"{m.sol_ms:.4f} ms ({'memory' if m.memory_bound else 'compute'}-bound floor)",
+        "SOL fraction (modeled)": f"{m.sol_fraction:.0%}",
+        "SOL score S (modeled)": f"{m.score:.2f}",
+        "traffic (modeled)": f"{m.traffic_ratio:.2f}x the floor ({m.bytes} of {m.floor_bytes} bytes)",
+        "costliest launch": m.worst,
+    }
 
 
 def current_details(title: str, rows: Mapping[str, object]) -> str:

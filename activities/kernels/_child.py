@@ -1,5 +1,6 @@
 """Child-process runner: `python -m activities.kernels._child TASK.py OUT.pt SEED TRIALS [CANDIDATE.py]`,
-or `... _child --profile TASK.py OUT.json SEED CANDIDATE.py` (GPU only, after verification passed).
+or `... _child --profile TASK.py OUT.json SEED CANDIDATE.py` (GPU only, after verification passed); either with
+`--precision strict|kernelbench` (the job's precision policy: whether torch may use TF32, `set_precision`).
 
 Builds the task's `Model` (or, with a candidate file, the candidate's `ModelNew`) from
 `get_init_inputs()` after `torch.manual_seed(SEED)`, runs it on every trial set's inputs and only
@@ -15,7 +16,9 @@ HELD_OUT_FAMILIES on that task and writes HELD_OUT_FILE, so a kernel that assume
 
 For a candidate it also writes LAUNCHES_FILE next to OUT.pt: which outputs do not depend on any
 storage a Triton launch received in that forward call, and which compute ops torch ran in forward
-outside the launches, with the candidate's line (see `LaunchRecorder`, `torch_work`).
+outside the launches, with the candidate's line (see `LaunchRecorder`, `torch_work`). Under the
+interpreter it writes TRAFFIC_FILE too: what each launch of the first forward call moved and computed
+(`traffic.Counter`), the cost model's input.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ LAUNCHES_FILE = "launches.json"
 """`{"not_kernel_derived": [[run, output], ...], "held_out_not_kernel_derived": [...], "torch_ops": [...]}`
 (run = trial * len(families) + family), written by a candidate child after OUT.pt (again after the
 held-out runs)."""
+TRAFFIC_FILE = "traffic.json"
+"""`[LaunchCost, ...]` of the candidate's first forward call (trial 0, the task's own inputs), in launch order;
+written under the Triton interpreter only."""
 HELD_OUT_FILE = "held_out.pt"
 """The outputs at the held-out sizes (`--held-out HELD_TASK.py`), next to OUT.pt."""
 HELD_OUT_ERROR_FILE = "held_out_error.txt"
@@ -95,7 +101,8 @@ class LaunchRecorder:
     one of these). Must be installed before the candidate is imported.
     """
 
-    def __init__(self, source_file: str = "candidate.py") -> None:
+    def __init__(self, source_file: str = "candidate.py",
+                 on_torch_op: Callable[[Any, tuple, dict, Any], None] | None = None) -> None:
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
         from triton.runtime.interpreter import InterpretedFunction
@@ -113,6 +120,8 @@ class LaunchRecorder:
         torch_work.ALLOWED), each with the first run that ran it."""
         self.run = 0
         self.held_out = False
+        self._on_torch_op = on_torch_op
+        """Told every op torch runs outside the launches (the traffic counter: a copy is a kernel on a GPU)."""
         recorder = self
 
         class Propagate(TorchDispatchMode):
@@ -150,6 +159,8 @@ class LaunchRecorder:
         if self._in_launch:
             return out
         self._note_torch_op(func)
+        if self._on_torch_op is not None:
+            self._on_torch_op(func, args, kwargs, out)
         if func.overloadpacket in self._value_free:
             return out
         if any(self._is_derived(t) for t in _tensors([*args, *kwargs.values()])):
@@ -238,14 +249,24 @@ def _device() -> str:
     return os.environ.get("FLEETFORGE_CHILD_DEVICE", "cpu")
 
 
-def exact_fp32() -> None:
-    """On a GPU, torch runs float32 convolutions in TF32 by default (cuDNN), 10 mantissa bits: the reference
-    would then be less exact than a candidate that computes in IEEE fp32, and the eager baseline faster
-    than the fp32 work it stands for. Every child computes float32 in float32."""
+def set_precision(policy: str) -> None:
+    """The precision policy's TF32 switch for every child (activities/kernels/precision.py). On a GPU torch runs
+    float32 convolutions in TF32 by default (cuDNN), 10 mantissa bits: under the strict policy the reference would
+    then be less exact than a candidate that computes in IEEE fp32, and the eager baseline faster than the fp32 work
+    it stands for, so both are off; the kernelbench policy allows TF32 on every side alike."""
     import torch
 
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
+    tf32 = policy == "kernelbench"
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def pop_option(argv: list[str], flag: str, default: str) -> tuple[str, list[str]]:
+    """`--flag VALUE` taken out of argv (the value, and argv without both)."""
+    if flag not in argv:
+        return default, argv
+    i = argv.index(flag)
+    return argv[i + 1], argv[:i] + argv[i + 2:]
 
 
 def _inputs(task: ModuleType) -> list:
@@ -292,20 +313,27 @@ def die_with_parent() -> None:
 
 
 def main(argv: list[str]) -> int:
-    held_out_path = None
-    if "--held-out" in argv:  # `--held-out HELD_TASK.py`: the same task file at other sizes
-        i = argv.index("--held-out")
-        held_out_path, argv = argv[i + 1], argv[:i] + argv[i + 2:]
+    held_out, argv = pop_option(argv, "--held-out", "")  # `--held-out HELD_TASK.py`: the task at other sizes
+    held_out_path = held_out or None
     task_path, out_path, seed, trials = argv[0], argv[1], int(argv[2]), int(argv[3])
     candidate_path = argv[4] if len(argv) > 4 else None
     import torch
 
-    recorder = LaunchRecorder(candidate_path) if candidate_path else None
+    folder = os.path.dirname(out_path)
+    counter = None
+    if candidate_path and os.environ.get("TRITON_INTERPRET") == "1":
+        from activities.kernels import traffic
+
+        counter = traffic.Counter()
+        traffic.install(counter)
+    recorder = LaunchRecorder(candidate_path, counter.torch_op if counter else None) if candidate_path else None
     task = _load(task_path, "fleetforge_task")
     candidate_cls = getattr(_load(candidate_path, "fleetforge_candidate"), "ModelNew") if candidate_path else None
-    folder = os.path.dirname(out_path)
-    outputs, not_derived = _runs(task, candidate_cls or task.Model, seed, trials, FAMILIES, recorder)
+    outputs, not_derived = _runs(task, candidate_cls or task.Model, seed, trials, FAMILIES, recorder, counter)
     torch.save(outputs, out_path)
+    if counter is not None:
+        with open(os.path.join(folder, TRAFFIC_FILE), "w", encoding="utf-8") as f:
+            json.dump(counter.launches, f)
     record: dict[str, Any] = {"not_kernel_derived": not_derived}
     _write_record(folder, record, recorder)
     if held_out_path is None:
@@ -329,9 +357,10 @@ def main(argv: list[str]) -> int:
 
 
 def _runs(task: ModuleType, cls: type, seed: int, trials: int, families: tuple[str, ...],
-          recorder: LaunchRecorder | None) -> tuple[list, list]:
+          recorder: LaunchRecorder | None, counter: Any = None) -> tuple[list, list]:
     """Every trial set's outputs (run = trial * len(families) + family) and, for a candidate, the
-    [run, output] pairs that do not derive from a kernel's writes."""
+    [run, output] pairs that do not derive from a kernel's writes. `counter` (a traffic.Counter) counts the
+    first forward call's launches."""
     import torch
 
     torch.manual_seed(seed)
@@ -346,7 +375,8 @@ def _runs(task: ModuleType, cls: type, seed: int, trials: int, families: tuple[s
                 inputs = family_inputs(task_inputs, family, seed + 1000 * (k + 1) + trial)
                 if recorder:
                     recorder.run = len(outputs)
-                with recorder.call() if recorder else nullcontext():
+                counting = counter.counting() if counter is not None and not outputs else nullcontext()
+                with recorder.call() if recorder else nullcontext(), counting:
                     items = _items(model(*inputs))
                 if recorder:
                     not_derived += [[len(outputs), i] for i, x in enumerate(items) if not recorder.derived(x)]
@@ -412,5 +442,6 @@ def profile(argv: list[str]) -> int:
 if __name__ == "__main__":
     die_with_parent()
     apply_limits()
-    exact_fp32()
-    sys.exit(profile(sys.argv[2:]) if sys.argv[1:2] == ["--profile"] else main(sys.argv[1:]))
+    precision, args = pop_option(sys.argv[1:], "--precision", "strict")
+    set_precision(precision)
+    sys.exit(profile(args[1:]) if args[:1] == ["--profile"] else main(args))

@@ -38,6 +38,8 @@ from contracts.kernel_job import (
     CodeResult,
     DesignRequest,
     DesignResult,
+    LaunchCost,
+    ModeledSpeed,
     RecordTraceRequest,
     ReferenceAnalysis,
     Rejection,
@@ -52,6 +54,7 @@ PY = "text/x-python"
 JSON = "application/json"
 MD = "text/markdown"
 CPU_SPEED_NOTE = "speed not measurable on CPU (Triton interpreter): correctness only"
+"""Said when there is no modeled speed either (no traced reference, nothing counted)."""
 NO_TEMPLATE_HINT = "configure an LLM (FLEETFORGE_LLM_BASE_URL) to write this kernel"
 
 
@@ -197,6 +200,7 @@ class KernelActivities:
     def _verify(self, req: VerifyRequest, note: Callable[[str], None]) -> VerifyResult:
         from activities.kernels.verifier import profile, verify
 
+        costs: list[LaunchCost] = []
         try:
             source = self.store.get_bytes(req.candidate).decode("utf-8")
         except UnicodeDecodeError as e:
@@ -205,18 +209,37 @@ class KernelActivities:
             _require_gpu(req.task.arch)
         report = verify(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, trials=req.trials,
                         heartbeat=note, gpu=not req.task.on_cpu, held_out=req.held_out,
-                        held_out_note=req.held_out_note, reference_ops=req.reference_ops, allow_mixed=req.allow_mixed)
+                        held_out_note=req.held_out_note, reference_ops=req.reference_ops, allow_mixed=req.allow_mixed,
+                        precision=req.task.precision, costs=costs)
         if sandbox.mode() is SandboxMode.OFF:  # the operator's choice, said in the result and the Web UI
             report = report.model_copy(update={"confinement": sandbox.confinement_note()})
         if report.reason.startswith("reference failed"):  # the task's failure, never the candidate's verdict
             raise FleetforgeError(Err.KERNEL_TASK_INVALID, f"the reference failed in the verifier: {report.reason}"
                                   + (f" | {report.log[-600:]}" if report.log else ""))
         if req.task.on_cpu:
-            return VerifyResult(report=report, speed=CPU_SPEED_NOTE)
+            modeled, why = self._modeled(req, costs) if report.passed else (None, CPU_SPEED_NOTE)
+            return VerifyResult(report=report, speed=modeled.summary if modeled else why, modeled=modeled)
         if not report.passed:
             return VerifyResult(report=report)
-        timing, note_text = profile(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, heartbeat=note)
+        timing, note_text = profile(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, heartbeat=note,
+                                    precision=req.task.precision)
         return VerifyResult(report=report, speed=note_text, timing=timing)
+
+    def _modeled(self, req: VerifyRequest, costs: list[LaunchCost]) -> tuple[ModeledSpeed | None, str]:
+        """The passing candidate's modeled speed on the task's roofline GPU (its per-launch breakdown stored
+        as an artifact), or why there is none."""
+        from activities.kernels.cost_model import model
+        from activities.kernels.gpus import roofline_gpu
+
+        reference = self._reference(req.reference)
+        if reference is None:
+            return None, CPU_SPEED_NOTE
+        modeled = model(reference, costs, roofline_gpu(req.task.arch, req.task.roofline_gpu), req.task.precision)
+        if isinstance(modeled, str):
+            return None, f"{CPU_SPEED_NOTE}; {modeled}"
+        ref = self.store.put_bytes(json.dumps(modeled.breakdown, indent=1).encode(), media_type=JSON,
+                                   name="modeled.json")
+        return modeled.speed.model_copy(update={"breakdown": ref}), ""
 
     @activity.defn
     def record_trace(self, req: RecordTraceRequest) -> ArtifactRef:

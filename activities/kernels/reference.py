@@ -73,10 +73,10 @@ def output_bytes(analysis: ReferenceAnalysis) -> int:
     for ref in analysis.outputs:
         if isinstance(ref, dict) and ref.get("ref") == "node":
             for spec in analysis.calls[int(ref["index"])].out[:1]:
-                total += _nbytes(spec)
+                total += spec_bytes(spec)
         elif isinstance(ref, dict) and ref.get("ref") == "input":
             spec = analysis.inputs[int(ref["index"])].tensor
-            total += _nbytes(spec) if spec is not None else 0
+            total += spec_bytes(spec) if spec is not None else 0
     return total
 
 
@@ -119,7 +119,8 @@ def size_knobs(analysis: ReferenceAnalysis) -> str:
     return " ".join(f"--set {k}=N" for k in knobs) + " (now " + ", ".join(f"{k}={v}" for k, v in knobs.items()) + ")"
 
 
-def _nbytes(spec: TensorSpec) -> int:
+def spec_bytes(spec: TensorSpec) -> int:
+    """A traced tensor's size in bytes (its dtype's width times its elements)."""
     size = {"float64": 8, "int64": 8, "complex64": 8, "float16": 2, "bfloat16": 2, "int16": 2,
             "int8": 1, "uint8": 1, "bool": 1}.get(spec.dtype, 4)
     return math.prod(spec.shape) * size

@@ -34,14 +34,16 @@ from activities.kernels._child import (
     HELD_OUT_FAMILIES,
     HELD_OUT_FILE,
     LAUNCHES_FILE,
+    TRAFFIC_FILE,
 )
 from activities.kernels._proc import MEMORY_LIMIT_BYTES, Child, spawn, wait_all
 from activities.kernels.held_out import OWN_SHAPES_ONLY
+from activities.kernels.precision import tf32_problem, tolerance
 from activities.kernels.static_checks import static_check
 from activities.kernels.task_source import apply_overrides
 from activities.kernels.torch_work import torch_work
-from contracts.kernel import Number
-from contracts.kernel_job import KernelTiming, Mismatch, TorchOpUse, VerifierReport
+from contracts.kernel import Number, PrecisionPolicy
+from contracts.kernel_job import KernelTiming, LaunchCost, Mismatch, TorchOpUse, VerifierReport
 
 __all__ = ["MEMORY_LIMIT_BYTES", "compare", "profile", "timing_from", "verify"]
 MAX_MISMATCHES = 10
@@ -58,10 +60,13 @@ def verify(
     task_source: str, candidate_source: str, *, timeout_s: float, seed: int = 0, trials: int = 2,
     heartbeat: Callable[[str], None] | None = None, gpu: bool = False, held_out: dict[str, Number] | None = None,
     held_out_note: str = "", reference_ops: list[str] | None = None, allow_mixed: bool = False,
+    precision: PrecisionPolicy = PrecisionPolicy.STRICT, costs: list[LaunchCost] | None = None,
 ) -> VerifierReport:
     """The verdict on `candidate_source`. `held_out`: task constants for a second size set both children also
     run (the candidate must be right there too); `reference_ops`: the reference's traced aten ops (named first
-    when torch computed them); `allow_mixed`: torch may do part of the work (named in the report, not rejected)."""
+    when torch computed them); `allow_mixed`: torch may do part of the work (named in the report, not rejected);
+    `precision`: the job's policy (tolerance, TF32). `costs`, when given, receives what the interpreter counted
+    per launch of the candidate's first forward call (the cost model's input; empty on a GPU)."""
     beat = heartbeat or (lambda _msg: None)
     t0 = time.monotonic()
     static = static_check(candidate_source)
@@ -70,7 +75,7 @@ def verify(
         return VerifierReport(passed=False, reason="static check: " + "; ".join(static.reasons), static=static,
                               durations=durations)
     held_source = apply_overrides(task_source, held_out, "the task") if held_out else ""
-    key = _reference_key(task_source + held_source, seed, trials)
+    key = _reference_key(task_source + held_source, seed, trials, precision)
     _load_torch_in_background()
     cached = _REFERENCE_CACHE.get(key)
     with tempfile.TemporaryDirectory(prefix="ff-verify-") as tmp:
@@ -81,13 +86,13 @@ def verify(
             ref_dir.mkdir()
             _write_task(ref_dir, task_source, held_source)
             children["reference"] = _start(ref_dir, seed, trials, candidate=False, held=bool(held_source), gpu=gpu,
-                                           timeout_s=timeout_s)
+                                           timeout_s=timeout_s, precision=precision)
         cand_dir = root / "candidate"
         cand_dir.mkdir()
         _write_task(cand_dir, task_source, held_source)
         (cand_dir / "candidate.py").write_text(candidate_source, encoding="utf-8")
         children["candidate"] = _start(cand_dir, seed, trials, candidate=True, held=bool(held_source), gpu=gpu,
-                                       timeout_s=timeout_s)
+                                       timeout_s=timeout_s, precision=precision)
         try:
             wait_all(children, timeout_s, beat)
             _torch_loaded(beat)
@@ -101,7 +106,7 @@ def verify(
             ref_dir.mkdir()
             _write_task(ref_dir, task_source, held_source)
             children["reference"] = _start(ref_dir, seed, trials, candidate=False, held=bool(held_source), gpu=gpu,
-                                           timeout_s=timeout_s)
+                                           timeout_s=timeout_s, precision=precision)
             try:
                 wait_all({"reference": children["reference"]}, timeout_s, beat)
             finally:
@@ -139,9 +144,15 @@ def verify(
             got_held = _load_outputs(cand_dir / HELD_OUT_FILE) if checked else None
         except ChildFailed as e:
             return VerifierReport(passed=False, reason=str(e), **base)
-        reason, mismatches = compare(expected, got)
+        reason, mismatches = compare(expected, got, precision=precision)
         if not reason and expected_held is not None and got_held is not None:
-            reason, mismatches = compare(expected_held, got_held, families=HELD_OUT_FAMILIES, held_out=sizes)
+            reason, mismatches = compare(expected_held, got_held, families=HELD_OUT_FAMILIES, held_out=sizes,
+                                         precision=precision)
+        counted = _launch_costs(cand_dir / TRAFFIC_FILE)
+        if costs is not None:
+            costs[:] = counted
+        if policy := tf32_problem(counted, precision):  # the cause first: the interpreter rounds like the GPU
+            reason = policy + (f" (so: {reason})" if reason else "")
         family = _family_of(reason, mismatches)
         torch_ops: list[TorchOpUse] = []
         if not reason:
@@ -153,16 +164,18 @@ def verify(
 
 
 def profile(task_source: str, candidate_source: str, *, timeout_s: float, seed: int = 0,
-            heartbeat: Callable[[str], None] | None = None) -> tuple[KernelTiming | None, str]:
+            heartbeat: Callable[[str], None] | None = None,
+            precision: PrecisionPolicy = PrecisionPolicy.STRICT) -> tuple[KernelTiming | None, str]:
     """On a GPU, after verification passed: the candidate, eager and `torch.compile` timings and a note,
-    taken in a sandboxed child with `triton.testing.do_bench`. A profiler failure is a note and no timing;
-    callers never call this on CPU (speed is not measurable there)."""
+    taken in a sandboxed child with `triton.testing.do_bench`, the baselines under the same precision policy
+    as the candidate. A profiler failure is a note and no timing; callers never call this on CPU (speed is not
+    measurable there: the cost model's modeled figures stand instead)."""
     with tempfile.TemporaryDirectory(prefix="ff-profile-") as tmp:
         root = Path(tmp)
         (root / "task.py").write_text(task_source, encoding="utf-8")
         (root / "candidate.py").write_text(candidate_source, encoding="utf-8")
-        child = spawn("activities.kernels._child", root, ["--profile", "task.py", "times.json", str(seed), "candidate.py"],
-                      gpu=True, timeout_s=timeout_s)
+        child = spawn("activities.kernels._child", root, ["--profile", "task.py", "times.json", str(seed), "candidate.py",
+                                                          "--precision", precision.value], gpu=True, timeout_s=timeout_s)
         try:
             error = wait_all({"profiler": child}, timeout_s, heartbeat or (lambda _m: None))["profiler"].error
         finally:
@@ -249,16 +262,18 @@ class _LRU:
 _REFERENCE_CACHE = _LRU()
 
 
-def _reference_key(task_source: str, seed: int, trials: int) -> str:
-    return hashlib.sha256(f"{seed}:{trials}:{task_source}".encode()).hexdigest()
+def _reference_key(task_source: str, seed: int, trials: int, precision: PrecisionPolicy) -> str:
+    return hashlib.sha256(f"{seed}:{trials}:{precision.value}:{task_source}".encode()).hexdigest()
 
 
 # --- child processes ------------------------------------------------------------------------
 
 
-def _start(workdir: Path, seed: int, trials: int, *, candidate: bool, held: bool, gpu: bool, timeout_s: float) -> Child:
+def _start(workdir: Path, seed: int, trials: int, *, candidate: bool, held: bool, gpu: bool, timeout_s: float,
+           precision: PrecisionPolicy) -> Child:
     args = ["task.py", "out.pt", str(seed), str(trials)] + (["candidate.py"] if candidate else [])
     args += ["--held-out", "held_out_task.py"] if held else []
+    args += ["--precision", precision.value]
     return spawn("activities.kernels._child", workdir, args, gpu=gpu, timeout_s=timeout_s)
 
 
@@ -320,6 +335,15 @@ def _provenance(path: Path, reference_ops: list[str], allow_mixed: bool, *,
         return f"candidate launch record unreadable ({type(e).__name__})", "", []
 
 
+def _launch_costs(path: Path) -> list[LaunchCost]:
+    """The candidate child's per-launch counts (none on a GPU, or when the child wrote none); an unreadable
+    record is no counts, never a verdict: the modeled speed is then missing, and says so."""
+    try:
+        return [LaunchCost.model_validate(c) for c in json.loads(path.read_text(encoding="utf-8"))]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
 def _where(run: int, output: int, families: tuple[str, ...] = FAMILIES, held_out: str = "") -> str:
     """`trial 1 (signed_normal inputs) output 0` for a run index (trial * len(families) + family), prefixed
     with `at the held-out sizes (...)` for a held-out run."""
@@ -339,16 +363,10 @@ def _family_of(reason: str, mismatches: list[Mismatch]) -> str:
 # --- comparison -----------------------------------------------------------------------------
 
 
-def tolerance(dtype: Any) -> float:
-    import torch
-
-    return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
-
-
 def compare(expected: list[list[Any]], got: list[list[Any]], *, families: tuple[str, ...] = FAMILIES,
-            held_out: str = "") -> tuple[str, list[Mismatch]]:
-    """Empty reason when every trial's outputs match; otherwise the first problem and up to 10 mismatches.
-    `held_out` (the sizes, for people) marks runs at the held-out sizes."""
+            held_out: str = "", precision: PrecisionPolicy = PrecisionPolicy.STRICT) -> tuple[str, list[Mismatch]]:
+    """Empty reason when every trial's outputs match within the precision policy's tolerance; otherwise the first
+    problem and up to 10 mismatches. `held_out` (the sizes, for people) marks runs at the held-out sizes."""
     import torch
 
     if len(expected) != len(got):
@@ -365,21 +383,21 @@ def compare(expected: list[list[Any]], got: list[list[Any]], *, families: tuple[
                 return f"{where}: wrong shape {tuple(g.shape)}, expected {tuple(e.shape)}", []
             if e.dtype != g.dtype:
                 return f"{where}: wrong dtype {g.dtype}, expected {e.dtype}", []
-            reason, mismatches = _compare_values(e, g, run, i, where, families, bool(held_out))
+            reason, mismatches = _compare_values(e, g, run, i, where, families, bool(held_out), precision)
             if reason:
                 return reason, mismatches
     return "", []
 
 
 def _compare_values(e: Any, g: Any, run: int, output: int, where: str, families: tuple[str, ...],
-                    held_out: bool) -> tuple[str, list[Mismatch]]:
+                    held_out: bool, precision: PrecisionPolicy) -> tuple[str, list[Mismatch]]:
     import torch
 
     atol = tol = 0.0
     if not (e.is_floating_point() or e.is_complex()):
         bad = e != g
     else:
-        tol = tolerance(e.dtype)
+        tol = tolerance(precision, e.dtype)
         ef, gf = e.to(torch.float64), g.to(torch.float64)
         e_nan, g_nan = torch.isnan(ef), torch.isnan(gf)
         e_inf, g_inf = torch.isinf(ef), torch.isinf(gf)

@@ -149,6 +149,9 @@ def show_kernel(result: KernelResult, ui_url: str) -> None:
         out.line(f"verifier: {'passed' if result.report.passed else 'failed'}"
                  + (f": {result.report.reason}" if result.report.reason else ""))
     out.line(f"speed: {result.timing.summary if result.timing is not None else result.speed or '-'}")
+    if result.modeled is not None and result.timing is not None:  # the measurement first, the model beside it
+        out.line(f"       {result.modeled.summary}")
+    out.line(f"precision: {result.precision_used}")
     show_tokens(result.tokens)
     out.line(f"Web UI: {ui_url}")
 

@@ -24,7 +24,7 @@ from contracts.convert_job import (
 from contracts.fleet_job import FleetTestRequest, ModelTestRequest, RowVerdict, RunnerKind
 from contracts.inspect import InspectRequest
 from contracts.kernel import ConductorConfig, KernelTask
-from contracts.kernel_job import KernelRequest
+from contracts.kernel_job import KernelRequest, ModeledSpeed
 from workflows import presentation
 
 GOLDEN = Path(__file__).resolve().parent
@@ -138,6 +138,15 @@ CURRENT: dict[str, tuple[str, dict[str, object]]] = {
         "step": "needs input", "run": "r-0003", "questions": "Which SoC? / Which precision?",
         "waiting for": "an answer: `fleetforge answer convert/r-0003 soc=sm8550 precision=int8`",
         "last error": "shell | pipe\nand a second line",
+    }),
+    "current_kernel_completed": ("kernel log_softmax", {
+        "step": "finished: VERIFIED (VERIFIED)", "steps run": 5, "reference": "lowered: log_softmax",
+        "sizes": "batch_size=8, dim=500", "shapes": "also verified at held-out sizes batch_size=5, dim=503",
+        "last": "verifier: PASSED", "tokens": 0, "precision": "strict",
+        "modeled speed (a roofline model, not a measurement)": presentation.modeled_rows(ModeledSpeed(
+            gpu="h100", sol_ms=0.003010, modeled_ms=0.003010, eager_ms=0.003010, speedup=1.0, sol_fraction=1.0,
+            score=1.0, traffic_ratio=1.0, launches=1, eager_launches=1, bytes=32000, floor_bytes=32000,
+            floor_flops=20000, worst="launch 1/1 log_softmax_rows: 0.0030 ms, 32.0 kB moved, 8 program(s)")),
     }),
     "current_fleet": ("fleet test", {
         "fleet": "fleet-0004", "step": "testing", "progress": "3/4 (2 passed, 1 failed)", "running": 1,

@@ -83,7 +83,12 @@ async def test_all_eight_examples_end_verified_offline_through_one_worker(tempor
         assert result.report is not None and result.report.passed and result.report.static.ok
         assert [(e.agent, e.ok, e.provider) for e in result.trace] == [
             ("designer", True, "offline"), ("coder", True, "offline"), ("verifier", True, None)]
-        assert result.speed.startswith("speed not measurable on CPU") and result.speedup is None
+        assert result.speedup is None and result.timing is None  # nothing measured on CPU: modeled only
+        modeled = result.modeled
+        assert modeled is not None and result.speed == modeled.summary and result.speed.startswith("modeled on H100")
+        assert modeled.launches >= 1 and modeled.sol_ms <= modeled.modeled_ms and modeled.breakdown is not None
+        assert result.trace[-1].modeled == modeled and result.precision_used == "strict"
+        assert json.loads(file_store.get_bytes(modeled.breakdown))["label"] == "modeled, not measured"
         assert (result.tokens.calls, result.tokens.total_tokens) == (2, 0), "designer + coder answers, offline"
         source = file_store.get_bytes(result.best_candidate).decode()
         assert "@triton.jit" in source and "class ModelNew" in source
@@ -112,7 +117,7 @@ async def test_with_optimizer_on_cpu_finishes_once_verified_as_speed_cannot_be_m
 
     assert result.outcome is KernelOutcome.VERIFIED and result.finish_reason is FinishReason.VERIFIED
     assert [e.agent for e in trace] == ["designer", "coder", "verifier"]
-    assert result.speedup is None and result.speed.startswith("speed not measurable on CPU")
+    assert result.speedup is None and result.speed.startswith("modeled on H100")
 
 
 async def test_a_max_step_without_room_to_verify_ends_before_any_agent_runs(temporal_env, file_store, settings):

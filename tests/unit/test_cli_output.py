@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from datetime import datetime, timezone
 
+import pytest
 from rich.console import Console
 
 from client import out
@@ -65,6 +66,33 @@ def test_a_kernel_result_says_what_the_reference_is_its_sizes_and_every_fallback
     assert "reference: elementwise(relu) (aten: aten.relu.default)" in shown.out and "sizes: dim=4096" in shown.out
     assert "1 candidate(s) identical to a rejected one" in shown.out
     assert "fallback: step 2 coder: 3 LLM answers refused" in shown.err
+
+
+def test_a_kernel_result_shows_the_measured_speed_first_the_modeled_beside_it_and_the_precision(capsys):
+    from client.cli import show_kernel
+    from contracts.common import JobStatus
+    from contracts.kernel_job import KernelOutcome, KernelResult, KernelTiming, ModeledSpeed
+
+    modeled = ModeledSpeed(gpu="h100", sol_ms=0.003, modeled_ms=0.006, eager_ms=0.009, speedup=1.5, sol_fraction=0.5,
+                           score=0.67, traffic_ratio=1.2, launches=2)
+    timing = KernelTiming(candidate_ms=0.01, eager_ms=0.012, baseline="eager", ref_ms=0.012)
+    result = KernelResult(outcome=KernelOutcome.VERIFIED, status=JobStatus.COMPLETED, modeled=modeled, timing=timing,
+                          speed=timing.summary, precision_used="kernelbench")
+    show_kernel(result, "http://127.0.0.1:8233/x")
+    lines = capsys.readouterr().out.splitlines()
+    speed = next(i for i, line in enumerate(lines) if line.startswith("speed: "))
+    assert lines[speed].startswith("speed: speedup 1.20x over eager")
+    assert lines[speed + 1].strip().startswith("modeled on H100 (strict): 1.50x over eager")
+    assert "precision: kernelbench" in lines
+
+
+def test_an_unknown_roofline_gpu_is_bad_input_naming_the_known_ones(tmp_path):
+    from client.kernel import kernel_request
+    from contracts.errors import Err, FleetforgeError
+
+    with pytest.raises(FleetforgeError) as e:
+        kernel_request(tmp_path / "task.py", run_id="r1", roofline_gpu="rtx9090")
+    assert e.value.code == Err.BAD_INPUT and "h100, a100, l40s, b200" in e.value.message
 
 
 def test_upload_bar_in_a_log_says_each_big_file_once_and_on_a_terminal_draws_then_goes():
