@@ -44,6 +44,8 @@ class PassContext:
     """NAME -> dims from --input-shape (fix_input_dims)."""
     notes: list[str] = field(default_factory=list)
     """What a pass decided on the user's behalf (said out loud in the step's details and the result)."""
+    folded: int = 0
+    """Nodes `fold_constants` folded so that a pass matching on static shapes could fire."""
 
 
 @dataclass(frozen=True)
@@ -56,17 +58,22 @@ class GraphPass:
     fixes_codes: frozenset[str]
     """Error codes (contracts.errors.Err) this pass is the remedy for."""
     apply: Callable[[Any, PassContext], int]
+    static_shapes: bool = False
+    """It matches on inferred static shapes: when it finds nothing, `apply_pass` tries it once more after
+    `fold_constants` (a Pad whose amounts the graph computes leaves every shape after it unknown to onnx's
+    shape inference)."""
 
 
 PASSES: dict[str, GraphPass] = {}
 
 
-def graph_pass(name: str, *, pattern: str, fixes_ops: tuple[str, ...] = (),
-               fixes_codes: tuple[Err, ...] = ()) -> Callable[[Callable[[Any, PassContext], int]], Callable[[Any, PassContext], int]]:
+def graph_pass(name: str, *, pattern: str, fixes_ops: tuple[str, ...] = (), fixes_codes: tuple[Err, ...] = (),
+               static_shapes: bool = False) -> Callable[[Callable[[Any, PassContext], int]], Callable[[Any, PassContext], int]]:
     def register(fn: Callable[[Any, PassContext], int]) -> Callable[[Any, PassContext], int]:
         if name in PASSES:
             raise FleetforgeError(Err.INTERNAL, f"graph pass {name!r} registered twice")
-        PASSES[name] = GraphPass(name, pattern, frozenset(fixes_ops), frozenset(c.value for c in fixes_codes), fn)
+        PASSES[name] = GraphPass(name, pattern, frozenset(fixes_ops), frozenset(c.value for c in fixes_codes), fn,
+                                 static_shapes)
         return fn
     return register
 
@@ -143,6 +150,120 @@ def _replace_nodes(model: Any, replacements: dict[int, list[Any]]) -> int:
 
 # ---- the passes -----------------------------------------------------------------------------------
 
+NEVER_FOLD = frozenset({"QuantizeLinear", "DequantizeLinear", "RandomNormal", "RandomNormalLike", "RandomUniform",
+                        "RandomUniformLike", "Multinomial", "Bernoulli", "If", "Loop", "Scan"})
+"""Ops whose value is not a constant of their inputs (random), whose constant form would undo a QDQ
+model's quantization, or that carry subgraphs."""
+FOLD_ROUNDS = 8
+"""Folding makes more shapes static, which makes more Shape nodes foldable: at most this many rounds."""
+
+
+@graph_pass("fold_constants", pattern="a subgraph computed from constants and static shapes only (TorchScript's "
+            "Shape -> Gather -> Concat -> Cast chains feeding Pad, Reshape, Expand) -> its value as an initializer; tried "
+            "by itself when a pass that matches on static shapes found nothing")
+def fold_constants(model: Any, ctx: PassContext) -> int:
+    """What onnx-simplifier does for shape arithmetic: each Shape of a tensor whose shape inference knows
+    statically becomes its value, then every node all of whose inputs are constants is evaluated once
+    (onnxruntime on the constant subgraph alone) and replaced by its outputs. Exact: the graph computes
+    the same values, only earlier. Returns how many nodes went."""
+    total = 0
+    for _ in range(FOLD_ROUNDS):
+        done = _fold_once(model)
+        if not done:
+            break
+        total += done
+    return total
+
+
+def _fold_once(model: Any) -> int:
+    import numpy as np
+    from onnx import numpy_helper
+
+    g = model.graph
+    shapes = _shapes(model)
+    graph_outputs = {o.name for o in g.output}
+    const = {i.name for i in g.initializer} | {n.output[0] for n in g.node if n.op_type == "Constant"}
+    static: dict[str, Any] = {}
+    folded: list[Any] = []
+    for n in g.node:
+        if (n.op_type == "Constant" or n.domain not in ("", "ai.onnx") or n.op_type in NEVER_FOLD
+                or graph_outputs & set(n.output) or any(a.type in (5, 10) for a in n.attribute)):  # 5, 10: GRAPH(S)
+            continue
+        if n.op_type == "Shape":
+            dims = shapes.get(n.input[0])
+            if dims is not None and None not in dims:
+                static[n.output[0]] = np.array(dims[_attr(n, "start", 0):_attr(n, "end", len(dims))], np.int64)
+                folded.append(n)
+                const.add(n.output[0])
+        elif all(i == "" or i in const for i in n.input):
+            folded.append(n)
+            const.update(o for o in n.output if o)
+    values = _evaluate(model, [n for n in folded if n.op_type != "Shape"], static)
+    if values is None:  # onnxruntime cannot evaluate the subgraph alone: fold the static Shape nodes only
+        folded = [n for n in folded if n.op_type == "Shape"]
+        values = static
+    if not folded:
+        return 0
+    gone = {id(n) for n in folded}
+    made = {o for n in folded for o in n.output if o}
+    needed = sorted({i for n in g.node if id(n) not in gone for i in n.input if i in made})
+    kept = [n for n in g.node if id(n) not in gone]
+    del g.node[:]
+    g.node.extend(kept)
+    g.initializer.extend(numpy_helper.from_array(np.asarray(values[name]), name) for name in needed)
+    _drop_unused(model)
+    return len(folded)
+
+
+def _evaluate(model: Any, nodes: list[Any], static: dict[str, Any]) -> dict[str, Any] | None:
+    """Every output of `nodes` (computed from constants and the `static` Shape values only), by
+    onnxruntime on that subgraph alone; None when it cannot run it."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    out = dict(static)
+    if not nodes:
+        return out
+    g = model.graph
+    constants = [n for n in g.node if n.op_type == "Constant"]
+    used = {i for n in nodes for i in n.input}
+    names = [o for n in nodes for o in n.output if o]
+    inputs = [helper.make_tensor_value_info(k, onnx.TensorProto.INT64, list(v.shape)) for k, v in static.items() if k in used]
+    sub = helper.make_graph([*constants, *nodes], "constants", inputs, [onnx.ValueInfoProto(name=o) for o in names],
+                            initializer=[i for i in g.initializer if i.name in used])
+    try:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(helper.make_model(sub, opset_imports=list(model.opset_import),
+                                                      ir_version=model.ir_version).SerializeToString(),
+                                    so, providers=["CPUExecutionProvider"])
+        out.update(zip(names, sess.run(names, {k: v for k, v in static.items() if k in used})))
+    except Exception:  # an op onnxruntime lacks, a subgraph it refuses on its own
+        return None
+    return out
+
+
+def _drop_unused(model: Any) -> None:
+    """Initializers and Constant nodes nothing reads any more (what folding left behind)."""
+    g = model.graph
+    while True:
+        read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+        dead = [n for n in g.node if n.op_type == "Constant" and n.output[0] not in read]
+        if not dead:
+            break
+        for n in dead:
+            g.node.remove(n)
+    read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    dead_inits = [i for i in g.initializer if i.name not in read]
+    dead_names = {i.name for i in dead_inits}
+    for init in dead_inits:
+        g.initializer.remove(init)
+    for vi in [vi for vi in g.input if vi.name in dead_names]:  # IR 3 lists initializers as inputs too
+        g.input.remove(vi)
+
+
 
 @graph_pass("gelu_fusion", pattern="exact GELU as x * 0.5 * (1 + Erf(x / sqrt(2))) (opset < 20 exports) -> one Gelu node",
             fixes_ops=("Erf",))
@@ -170,12 +291,38 @@ def gelu_fusion(model: Any, ctx: PassContext) -> int:
                 n.domain = ""
     elif not any(o.domain == "com.microsoft" for o in om.model.opset_import):
         om.model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    _type_gelu_outputs(om.model)
     model.CopyFrom(om.model)
     return len(fused) - before
 
 
+def _type_gelu_outputs(model: Any) -> None:
+    """Give each Gelu output the type and shape of its input (Gelu is elementwise). onnx's shape inference
+    does not know com.microsoft Gelu: without this every tensor after it is untyped wherever the
+    quantizer's pre-processing falls back to onnx's inference, and the QDQ quantizer then skips them
+    (no scale for the LayerNormalization after the Gelu, no calibration of a Softmax further on) or
+    loops forever in onnxruntime 1.32 (`_quantize_sharing_param_tensors`)."""
+    import onnx
+
+    gelus = [n for n in model.graph.node if n.op_type == "Gelu" and n.input and n.output]
+    for _ in range(len(gelus)):  # a Gelu after another one is typed once inference passes the first
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model)
+        except Exception:  # a graph onnx cannot infer: the quantizer's own inference is all there is
+            return
+        typed = {v.name: v for v in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]}
+        todo = [n for n in gelus if n.output[0] not in typed and n.input[0] in typed]
+        for n in todo:
+            vi = onnx.ValueInfoProto()
+            vi.CopyFrom(typed[n.input[0]])
+            vi.name = n.output[0]
+            model.graph.value_info.append(vi)
+        if not todo:
+            return
+
+
 @graph_pass("avgpool_to_global", pattern="AveragePool whose kernel covers the whole (static) spatial input with one "
-            "output position, no padding -> GlobalAveragePool", fixes_ops=("AveragePool",))
+            "output position, no padding -> GlobalAveragePool", fixes_ops=("AveragePool",), static_shapes=True)
 def avgpool_to_global(model: Any, ctx: PassContext) -> int:
     """A kernel at least as large as the input with one output position averages the whole input (a
     window past the edge is clipped, not padded, when pads are 0): that is GlobalAveragePool, which the
@@ -203,6 +350,55 @@ def avgpool_to_global(model: Any, ctx: PassContext) -> int:
         n.op_type = "GlobalAveragePool"
         done += 1
     return done
+
+
+@graph_pass("avgpool_exclude_pad", pattern="AveragePool with count_include_pad=0 and padding over a static input -> "
+            "the same pool counting the padding, times a constant per-position kernel/valid-count map",
+            fixes_codes=(Err.ACCURACY_BELOW_THRESHOLD,), static_shapes=True)
+def avgpool_exclude_pad(model: Any, ctx: PassContext) -> int:
+    """The HTP backend at fp16 averages a padded window wrongly when the padding is not counted (a
+    single 3x3 pool on [1,16,16,16]: cosine 0.10; PoolFormer's token mixer, 0.78 at the model's output),
+    and right when it is. Excluding the padding divides each window's sum by its number of valid
+    positions instead of the kernel size, a constant of the position: count_include_pad=1 then x
+    kernel/valid is the same average (exact up to float rounding)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    pools = [n for n in model.graph.node if n.op_type == "AveragePool" and not _attr(n, "count_include_pad", 0)
+             and any(_attr(n, "pads", []) or [])]
+    if not pools:
+        return 0
+    shapes = _shapes(model)
+    replacements = {}
+    for n in pools:
+        dims, kernel = shapes.get(n.input[0]), list(_attr(n, "kernel_shape", []))
+        pads, auto = list(_attr(n, "pads", [])), _attr(n, "auto_pad", b"NOTSET")
+        strides = list(_attr(n, "strides", []) or [1] * len(kernel))
+        if (dims is None or None in dims or len(dims) != len(kernel) + 2 or _attr(n, "ceil_mode", 0)
+                or (auto.decode() if isinstance(auto, bytes) else auto) != "NOTSET"
+                or _attr(n, "dilations") not in (None, [1] * len(kernel))):
+            continue
+        counts = [_valid_counts(d, k, s, pads[i], pads[i + len(kernel)])
+                  for i, (d, k, s) in enumerate(zip(dims[2:], kernel, strides))]
+        valid = counts[0]
+        for c in counts[1:]:
+            valid = np.multiply.outer(valid, c)
+        scale = (math.prod(kernel) / valid).astype(np.float32).reshape(1, 1, *valid.shape)
+        stem = n.name or n.output[0]
+        model.graph.initializer.append(numpy_helper.from_array(scale, f"{stem}_exclude_pad_scale"))
+        counted = helper.make_node("AveragePool", [n.input[0]], [f"{stem}_counted"], name=f"{stem}_counted",
+                                   kernel_shape=kernel, pads=pads, strides=strides, count_include_pad=1)
+        replacements[id(n)] = [counted, helper.make_node("Mul", [f"{stem}_counted", f"{stem}_exclude_pad_scale"],
+                                                         [n.output[0]], name=f"{stem}_exclude_pad")]
+    return _replace_nodes(model, replacements)
+
+
+def _valid_counts(size: int, kernel: int, stride: int, begin: int, end: int) -> Any:
+    """Per output position along one axis: how many of the window's positions lie inside the input."""
+    import numpy as np
+
+    starts = np.arange(0, size + begin + end - kernel + 1, stride) - begin
+    return (np.minimum(starts + kernel, size) - np.maximum(starts, 0)).astype(np.float64)
 
 
 @graph_pass("fix_input_dims", pattern="graph input with a symbolic dim (a dynamic batch or length) -> the size from "
@@ -290,7 +486,7 @@ def _constant_tensors(model: Any) -> list[Any]:
 
 
 @graph_pass("gathernd_to_gather", pattern="GatherND with constant indices over a static input (transformers' mask "
-            "building) -> Reshape (+ Gather of the flat positions)", fixes_ops=("GatherND",))
+            "building) -> Reshape (+ Gather of the flat positions)", fixes_ops=("GatherND",), static_shapes=True)
 def gathernd_to_gather(model: Any, ctx: PassContext) -> int:
     """The HTP backend leaves GatherND on the CPU (splitting the graph in two); with constant indices
     it is a Reshape when the indices enumerate the input in order, else a Gather on the flattened input."""
@@ -326,7 +522,7 @@ def gathernd_to_gather(model: Any, ctx: PassContext) -> int:
 
 @graph_pass("flatten_matmul_input", pattern="MatMul of a constant 2-D weight whose rank >= 3 input is a Reshape that "
             "changes the last axis -> the same MatMul on the input flattened to 2-D, reshaped back after",
-            fixes_codes=(Err.ACCURACY_BELOW_THRESHOLD,))
+            fixes_codes=(Err.ACCURACY_BELOW_THRESHOLD,), static_shapes=True)
 def flatten_matmul_input(model: Any, ctx: PassContext) -> int:
     """The HTP backend at fp16 computes MatMul(Reshape(x) -> [..., K], W[K, N]) wrong when the Reshape
     merges x's trailing axes (cosine 0.03 on a 4x4x4x8 -> 4x4x32 case; MobileViT's attention output
@@ -386,6 +582,26 @@ def parse_shapes(items: list[str]) -> dict[str, list[int]]:
     return {name: spec.dims for name, spec in map(parse_input_shape, items)}
 
 
+def apply_pass(name: str, model: Any, ctx: PassContext) -> int:
+    """Apply one pass; a pass that matches on static shapes and found nothing is tried once more on the
+    model with its constants folded (`fold_constants`), which is kept only when the pass then matched:
+    folding is done where it lets a pass see the shapes, not everywhere."""
+    import onnx
+
+    p = PASSES[name]
+    count = p.apply(model, ctx)
+    if count or not p.static_shapes:
+        return count
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    folded = fold_constants(work, ctx)
+    count = p.apply(work, ctx) if folded else 0
+    if count:
+        model.CopyFrom(work)
+        ctx.folded += folded
+    return count
+
+
 def run_passes(root: Path, params: GraphPassesParams):  # -> StepOutput
     """Apply the named passes; with no match at all the output is a byte copy of the input."""
     import onnx
@@ -402,7 +618,9 @@ def run_passes(root: Path, params: GraphPassesParams):  # -> StepOutput
     ctx = PassContext(input_shapes=parse_shapes(params.input_shapes))
     applied: dict[str, int] = {}
     for name in params.passes:
-        applied[name] = PASSES[name].apply(model, ctx)
+        applied[name] = apply_pass(name, model, ctx)
+    if ctx.folded:
+        applied["fold_constants"] = applied.get("fold_constants", 0) + ctx.folded
     if any(applied.values()):
         onnx.save(model, str(dst))
     else:

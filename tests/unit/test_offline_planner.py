@@ -150,8 +150,9 @@ def test_the_remedies_come_in_order_and_stop_when_spent():
     assert next_remedy(r, below(FLOAT_OUTPUTS, W8A16)) == MORE_CALIBRATION
     assert next_remedy(r, below(FLOAT_OUTPUTS, W8A16, MORE_CALIBRATION)) is None
     fp16 = req(target_soc="sm8550", precision=Precision.FP16)
-    assert next_remedy(fp16, below()) == "pass:flatten_matmul_input", "fp16: an exact rewrite around a backend defect"
-    assert next_remedy(fp16, below("pass:flatten_matmul_input")) is None, "then fp16 has nothing to give"
+    assert next_remedy(fp16, below()) == "pass:avgpool_exclude_pad+flatten_matmul_input", \
+        "fp16: the exact rewrites around backend defects"
+    assert next_remedy(fp16, below("pass:avgpool_exclude_pad+flatten_matmul_input")) is None, "then fp16 has nothing to give"
     assert next_remedy(req(output=OutputKind.ORT, precision=Precision.FP16), below()) is None, "no HTP, no HTP defect"
     assert next_remedy(req(calibration="input/c.npz", precision_fallback=True, **INT8_CTX), below(FLOAT_OUTPUTS, W8A16)) is None, \
         "real calibration data: more synthetic samples would not help"
