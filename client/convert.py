@@ -84,9 +84,9 @@ def check_calibration(value: str, model: Path | None, cwd: Path | None = None, o
     if model is None or not _is_onnx(model):  # a PyTorch model's inputs are known once it is exported (worker)
         return
     try:
-        from activities.toolchains.feeds import graph_inputs, read_npz, samples_of
+        from activities.toolchains.feeds import check_values, graph_inputs, read_npz, samples_of
 
-        samples_of(read_npz(path), graph_inputs(model))
+        check_values(samples_of(read_npz(path), graph_inputs(model)), model)
     except ImportError:
         pass
     except FleetforgeError as e:

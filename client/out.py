@@ -85,10 +85,10 @@ def hint(text: str) -> None:
     _stderr.print(text, markup=False, style="dim")
 
 
-def error(message: str, code: str = "") -> None:
-    """One line: `error: WHAT (WHAT TO DO)`."""
+def error(message: str, code: str = "", hint: str = "") -> None:
+    """One line: `error: WHAT (WHAT TO DO)`: the job's own hint, else the code's remedy."""
     message = " ".join(str(message).split())
-    sys.stderr.write(f"error: {explained(message, code)}\n")
+    sys.stderr.write(f"error: {explained(message, code, hint)}\n")
     sys.stderr.flush()
 
 

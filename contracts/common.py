@@ -52,6 +52,9 @@ class Failure(BaseModel, frozen=True):
     code: str
     message: str
     where: str
+    hint: str = ""
+    """What to do about it, for this job (a conversion's hint fits its code and precision); empty: the
+    code's general remedy (contracts.errors.REMEDY)."""
 
 
 class TaskQueues(BaseModel, frozen=True):

@@ -235,9 +235,10 @@ class EvaluationReport(BaseModel, frozen=True):
 
 Verdict = Literal["passed", "unverified", "accepted_lossy", "below_threshold", "not_offloaded", "unevaluated",
                   "not_evaluable"]
-"""`passed`: the figures reach the threshold on real (held-out) data, or a float conversion on synthetic
-inputs; `unverified`: a quantized model whose figures reach it only on synthetic inputs (accuracy:
-unverified on real data), never the same word as a verified pass."""
+"""`passed`: the figures reach the threshold on at least the gate's minimum of real (held-out) samples, or
+a float conversion on synthetic inputs; `unverified`: figures that reach it only on synthetic inputs (a
+quantized model: accuracy unverified on real data) or on fewer samples than the minimum, never the same
+word as a verified pass."""
 
 
 class AccuracyVerdict(BaseModel, frozen=True):
@@ -258,6 +259,10 @@ class AccuracyVerdict(BaseModel, frozen=True):
     """Samples the gate graded (per-sample criterion: the lowest per-sample cosine of every output)."""
     inputs: str = ""
     """Where those samples came from (EvaluationReport.inputs)."""
+    min_samples: int | None = None
+    """The gate's minimum of graded samples (converter_policy.MIN_GRADED_SAMPLES); fewer: `unverified`."""
+    hint: str = ""
+    """What would verify an `unverified` result, for this job's precision and inputs."""
 
 
 class ConversionProgress(BaseModel):

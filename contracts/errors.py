@@ -152,10 +152,10 @@ def remedy(code: str) -> str:
         return ""
 
 
-def explained(message: str, code: str) -> str:
-    """`message (what to do)`: the code's remedy appended, unless the message already gives it (a
-    specific message such as "give real inputs with --calibration FILE.npz ('k' -> array)")."""
-    fix = remedy(code)
+def explained(message: str, code: str, hint: str = "") -> str:
+    """`message (what to do)`: the job's own `hint`, else the code's remedy, appended unless the message
+    already gives it (a specific message such as "give real inputs with --calibration FILE.npz ('k' -> array)")."""
+    fix = hint or remedy(code)
     gist = fix.split(" (", 1)[0].lower()
     return message if not fix or gist in message.lower() else f"{message} ({fix})"
 

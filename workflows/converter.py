@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.agent_ladder import Accepted, climb
     from workflows.converter_policy import (
         EVAL_SEED, Complete, Evaluate, Execute, GiveUp, Replan, answer_hint, answer_problems, apply_answer,
-        calibration_question, calibration_sources, check_precision, delivered_precision, gate, min_cosine_for,
+        calibration_question, calibration_sources, check_precision, delivered_precision, failure_hint, gate, min_cosine_for,
         next_after_compile, next_after_execution, next_after_failed_remedy, rerun_gives_up, wait_summary,
     )
     from workflows.failures import failure_from
@@ -543,7 +543,10 @@ class ConverterWorkflow:
             start_to_close_timeout=TOOLCHAIN.start_to_close, retry_policy=TOOLCHAIN.retry)
 
     async def _fail(self, ctx: RunContext, failure: Failure, *, attach: bool = False, **result: object) -> ConversionResult:
-        """End FAILED: logs/last_error.json, the run record, and (an unevaluated conversion) its artifacts."""
+        """End FAILED: logs/last_error.json, the run record, and (an unevaluated conversion) its artifacts.
+        The failure carries the hint for its code and this job's precision."""
+        if not failure.hint:
+            failure = failure.model_copy(update={"hint": failure_hint(failure.code, self._request, self._delivered())})
         self._progress.status = JobStatus.FAILED
         self._progress.last_error = f"[{failure.code}] {failure.where}: {failure.message}"
         self._events.status(JobStatus.FAILED, self._progress.last_error)

@@ -35,6 +35,10 @@ EVAL_SEED = 1234
 """Synthetic evaluation inputs: another seed than any calibration's (the offline planner's is 0)."""
 QUANTIZE_DEFAULTS = {"ortqnn.quantize_qdq": (8, 0), "onnx.quantize_static": (8, 0)}
 """Tools that calibrate → their (calibration_samples, seed) defaults when the plan leaves them out."""
+MIN_GRADED_SAMPLES = 8
+"""The fewest graded samples whose verdict can be `passed` (fewer: `unverified`, with the count). The gate
+reads the lowest per-sample cosine, so a model that misses the threshold on one input in four still
+passes n graded samples with probability (3/4)^n: 56 % at 2, 10 % at 8, 0.01 % at the default 32."""
 WIDER = {Precision.INT8: (Precision.W8A16, Precision.FP16, Precision.FP32), Precision.W8A16: (Precision.FP16, Precision.FP32),
          Precision.FP16: (Precision.FP32,)}
 
@@ -193,7 +197,8 @@ def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, requ
     figures = AccuracyVerdict(verdict="passed", min_cosine=threshold, cosine=report.cosine if report else None,
                               sqnr_db=report.sqnr_db if report else None, offload_share=offload.share if offload else None,
                               cpu_ops=list(offload.cpu_ops) if offload else [], remedies=list(remedies),
-                              samples=report.samples if report else None, inputs=report.inputs if report else "")
+                              samples=report.samples if report else None, inputs=report.inputs if report else "",
+                              min_samples=MIN_GRADED_SAMPLES)
     record = AttemptRecord(attempt=attempt, outcome="succeeded", remedies=list(remedies))
     failed = list(failed or [])
     tried = f"; remedies tried: {', '.join(remedies)}" if remedies else ""
@@ -214,12 +219,7 @@ def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, requ
         note = f"accepted as lossy (--min-cosine 0): worst cosine {report.cosine:.4f}"
         return Complete(record, figures.model_copy(update={"verdict": "accepted_lossy", "note": note}))
     if report.cosine >= threshold and not missed:
-        if (delivered or request.precision) in QUANTIZED and report.inputs not in REAL_INPUTS:
-            note = (f"accuracy: unverified on real data: lowest per-sample cosine {report.cosine:.4f} >= {threshold:g} on "
-                    f"{report.samples} {report.inputs} samples only; give real inputs with --calibration (a held-out part "
-                    "grades the result) or --eval-data to verify it")
-            return Complete(record, figures.model_copy(update={"verdict": "unverified", "note": note}))
-        return Complete(record, figures)
+        return Complete(record, passing_verdict(figures, report, request, delivered))
     worst = ", ".join(f"{o.name} cosine {o.cosine:.4f}" + _spread(o) + f" sqnr {o.sqnr_db:.1f} dB"
                       + (f" {o.nonfinite_mismatches} NaN/Inf mismatches" if o.nonfinite_mismatches else "")
                       for o in sorted(missed or report.outputs, key=lambda o: o.cosine)[:3])
@@ -239,6 +239,42 @@ def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, requ
                   attempt=attempt, replans=replans, max_replans=max_replans, can_remedy=can_remedy)
 
 
+def passing_verdict(figures: AccuracyVerdict, report: EvaluationReport, request: ConversionRequest,
+                    delivered: Precision | None) -> AccuracyVerdict:
+    """Figures that reach the threshold are `passed` only on enough real samples: a quantized model graded
+    on synthetic inputs, or any model graded on fewer than MIN_GRADED_SAMPLES, is `unverified`, its note
+    saying why with the count and its hint what would verify it."""
+    quantized = (delivered or request.precision) in QUANTIZED
+    synthetic = quantized and report.inputs not in REAL_INPUTS
+    few = report.samples < MIN_GRADED_SAMPLES
+    if not synthetic and not few:
+        return figures
+    shown = f"lowest per-sample cosine {report.cosine:.4f} >= {figures.min_cosine:g} on"
+    if synthetic:
+        note = f"accuracy: unverified on real data: {shown} {report.samples} {report.inputs} samples only"
+        hint = "give real inputs with --calibration (a held-out part grades the result) or --eval-data to verify it"
+    else:
+        note = (f"accuracy: unverified: {shown} only {report.samples} {report.inputs.replace('_', '-')} sample(s), fewer "
+                f"than the gate's minimum of {MIN_GRADED_SAMPLES}")
+        hint = more_samples_hint(request, report.inputs)
+    if synthetic and few:
+        note += f" (and fewer than the gate's minimum of {MIN_GRADED_SAMPLES})"
+    return figures.model_copy(update={"verdict": "unverified", "note": f"{note}; {hint}", "hint": hint})
+
+
+def more_samples_hint(request: ConversionRequest, inputs: str) -> str:
+    """What grades at least MIN_GRADED_SAMPLES samples, for where this job's samples came from."""
+    n = MIN_GRADED_SAMPLES
+    if request.eval_samples < n:
+        return f"grade at least {n} samples: --eval-samples {n} or more"
+    if inputs == "held_out":
+        return (f"give at least {2 * n} calibration samples (up to half of them, at most --eval-samples, are held out to "
+                f"grade the result), or a separate --eval-data set of at least {n}")
+    if inputs == "eval_data":
+        return f"give --eval-data with at least {n} samples"
+    return f"grade at least {n} samples: --eval-samples {n} or more"
+
+
 def _spread(o: object) -> str:
     """` (p5 X, median Y over N samples, pooled Z)` for per-sample figures; empty for a report from before them."""
     p05, median, n = getattr(o, "cosine_p05", None), getattr(o, "cosine_median", None), getattr(o, "samples", 0)
@@ -255,6 +291,43 @@ def proposal(request: ConversionRequest, delivered: Precision | None) -> str:
         return ""
     return ("; not applied (the delivered precision stays the requested one): 16-bit activations might reach the "
             "threshold: convert with --precision w8a16, or allow it with --precision-fallback")
+
+
+FLOAT_HINTS: dict[str, str] = {
+    Err.CALIBRATION_INVALID: "--eval-data takes an .npz (input name -> [N, *shape]) or a folder of them, matching the "
+                             "model's inputs",
+    Err.CALIBRATION_NEEDED: "give real inputs for the named inputs with --eval-data FILE.npz (input name -> array): a "
+                            "float build is graded on them",
+    Err.EVALUATION_NOT_HELD_OUT: "give --eval-data whose samples are not in the other data given",
+    Err.EXECUTOR_ERROR: "see logs/last_error.json in the run's workspace; try another --preset, or --output ort (the CPU)",
+}
+"""A float (fp16/fp32) job's hint for the codes whose general remedy is about calibration data."""
+QUANTIZED_HINTS: dict[str, str] = {
+    Err.EXECUTOR_ERROR: "see logs/last_error.json in the run's workspace; try --precision fp16, or another --preset",
+    Err.TOOL_CRASHED: "a native tool crashed (the worker is fine): try --precision fp16, or another --soc",
+}
+
+
+def failure_hint(code: str, request: ConversionRequest, delivered: Precision | None = None) -> str:
+    """What to do about a failed conversion, for its code *and* its precision (contracts.errors.REMEDY is
+    one line per code, whatever the job): a float build's accuracy is never a calibration matter, a
+    quantized one's is, with or without real data. Empty: the code's general remedy fits as it is."""
+    precision = delivered or request.precision
+    if precision is None:
+        return ""
+    quantized = precision in QUANTIZED
+    if code != Err.ACCURACY_BELOW_THRESHOLD:
+        return (QUANTIZED_HINTS if quantized else FLOAT_HINTS).get(code, "")
+    accept = "or accept the result as it is with --min-cosine below its figure (0: lossy)"
+    if not quantized:
+        where = ("the HTP has no fp32 math (it computed fp16): keep fp32 on the CPU with --output ort --precision fp32"
+                 if request.output in CONTEXT_OUTPUTS else "convert with --precision fp32")
+        return f"fp16 cannot hold what this model computes closely enough: {where}, {accept}"
+    wider = {Precision.INT8: "16-bit activations: --precision w8a16 (or allow it with --precision-fallback)",
+             Precision.W8A16: "float math: --precision fp16"}.get(precision, "")
+    data = "" if request.calibration or request.eval_data else \
+        "give real inputs with --calibration FILE.npz (synthetic calibration misses real ranges); "
+    return f"{data}{'try ' + wider + ', ' if wider else ''}{accept}"
 
 
 def calibration_question(request: ConversionRequest) -> str | None:

@@ -387,15 +387,69 @@ def samples_of(arrays: dict[str, Any], specs: list[InputSpec]) -> dict[str, Any]
         else:
             raise FleetforgeError(Err.CALIBRATION_INVALID, f"calibration array {s.name!r} has shape {list(a.shape)}; "
                                   f"the input takes {s.shape} (give [N, *shape] for N samples)")
-        if a.dtype.kind != np.dtype(s.dtype).kind and not (a.dtype.kind in "fiu" and np.dtype(s.dtype).kind in "fiu"):
-            raise FleetforgeError(Err.CALIBRATION_INVALID, f"calibration array {s.name!r} is {a.dtype}; the input takes "
-                                  f"{np.dtype(s.dtype)}")
+        _check_dtype(s, a)
         out[s.name] = stacked.astype(s.dtype)
     counts = {len(v) for v in out.values()}
     if len(counts) > 1 or 0 in counts:
         raise FleetforgeError(Err.CALIBRATION_INVALID, "every input needs the same number of samples (> 0); got "
                               + ", ".join(f"{k}: {len(v)}" for k, v in out.items()))
     return out
+
+
+def _check_dtype(spec: InputSpec, a: Any) -> None:
+    """CALIBRATION_INVALID for data the input's dtype cannot take as it is: integers or booleans for a
+    float input (token ids, or raw 0-255 pixels not prepared like the model's inputs: casting would
+    calibrate on the wrong range without a word), floats with a fraction for an integer input, values
+    outside the integer dtype's range, NaN or Inf."""
+    import numpy as np
+
+    want = np.dtype(spec.dtype)
+    where = f"calibration array {spec.name!r} is {a.dtype}; the input takes {want}"
+    if a.dtype.kind in "OSUV" or (a.dtype.kind != want.kind and want.kind in "OSUV"):
+        raise FleetforgeError(Err.CALIBRATION_INVALID, where)
+    if want.kind == "f" and a.dtype.kind in "biu":
+        raise FleetforgeError(Err.CALIBRATION_INVALID, f"{where}: integer data for a float input is refused (token ids, "
+                              "or raw pixels not prepared like the model's inputs?); give the float values the model takes")
+    if a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
+        raise FleetforgeError(Err.CALIBRATION_INVALID, f"calibration array {spec.name!r} holds "
+                              f"{int((~np.isfinite(a)).sum())} NaN/Inf value(s)")
+    if want.kind in "biu" and a.size:
+        if a.dtype.kind == "f" and not np.array_equal(a, np.round(a)):
+            raise FleetforgeError(Err.CALIBRATION_INVALID, f"{where}: its values have fractions (an integer input takes "
+                                  "whole numbers)")
+        low, high = (0, 1) if want.kind == "b" else (np.iinfo(want).min, np.iinfo(want).max)
+        lo, hi = a.min(), a.max()
+        if lo < low or hi > high:
+            raise FleetforgeError(Err.CALIBRATION_INVALID, f"{where}: its values span [{lo}, {hi}], outside {want}'s "
+                                  f"[{low}, {high}]")
+
+
+def check_values(stacked: dict[str, Any], model: Path) -> None:
+    """CALIBRATION_INVALID for values the model's own ops say cannot be right: indices outside the axis
+    they index (Gather on a 512-row embedding fed 600), a float input of Log/Sqrt/... outside its domain,
+    an integer mask that is not 0/1. Roles as the synthetic data reads them (`_roles`)."""
+    import numpy as np
+
+    specs = {s.name: s for s in graph_inputs(model)}
+    roles = _roles(model, set(specs))
+    for name, a in stacked.items():
+        role, detail = roles.get(name, ("any", None))
+        if not np.size(a) or name not in specs:
+            continue
+        lo, hi = float(np.min(a)), float(np.max(a))
+        bad = ""
+        if role == "index" and isinstance(detail, int) and (lo < -detail or hi >= detail):
+            bad = f"indices span [{lo:g}, {hi:g}]; the axis they index has {detail} entries"
+        elif role == "positive" and lo <= 0:
+            bad = f"values reach {lo:g}; the op it feeds takes positive values only"
+        elif role == "unit" and (lo < -1 or hi > 1):
+            bad = f"values span [{lo:g}, {hi:g}]; the op it feeds takes [-1, 1]"
+        elif role == "above_one" and lo < 1:
+            bad = f"values reach {lo:g}; the op it feeds takes values >= 1"
+        elif _is_mask(specs[name], role) and np.asarray(a).dtype.kind in "iu" and not np.isin(a, (0, 1)).all():
+            bad = f"mask values span [{lo:g}, {hi:g}]; a mask holds 0 and 1"
+        if bad:
+            raise FleetforgeError(Err.CALIBRATION_INVALID, f"calibration array {name!r}: {bad}")
 
 
 def _fits(have: tuple[int, ...], want: list[int]) -> bool:
@@ -410,8 +464,10 @@ def feeds_from(stacked: dict[str, Any], limit: int | None = None) -> list[Feed]:
 
 
 def calibration_feeds(npz: Path, model: Path, limit: int | None = None) -> list[Feed]:
-    """The samples of a canonical calibration .npz for `model`'s inputs."""
-    return feeds_from(samples_of(read_npz(npz), graph_inputs(model)), limit)
+    """The samples of a canonical calibration .npz for `model`'s inputs (checked against them)."""
+    stacked = samples_of(read_npz(npz), graph_inputs(model))
+    check_values(stacked, model)
+    return feeds_from(stacked, limit)
 
 
 def write_npz(arrays: dict[str, Any], dest: Path) -> str:
@@ -436,7 +492,7 @@ def ingest(source: Path, model: Path, workspace_root: Path) -> tuple[str, str, i
     """Check `source` against `model` and store it canonically in the workspace as
     `input/calibration_<sha256[:16]>.npz`; returns (relative path, sha256, samples, input names)."""
     specs = _data_inputs(model, [source])
-    stacked = _load(source, specs, "calibration data")
+    stacked = _load(source, specs, "calibration data", model)
     rel, sha = _store(stacked, workspace_root, "calibration")
     return rel, sha, min(len(v) for v in stacked.values()), [s.name for s in specs]
 
@@ -462,9 +518,9 @@ def ingest_split(source: Path | None, model: Path, workspace_root: Path, *, eval
     (split_held_out) that the calibration part no longer holds."""
     specs = _data_inputs(model, [p for p in (source, eval_source) if p is not None])
     names = [s.name for s in specs]
-    stacked = _load(source, specs, "calibration data") if source is not None else None
+    stacked = _load(source, specs, "calibration data", model) if source is not None else None
     if eval_source is not None:
-        evaluation = _load(eval_source, specs, "evaluation data")
+        evaluation = _load(eval_source, specs, "evaluation data", model)
         if stacked is not None:
             shared = overlap(feeds_from(evaluation), feeds_from(stacked))
             if shared:
@@ -491,9 +547,7 @@ def _data_inputs(model: Path, sources: list[Path]) -> list[InputSpec]:
     """The inputs the data must feed: an ONNX model's graph inputs. A PyTorch model (.pt/.pt2) has no
     ONNX yet (a plan step exports it): the first data file's arrays, taken as [N, *shape], stand in,
     and the quantizer and the evaluation check the data against the exported ONNX (calibration_feeds)."""
-    import zipfile
-
-    if model.suffix.lower() not in (".pt", ".pt2", ".pth") and not (model.is_file() and zipfile.is_zipfile(model)):
+    if _is_onnx(model):
         return graph_inputs(model)
     import numpy as np
 
@@ -501,10 +555,20 @@ def _data_inputs(model: Path, sources: list[Path]) -> list[InputSpec]:
     return [InputSpec(name, list(np.shape(a)[1:]), np.asarray(a).dtype, batch_free=False) for name, a in sorted(arrays.items())]
 
 
-def _load(source: Path, specs: list[InputSpec], what: str) -> dict[str, Any]:
+def _is_onnx(model: Path) -> bool:
+    """Not a PyTorch file (.pt/.pt2/.pth or a zip archive): an ONNX model whose inputs can be read."""
+    return model.suffix.lower() not in (".pt", ".pt2", ".pth") and not (model.is_file() and zipfile.is_zipfile(model))
+
+
+def _load(source: Path, specs: list[InputSpec], what: str, model: Path) -> dict[str, Any]:
+    """The data's samples for `specs`, their values checked against an ONNX model's ops (a PyTorch model's
+    once it is exported: calibration_feeds)."""
     if not source.exists():
         raise FleetforgeError(Err.CALIBRATION_INVALID, f"{what} {source} does not exist")
-    return samples_of(read_npz(source), specs)
+    stacked = samples_of(read_npz(source), specs)
+    if _is_onnx(model):
+        check_values(stacked, model)
+    return stacked
 
 
 def _store(stacked: dict[str, Any], workspace_root: Path, prefix: str, *, keep: bool = True) -> tuple[str, str]:

@@ -33,7 +33,12 @@ INPUT_WORDS = {
 
 
 def verdict_words(accuracy: AccuracyVerdict) -> str:
-    """The verdict as a person reads it: `unverified on real data` is never the word for a pass."""
+    """The verdict as a person reads it: `unverified on real data` (or `unverified: N graded samples, fewer
+    than the minimum M`) is never the word for a pass."""
+    few = accuracy.min_samples is not None and accuracy.samples is not None and accuracy.samples < accuracy.min_samples
+    if accuracy.verdict == "unverified" and few:
+        words = "unverified on real data, and" if accuracy.note.startswith("accuracy: unverified on real data") else "unverified:"
+        return f"{words} {accuracy.samples} graded sample(s), fewer than the minimum {accuracy.min_samples}"
     return VERDICT_WORDS.get(accuracy.verdict, accuracy.verdict.replace("_", " "))
 
 

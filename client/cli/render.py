@@ -71,7 +71,8 @@ def accuracy_line(result: ConversionResult) -> str | None:
     if acc.remedies:
         text += " after remedies: " + ", ".join(acc.remedies)
     if acc.verdict == "unverified":
-        text += "; verify it on real inputs: --calibration FILE.npz (a held-out part grades it) or --eval-data FILE.npz"
+        text += "; " + (acc.hint or "verify it on real inputs: --calibration FILE.npz (a held-out part grades it) or "
+                        "--eval-data FILE.npz")
     return text + (f"; {acc.note}" if acc.note and acc.verdict not in ("passed", "unverified") else "")
 
 
@@ -111,7 +112,8 @@ def show_convert(result: ConversionResult, ui_url: str) -> None:
         for line in render_markdown(result.report).splitlines():
             out.line(line)
     for a in result.attempts:
-        out.line(f"attempt {a.attempt}: {a.outcome}" + (f" - {a.feedback.splitlines()[0]}" if a.feedback else ""))
+        outcome = f"remedy {a.remedies[-1]} could not run" if a.outcome == "remedy_failed" and a.remedies else a.outcome
+        out.line(f"attempt {a.attempt}: {outcome}" + (f" - {a.feedback.splitlines()[0]}" if a.feedback else ""))
     for p in result.planner:
         if p.source != "offline":
             out.line(f"planner: {p.source} ({p.llm_answers} LLM answer(s), {len(p.rejections)} refused)"
@@ -219,7 +221,7 @@ def show_result(result: BaseModel, ui_url: str) -> int:
         out.line(result.model_dump_json(indent=2))
     failure = getattr(result, "failure", None)
     if failure is not None:
-        out.error(f"{failure.code} in {failure.where}: {failure.message}", failure.code)
+        out.error(f"{failure.code} in {failure.where}: {failure.message}", failure.code, getattr(failure, "hint", ""))
     return out.exit_code(status)
 
 

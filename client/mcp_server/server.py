@@ -119,7 +119,8 @@ class Backend:
             failure = getattr(result, "failure", None)
             state.result = result.model_dump(mode="json")
             state.summary = (f"{handle.id} {summary.status}"
-                             + (f": {failure.code} in {failure.where}: {failure.message}" if failure else ""))
+                             + (f": {failure.code} in {failure.where}: {failure.message}" if failure else "")
+                             + (f" (what to do: {failure.hint})" if getattr(failure, "hint", "") else ""))
         return state
 
     async def answer_task(self, state: JobState, key: str, response: dict[str, Any]) -> None:

@@ -25,7 +25,8 @@ from contracts.errors import Err, FleetforgeError
 from contracts.models import ModelFormat, ModelRef
 from examples.tiny_model import build_tiny_cnn
 from workflows.converter_policy import (
-    Complete, GiveUp, Replan, calibration_question, calibration_sources, check_precision, delivered_precision, gate,
+    MIN_GRADED_SAMPLES, Complete, GiveUp, Replan, calibration_question, calibration_sources, check_precision,
+    delivered_precision, failure_hint, gate,
 )
 
 onnx = pytest.importorskip("onnx")
@@ -297,3 +298,42 @@ def test_the_delivered_precision_is_read_from_the_steps_of_every_toolchain():
     assert check_precision(CompileResult(ok=True, steps=[step("ortqnn.context_binary", precision="fp16")]),
                            INT8.model_copy(update={"precision": Precision.FP32})).ok, "fp32 on the HTP is fp16 math"
     assert not check_precision(CompileResult(ok=True, steps=[step("ortqnn.context_binary", precision="fp16")]), INT8).ok
+
+
+def test_a_gate_on_fewer_samples_than_its_minimum_is_unverified_with_the_count_never_passed(tmp_path: Path):
+    """The issue's case: 3 samples given, 2 calibrate, 1 is held out and graded."""
+    model = build_tiny_cnn(tmp_path / "tiny.onnx")
+    np.savez(tmp_path / "three.npz", input=np.random.default_rng(0).standard_normal((3, 3, 32, 32)).astype(np.float32))
+    split = ingest_split(tmp_path / "three.npz", model, tmp_path / "ws", eval_source=None, eval_samples=32)
+    assert (split.calibration_samples, split.evaluation_samples) == (2, 1)
+    real = INT8.model_copy(update={"calibration": split.calibration, "synthetic_calibration": False})
+    verdict = judge(figures(0.999, "held_out", samples=split.evaluation_samples), real)
+    acc = verdict.accuracy
+    assert isinstance(verdict, Complete) and acc.verdict == "unverified" and acc.samples == 1
+    assert f"only 1 held-out sample(s), fewer than the gate's minimum of {MIN_GRADED_SAMPLES}" in acc.note
+    assert "calibration samples" in acc.hint and "--eval-data" in acc.hint
+    fp16 = judge(figures(0.999, "synthetic", samples=4), INT8.model_copy(update={"precision": Precision.FP16, "eval_samples": 4}))
+    assert fp16.accuracy.verdict == "unverified" and fp16.accuracy.hint == f"grade at least {MIN_GRADED_SAMPLES} samples: " \
+        f"--eval-samples {MIN_GRADED_SAMPLES} or more"
+    enough = judge(figures(0.999, "held_out", samples=MIN_GRADED_SAMPLES), real)
+    assert enough.accuracy.verdict == "passed" and enough.accuracy.min_samples == MIN_GRADED_SAMPLES
+    from activities.toolchains.report import verdict_words
+
+    assert verdict_words(acc) == f"unverified: 1 graded sample(s), fewer than the minimum {MIN_GRADED_SAMPLES}"
+
+
+def test_an_fp16_failures_hint_never_mentions_calibration_and_a_quantized_ones_fits_its_data():
+    from contracts.errors import explained
+
+    fp16 = INT8.model_copy(update={"precision": Precision.FP16, "synthetic_calibration": False})
+    for code in Err:
+        shown = explained("it failed", code, failure_hint(code, fp16))
+        assert "calibrat" not in shown.lower(), (code, shown)
+    below = failure_hint(Err.ACCURACY_BELOW_THRESHOLD, fp16)
+    assert "--output ort --precision fp32" in below and "--min-cosine" in below
+    synthetic = failure_hint(Err.ACCURACY_BELOW_THRESHOLD, INT8)
+    assert synthetic.startswith("give real inputs with --calibration") and "--precision w8a16" in synthetic
+    real = failure_hint(Err.ACCURACY_BELOW_THRESHOLD, INT8.model_copy(update={"calibration": "input/c.npz"}))
+    assert "--calibration" not in real and "--precision w8a16" in real
+    assert "--precision fp16" in failure_hint(Err.ACCURACY_BELOW_THRESHOLD, INT8, delivered=Precision.W8A16)
+    assert failure_hint(Err.UNSUPPORTED_OP, INT8) == "", "the code's general remedy fits every precision"

@@ -138,7 +138,7 @@ from workflows.converter_policy import Complete, gate, min_cosine_for  # noqa: E
 def report(*cosines: float, nonfinite: int = 0, inputs: str = "held_out") -> EvaluationReport:
     outs = [OutputFigures(name=f"out{i}", cosine=c, max_abs=1 - c, mean_abs=(1 - c) / 2, sqnr_db=20.0,
                           nonfinite_mismatches=nonfinite if i == 0 else 0) for i, c in enumerate(cosines)]
-    return EvaluationReport(reference="input/m.onnx", candidate="converted/m_ctx.onnx", samples=4, max_abs=1.0, mean_abs=0.5,
+    return EvaluationReport(reference="input/m.onnx", candidate="converted/m_ctx.onnx", samples=16, max_abs=1.0, mean_abs=0.5,
                             cosine=min(cosines), candidate_provider="QNNExecutionProvider", seconds=1.0, outputs=outs,
                             sqnr_db=20.0, inputs=inputs)
 
@@ -162,7 +162,7 @@ def test_a_result_at_the_threshold_on_held_out_data_completes_passed_with_its_fi
     verdict = judge(report(0.97, 0.999))
     assert isinstance(verdict, Complete)
     assert verdict.accuracy.verdict == "passed" and verdict.accuracy.cosine == 0.97 and verdict.accuracy.offload_share == 1.0
-    assert verdict.accuracy.samples == 4 and verdict.accuracy.inputs == "held_out"
+    assert verdict.accuracy.samples == 16 and verdict.accuracy.inputs == "held_out"
 
 
 def test_below_the_threshold_goes_back_to_the_planner_with_the_figures():

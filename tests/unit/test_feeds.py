@@ -116,3 +116,52 @@ def test_initializers_are_not_inputs(tmp_path: Path):
     model = save(tmp_path / "i.onnx", [helper.make_node("Add", ["x", "w"], ["y"])],
                  [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])], [w])
     assert list(synthetic_feeds(model, samples=1, seed=0)[0]) == ["x"]
+
+
+def embedding_model(path: Path) -> Path:
+    """Token ids into a 50-row embedding, a 0/1 mask, and a float input of Log: the roles check_values reads."""
+    table = numpy_helper.from_array(np.random.default_rng(0).standard_normal((50, 4)).astype(np.float32), "table")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"]), helper.make_node("Cast", ["attention_mask"], ["m"], to=1),
+             helper.make_node("Log", ["scale"], ["l"])]
+    return save(path, nodes, [vi("ids", TensorProto.INT64, [1, 6]), vi("attention_mask", TensorProto.INT64, [1, 6]),
+                              vi("scale", TensorProto.FLOAT, [1, 6])],
+                [vi(n, TensorProto.FLOAT, None) for n in ("emb", "m", "l")], [table])
+
+
+GOOD = {"ids": np.full((4, 1, 6), 7, np.int64), "attention_mask": np.ones((4, 1, 6), np.int64),
+        "scale": np.full((4, 1, 6), 0.5, np.float32)}
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"scale": np.full((4, 1, 6), 2, np.int32)}, "integer data for a float input is refused"),
+    ({"scale": np.where(np.eye(6)[:1], np.nan, 0.5).repeat(4, 0)[:, None].astype(np.float32)}, "NaN/Inf"),
+    ({"ids": np.full((4, 1, 6), 2.5)}, "its values have fractions"),
+    ({"ids": np.full((4, 1, 6), 60, np.int64)}, "the axis they index has 50 entries"),
+    ({"attention_mask": np.full((4, 1, 6), 2, np.int64)}, "a mask holds 0 and 1"),
+    ({"scale": np.full((4, 1, 6), -1.0, np.float32)}, "takes positive values only"),
+    ({"ids": np.full((4, 1, 6), 2**40, np.int64), "_model_dtype": TensorProto.INT32}, "outside int32's"),
+])
+def test_data_whose_dtype_or_values_do_not_fit_the_input_is_refused(tmp_path: Path, change: dict, fragment: str):
+    model = embedding_model(tmp_path / "emb.onnx")
+    if change.pop("_model_dtype", None) is not None:
+        m = onnx.load(str(model))
+        m.graph.input[0].type.tensor_type.elem_type = TensorProto.INT32
+        onnx.save(m, str(model))
+    np.savez(tmp_path / "good.npz", **GOOD)
+    assert len(calibration_feeds(tmp_path / "good.npz", model)) == 4
+    np.savez(tmp_path / "bad.npz", **(GOOD | change))
+    with pytest.raises(FleetforgeError) as e:
+        calibration_feeds(tmp_path / "bad.npz", model)
+    assert e.value.code is Err.CALIBRATION_INVALID and fragment in e.value.message, e.value.message
+
+
+def test_the_client_refuses_int32_calibration_for_a_float_input_before_a_job_starts(tmp_path: Path):
+    from client.convert import convert_request
+    from contracts.settings import Settings
+
+    model = build_tiny_cnn(tmp_path / "tiny.onnx")
+    np.savez(tmp_path / "ints.npz", input=np.zeros((3, 3, 32, 32), np.int32))
+    with pytest.raises(FleetforgeError) as e:
+        convert_request(str(model), settings=Settings(state_dir=tmp_path), soc="sm8550", precision="int8",
+                        calibration=str(tmp_path / "ints.npz"))
+    assert e.value.code is Err.BAD_INPUT and "--calibration" in e.value.message and "int32" in e.value.message
