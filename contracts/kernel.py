@@ -343,6 +343,10 @@ class AgentRecord(BaseModel, frozen=True):
     """Set only for the verifier: did the candidate match the reference?"""
     speedup: float | None = None
     """Set only for a passing verification where speed is measurable (GPU): candidate vs reference."""
+    modeled_ms: float | None = None
+    """Set only for a passing verification with a modeled speed: the candidate's modeled time."""
+    sol_fraction: float | None = None
+    """Set with modeled_ms: the candidate's modeled fraction of the speed of light."""
     suggestion: str = ""
     """The conductor's guidance this agent ran with."""
 

@@ -283,6 +283,77 @@ class RejectedCandidate(BaseModel, frozen=True):
     verdict: str
 
 
+class LaunchCost(BaseModel, frozen=True):
+    """What one Triton launch (or one torch op outside the launches) moved and computed, counted by the Triton
+    interpreter during the candidate's first forward call (activities/kernels/traffic.py)."""
+
+    kernel: str
+    """The @triton.jit function's name, or `torch:<op>` for a torch op the forward ran outside its launches."""
+    programs: int = 1
+    """Programs of the grid (product of its dims)."""
+    loaded: int = 0
+    stored: int = 0
+    """Bytes the launch's tl.load / tl.store requests moved, masked lanes excluded (every re-read counts)."""
+    unique_loaded: int = 0
+    unique_stored: int = 0
+    """Distinct bytes read / written in the launch: the DRAM traffic when re-reads within a launch hit the cache."""
+    flops: int = 0
+    """Floating-point arithmetic outside tl.dot (one per element of the block, reductions one per input element)."""
+    dot_flops: int = 0
+    """2*M*N*K of the tl.dot calls on fp32 operands with input_precision="ieee" (CUDA cores)."""
+    tf32_flops: int = 0
+    """tl.dot on fp32 operands in TF32 (Triton's default input_precision): tensor cores, 10-bit mantissa."""
+    half_flops: int = 0
+    """tl.dot on fp16 / bf16 / fp8 operands (tensor cores)."""
+
+
+class ModeledSpeed(BaseModel, frozen=True):
+    """Speed on a named GPU modeled from what the interpreter saw the candidate move and compute, beside the
+    task's speed-of-light floor and the eager reference's modeled time (activities/kernels/cost_model.py).
+    Always labelled modeled: on a GPU the measured KernelTiming stands beside it."""
+
+    gpu: str
+    """The roofline GPU (h100, a100, l40s, b200)."""
+    precision: str = "strict"
+    sol_ms: float
+    """Speed of light: the task's floor (inputs, parameters and outputs moved once; its compute ops' FLOPs)
+    on the GPU's roofline, plus one launch."""
+    modeled_ms: float
+    """The candidate: every launch's roofline time (its distinct bytes, its FLOPs, its grid's share of the SMs)
+    plus its launch overhead."""
+    eager_ms: float
+    """The reference in eager mode: every aten op of the traced graph on the roofline, plus one launch each."""
+    speedup: float
+    """eager_ms / modeled_ms."""
+    sol_fraction: float
+    """sol_ms / modeled_ms (1.0 = at the speed of light)."""
+    score: float
+    """SOL-ExecBench's S = 1 / (1 + (T_k - T_SOL) / (T_b - T_SOL)), T_b the modeled eager time: 0.5 = as fast as
+    the baseline, 1 = at the speed of light."""
+    traffic_ratio: float
+    """The candidate's DRAM bytes / the floor's bytes (1.0 = every input, parameter and output moved once)."""
+    launches: int
+    eager_launches: int = 0
+    bytes: int = 0
+    """The candidate's DRAM bytes (distinct bytes per launch, summed)."""
+    floor_bytes: int = 0
+    floor_flops: int = 0
+    memory_bound: bool = True
+    """The floor's arithmetic intensity is under the GPU's ridge point."""
+    worst: str = ""
+    """The launch that costs most, with its figures (what an optimizer should look at first)."""
+    breakdown: ArtifactRef | None = None
+    """Per launch and per eager op figures (JSON in the artifact store; the history carries this ref)."""
+
+    @property
+    def summary(self) -> str:
+        """One line for the trace, the CLI and the Web UI, labelled modeled."""
+        return (f"modeled on {self.gpu.upper()} ({self.precision}): {self.speedup:.2f}x over eager "
+                f"({self.modeled_ms:.4f} ms vs {self.eager_ms:.4f} ms), {self.sol_fraction:.0%} of SOL "
+                f"({self.sol_ms:.4f} ms), traffic {self.traffic_ratio:.2f}x the floor, {self.launches} launch(es), "
+                f"S={self.score:.2f}")
+
+
 class CodeRequest(BaseModel, frozen=True):
     """The coder's (or optimizer's) context: the workflow sends this, never a prompt string."""
 
@@ -311,12 +382,19 @@ class CodeRequest(BaseModel, frozen=True):
     """Why this decision's earlier answers were refused (parse, static checks, duplicate), oldest first."""
     rejected: list[RejectedCandidate] = Field(default_factory=list)
     """Every candidate the verifier rejected so far: an identical answer is refused, not verified again."""
+    modeled: ModeledSpeed | None = None
+    """The optimizer's feedback: the best verified candidate's modeled speed (its `breakdown` says which launch
+    moves how many bytes; the activity renders it into the prompt)."""
+    tried: list[str] = Field(default_factory=list)
+    """The offline optimizer's rewrites tried so far (kept or reverted), so it proposes the next one."""
 
 
 class CodeResult(BaseModel, frozen=True):
     parsed_ok: bool
     candidate: ArtifactRef | None = None
     """The candidate source (text/x-python)."""
+    rewrite: str = ""
+    """The offline optimizer's answer: which rewrites its candidate applies (`rows+epilogue`)."""
     reason: str = ""
     rejection: Rejection | None = None
     call: AgentCall = Field(default_factory=AgentCall)
@@ -391,77 +469,6 @@ class KernelTiming(BaseModel, frozen=True):
                     else f"torch.compile failed: {self.compile_error}")
         return (f"speedup {self.speedup:.2f}x over {self.baseline} (candidate {self.candidate_ms:.4f} ms; "
                 f"eager {self.eager_ms:.4f} ms, {compiled}; do_bench medians)")
-
-
-class LaunchCost(BaseModel, frozen=True):
-    """What one Triton launch (or one torch op outside the launches) moved and computed, counted by the Triton
-    interpreter during the candidate's first forward call (activities/kernels/traffic.py)."""
-
-    kernel: str
-    """The @triton.jit function's name, or `torch:<op>` for a torch op the forward ran outside its launches."""
-    programs: int = 1
-    """Programs of the grid (product of its dims)."""
-    loaded: int = 0
-    stored: int = 0
-    """Bytes the launch's tl.load / tl.store requests moved, masked lanes excluded (every re-read counts)."""
-    unique_loaded: int = 0
-    unique_stored: int = 0
-    """Distinct bytes read / written in the launch: the DRAM traffic when re-reads within a launch hit the cache."""
-    flops: int = 0
-    """Floating-point arithmetic outside tl.dot (one per element of the block, reductions one per input element)."""
-    dot_flops: int = 0
-    """2*M*N*K of the tl.dot calls on fp32 operands with input_precision="ieee" (CUDA cores)."""
-    tf32_flops: int = 0
-    """tl.dot on fp32 operands in TF32 (Triton's default input_precision): tensor cores, 10-bit mantissa."""
-    half_flops: int = 0
-    """tl.dot on fp16 / bf16 / fp8 operands (tensor cores)."""
-
-
-class ModeledSpeed(BaseModel, frozen=True):
-    """Speed on a named GPU modeled from what the interpreter saw the candidate move and compute, beside the
-    task's speed-of-light floor and the eager reference's modeled time (activities/kernels/cost_model.py).
-    Always labelled modeled: on a GPU the measured KernelTiming stands beside it."""
-
-    gpu: str
-    """The roofline GPU (h100, a100, l40s, b200)."""
-    precision: str = "strict"
-    sol_ms: float
-    """Speed of light: the task's floor (inputs, parameters and outputs moved once; its compute ops' FLOPs)
-    on the GPU's roofline, plus one launch."""
-    modeled_ms: float
-    """The candidate: every launch's roofline time (its distinct bytes, its FLOPs, its grid's share of the SMs)
-    plus its launch overhead."""
-    eager_ms: float
-    """The reference in eager mode: every aten op of the traced graph on the roofline, plus one launch each."""
-    speedup: float
-    """eager_ms / modeled_ms."""
-    sol_fraction: float
-    """sol_ms / modeled_ms (1.0 = at the speed of light)."""
-    score: float
-    """SOL-ExecBench's S = 1 / (1 + (T_k - T_SOL) / (T_b - T_SOL)), T_b the modeled eager time: 0.5 = as fast as
-    the baseline, 1 = at the speed of light."""
-    traffic_ratio: float
-    """The candidate's DRAM bytes / the floor's bytes (1.0 = every input, parameter and output moved once)."""
-    launches: int
-    eager_launches: int = 0
-    bytes: int = 0
-    """The candidate's DRAM bytes (distinct bytes per launch, summed)."""
-    floor_bytes: int = 0
-    floor_flops: int = 0
-    memory_bound: bool = True
-    """The floor's arithmetic intensity is under the GPU's ridge point."""
-    worst: str = ""
-    """The launch that costs most, with its figures (what an optimizer should look at first)."""
-    breakdown: ArtifactRef | None = None
-    """Per launch and per eager op figures (JSON in the artifact store; the history carries this ref)."""
-
-    @property
-    def summary(self) -> str:
-        """One line for the trace, the CLI and the Web UI, labelled modeled."""
-        return (f"modeled on {self.gpu.upper()} ({self.precision}): {self.speedup:.2f}x over eager "
-                f"({self.modeled_ms:.4f} ms vs {self.eager_ms:.4f} ms), {self.sol_fraction:.0%} of SOL "
-                f"({self.sol_ms:.4f} ms), traffic {self.traffic_ratio:.2f}x the floor, {self.launches} launch(es), "
-                f"S={self.score:.2f}")
 
 
 class VerifyResult(BaseModel, frozen=True):

@@ -82,7 +82,7 @@ with workflow.unsafe.imports_passed_through():
         ROUTING_LLM_ANSWERS,
         decided,
         fallback_agent,
-        faster,
+        better,
         get_next_agent,
         no_answer_finish,
         offline_fallback_due,
@@ -116,6 +116,10 @@ class ConductorWorkflow:
         self._speed = ""
         self._timing: KernelTiming | None = None
         self._modeled: ModeledSpeed | None = None
+        self._best_record: AgentRecord | None = None
+        """The verification of the best candidate (what `better` compares a new one with)."""
+        self._tried: list[str] = []
+        """The optimizer's rewrites tried so far (kept or reverted), in order."""
         self._calls: list[AgentCall] = []
         """Every agent answer and routing analysis, for the result's token/latency totals."""
         self._routing: tuple[str, TokenUsage, AgentProvenance | None] = ("config", TokenUsage(), None)
@@ -271,7 +275,8 @@ class ConductorWorkflow:
                            input_family=failed.input_family if failed else "",
                            mismatches=failed.mismatches if failed else [], attempts=recent_attempts(self._attempts),
                            suggestion=go.suggestion, step=go.step, output=config.output_format(go.agent),
-                           rejected=list(self._rejected))
+                           rejected=list(self._rejected), tried=list(self._tried),
+                           modeled=self._modeled if go.agent == AgentName.OPTIMIZER else None)
         force = offline_fallback_due(role=go.agent, llm_configured=self._req.llm != "offline",
                                      llm_rejected=self._llm_rejected, threshold=self._req.llm_rejections_before_fallback,
                                      tried=self._offline_tried)
@@ -285,7 +290,7 @@ class ConductorWorkflow:
                 # the offline coder renders the offline designer's plan; it reads the trace without one, or to
                 # lower it again (a `lowered` plan carries only its label: history stays small)
                 plan = self._design.plan if self._design is not None else None
-                needs_trace = offline and (plan is None or plan.template == "lowered")
+                needs_trace = offline and (go.agent == AgentName.OPTIMIZER or plan is None or plan.template == "lowered")
                 return self._llm_call(KernelActivities.code, base.model_copy(update={
                     "candidate_index": i, "llm": provider, "repair": repair,
                     "reference": self._trace_ref() if needs_trace else None}), label + (" (offline)" if offline else ""))
@@ -317,7 +322,13 @@ class ConductorWorkflow:
             summary = (f"{len(good)} candidate(s) written" if n > 1 else "candidate written") + _by(prov)
         else:
             summary = f"no candidate: {shown.reason}"
+        if value is not None and value.rewrite:
+            self._tried.append(value.rewrite)
+            summary = f"rewrite {value.rewrite}: {summary}"
         ended = None if good else self._no_answer(go, [r for _, _, rs in outcomes for r in rs], outcomes[0][1])
+        if ended is not None and go.agent == AgentName.OPTIMIZER and self._best is not None:
+            ended = Finish(reason=FinishReason.VERIFIED, step=go.step,  # nothing left to try: the best stands
+                           detail=f"optimizer stopped: {shown.reason}"[:300])
         entry = _entry(go, shown.call, summary, bool(good), good[0] if good else None, prov, errors)
         return (AgentRecord(agent=go.agent, step=go.step, parsed_ok=bool(good), suggestion=go.suggestion),
                 entry.model_copy(update={"candidates": good if len(good) > 1 else [], "tokens": usage}), ended)
@@ -325,7 +336,8 @@ class ConductorWorkflow:
     async def _ladder(self, agent: str, ask: Callable[[Provider, list[str]], Awaitable[R]], *,
                       force_offline: str = "") -> tuple[R | None, AgentProvenance, list[R]]:
         """Climb the agent ladder with one activity (`ask(provider, repair)`): the LLM and its repairs, then
-        the offline agent (none for the optimizer). `force_offline` skips the LLM and says why."""
+        the offline agent (the offline optimizer's registered rewrites, for the optimizer). `force_offline` skips
+        the LLM and says why."""
         results: list[R] = []
 
         async def llm(repair: list[str]) -> Accepted[R] | Rejected:
@@ -339,8 +351,7 @@ class ConductorWorkflow:
             return Accepted(res) if res.parsed_ok else Rejected(res.reason)
 
         use_llm = self._req.llm != "offline" and not force_offline
-        climbed = await climb(agent, llm=llm if use_llm else None,
-                              offline=offline if agent != AgentName.OPTIMIZER else None,
+        climbed = await climb(agent, llm=llm if use_llm else None, offline=offline,
                               max_llm_answers=self._req.max_llm_answers)
         prov = climbed.provenance
         if force_offline and climbed.value is not None:
@@ -389,17 +400,26 @@ class ConductorWorkflow:
                     self._llm_rejected += 1
         shown = winner if winner is not None else min(done)
         res = done[shown]
-        self._report, self._speed = res.report, res.speed or self._speed
-        if winner is not None and (self._best is None or faster(res.speedup, self._timing and self._timing.speedup)):
-            self._best, self._timing = cands[winner], res.timing  # an optimizer's slower candidate never wins
-            self._best_report, self._modeled = res.report, res.modeled
+        self._report = res.report
         passed = winner is not None
+        record = AgentRecord(agent=go.agent, step=go.step, verifier_passed=passed, suggestion=go.suggestion,
+                             speedup=res.speedup if passed else None,
+                             modeled_ms=res.modeled.modeled_ms if passed and res.modeled else None,
+                             sol_fraction=res.modeled.sol_fraction if passed and res.modeled else None)
+        kept = passed and better(record, self._best_record)
+        if kept:  # a slower (or unmeasured) candidate never replaces the best: the optimizer's rewrite is reverted
+            self._best, self._timing, self._best_record = cands[shown], res.timing, record
+            self._best_report, self._modeled, self._speed = res.report, res.modeled, res.speed
+        elif self._best is None:
+            self._speed = res.speed or self._speed
         notes = [n for n in (shapes_checked(res.report), res.speed) if n]
         summary = ("PASSED" + (f" ({'; '.join(notes)})" if notes else "")) if passed else f"FAILED: {res.report.reason}"
         if len(cands) > 1:
             summary += f" [{sum(r.report.passed for r in done.values())}/{len(cands)} candidates passed]"
-        return (AgentRecord(agent=go.agent, step=go.step, verifier_passed=passed, suggestion=go.suggestion,
-                            speedup=res.speedup if passed else None),
+        if passed and self._state.last is not None and self._state.last.agent == AgentName.OPTIMIZER:
+            summary = (f"kept as the best: {summary}" if kept
+                       else f"not faster than the best, reverted (the best stays step {self._best_record.step}): {summary}")
+        return (record,
                 TraceEntry(step=go.step, agent=go.agent, summary=summary[:500], ok=passed, artifact=cands[shown],
                            candidates=cands if len(cands) > 1 else [], report=res.report, speed=res.speed,
                            modeled=res.modeled if passed else None))
@@ -447,7 +467,8 @@ class ConductorWorkflow:
         status = JobStatus.COMPLETED if outcome is KernelOutcome.VERIFIED else JobStatus.FAILED
         trace_ref = await self._record_trace()
         self._show(f"finished: {outcome.value} ({decision.reason.value})")
-        result = self._result(outcome=outcome, status=status, finish_reason=decision.reason,
+        report = self._best_report if status is JobStatus.COMPLETED and self._best_report else self._report
+        result = self._result(outcome=outcome, status=status, finish_reason=decision.reason, report=report,
                               best_candidate=self._best or (self._candidates[0] if self._candidates else None),
                               trace_artifact=trace_ref, speed=self._speed,
                               speedup=self._timing.speedup if self._timing else None, timing=self._timing)

@@ -13,6 +13,7 @@ from activities.llm.structured import Rejected
 from contracts.kernel import (
     FINISH,
     AgentName,
+    AgentRecord,
     AskLLM,
     ConductorConfig,
     ConductorState,
@@ -42,6 +43,8 @@ def get_next_agent(state: ConductorState, config: ConductorConfig) -> Go | Finis
                           detail=f"max_step {config.max_step} leaves no room to verify a candidate")
         return Go(agent=config.start_agent, step=step)
 
+    if last.agent == AgentName.VERIFIER and _optimizing(state):
+        return optimizer_done(state, config)
     if last.agent == AgentName.VERIFIER and last.verifier_passed:
         if _optimizer_fits(state, config):
             return Go(agent=AgentName.OPTIMIZER, step=step)
@@ -116,6 +119,53 @@ def faster(speedup: float | None, best: float | None) -> bool:
     return speedup is not None and (best is None or speedup > best)
 
 
+SOL_STOP = 0.95
+"""The optimizer stops once the best candidate reaches this fraction of the speed of light (Meta's KernelAgent
+stops at 95 % of the roofline)."""
+NO_GAIN_ROUNDS = 2
+"""...or after this many optimizer rounds in a row that delivered nothing better (a wrong or slower rewrite is
+reverted: the best verified candidate stands)."""
+MIN_GAIN = 0.01
+"""A candidate replaces the best only when it is at least 1 % faster (modeled times are deterministic, measured
+ones are medians: noise never wins)."""
+
+
+def better(new: AgentRecord, best: AgentRecord | None) -> bool:
+    """Does a passing verification's candidate beat the best so far? The first verified one always does; after
+    that by measured speedup when both were measured (a GPU), else by modeled time; a candidate with neither never
+    replaces one."""
+    if best is None:
+        return True
+    if new.speedup is not None and best.speedup is not None:
+        return new.speedup > best.speedup * (1 + MIN_GAIN)
+    if new.modeled_ms is not None and best.modeled_ms is not None:
+        return new.modeled_ms < best.modeled_ms * (1 - MIN_GAIN)
+    return False
+
+
+def best_record(history: list[AgentRecord]) -> AgentRecord | None:
+    """The verification whose candidate is the best so far (the one the job would deliver)."""
+    best = None
+    for rec in history:
+        if rec.agent == AgentName.VERIFIER and rec.verifier_passed and better(rec, best):
+            best = rec
+    return best
+
+
+def rounds_without_gain(history: list[AgentRecord]) -> int:
+    """How many optimizer rounds (optimizer, then the verification of its candidate) in a row, at the end of the
+    history, delivered nothing better than the best before them."""
+    n = 0
+    i = len(history) - 1
+    while i >= 1 and history[i].agent == AgentName.VERIFIER and history[i - 1].agent == AgentName.OPTIMIZER:
+        before = best_record(history[:i - 1])
+        if history[i].verifier_passed and better(history[i], before):
+            break
+        n += 1
+        i -= 2
+    return n
+
+
 def recent_attempts(attempts: list[Attempt]) -> list[Attempt]:
     """The bounded history the coder sees: the last CODER_HISTORY candidates, oldest first."""
     return attempts[-CODER_HISTORY:]
@@ -144,6 +194,13 @@ def sequence_allows(agents: list[str], nxt: str, limit: SequenceLimit) -> bool:
         if sequence_repeats(before, pattern) >= limit.max_repeats:
             return False
     return True
+
+
+def _optimizing(state: ConductorState) -> bool:
+    """Did the last verification check an optimizer's candidate while a verified one already exists? Then its
+    verdict, pass or fail, ends an optimizer round (the coder is not asked again: the job has its kernel)."""
+    h = state.history
+    return len(h) >= 2 and h[-2].agent == AgentName.OPTIMIZER and best_record(h[:-2]) is not None
 
 
 def _room_to_verify(agent: str, step: int, config: ConductorConfig) -> bool:
@@ -187,15 +244,31 @@ def _options(state: ConductorState, config: ConductorConfig) -> tuple[list[str],
 
 
 def _optimizer_fits(state: ConductorState, config: ConductorConfig) -> bool:
-    """An optimizer round needs two steps (the optimizer and the verification of its candidate) and
-    a measured speed to beat: on the CPU interpreter there is none, so a verified kernel finishes.
-    After an optimizer round, another one only if that round made the kernel faster."""
+    """An optimizer round needs two steps (the optimizer and the verification of its candidate), a speed to
+    beat (measured on a GPU, else modeled), and the stop rules not met: the best is under SOL_STOP of the speed
+    of light, and fewer than NO_GAIN_ROUNDS optimizer rounds in a row delivered nothing better."""
     if AgentName.OPTIMIZER not in config.next_agents(AgentName.VERIFIER) or state.step + 2 > config.max_step:
         return False
     if any(not sequence_allows(state.agents, AgentName.OPTIMIZER, lim) for lim in config.sequences.values()):
         return False
-    speeds = [r.speedup for r in state.history if r.agent == AgentName.VERIFIER and r.verifier_passed]
-    if speeds[-1] is None:
+    best = best_record(state.history)
+    if best is None or (best.speedup is None and best.modeled_ms is None):
         return False
-    earlier = [s for s in speeds[:-1] if s is not None]
-    return not earlier or speeds[-1] > max(earlier)
+    if best.speedup is None and best.sol_fraction is not None and best.sol_fraction >= SOL_STOP:
+        return False
+    return rounds_without_gain(state.history) < NO_GAIN_ROUNDS
+
+
+def optimizer_done(state: ConductorState, config: ConductorConfig) -> Go | Finish:
+    """After a verification that ended an optimizer round, pass or fail: another round when the stop rules allow,
+    else finish with the best verified candidate (a wrong or slower rewrite is never delivered)."""
+    if _optimizer_fits(state, config):
+        return Go(agent=AgentName.OPTIMIZER, step=state.step + 1)
+    best = best_record(state.history)
+    if best is not None and best.speedup is None and best.sol_fraction is not None and best.sol_fraction >= SOL_STOP:
+        why = f"the best candidate is at {best.sol_fraction:.0%} of the speed of light (modeled)"
+    elif rounds_without_gain(state.history) >= NO_GAIN_ROUNDS:
+        why = f"{NO_GAIN_ROUNDS} optimizer rounds in a row without a faster verified candidate"
+    else:
+        why = "no room for another optimizer round"
+    return Finish(reason=FinishReason.VERIFIED, step=state.step, detail=f"optimizer stopped: {why}")

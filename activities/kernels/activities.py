@@ -20,7 +20,7 @@ from collections.abc import Callable
 from temporalio import activity
 
 from activities.heartbeat import heartbeating
-from activities.kernels import llm_agents, offline_coder, offline_designer, parsers
+from activities.kernels import llm_agents, offline_coder, offline_designer, optimizer, parsers
 from activities.kernels.static_checks import static_check
 from activities.llm.activity import LLMActivities, record_offline_answer
 from activities.llm.structured import Rejected
@@ -113,7 +113,16 @@ class KernelActivities:
         and is not one the verifier already rejected; otherwise the refusal and its reason."""
         base = f"kernels/{req.task.task_id}/{req.role}-step{req.step}-c{req.candidate_index}-a{len(req.repair)}"
         fmt = parsers.output_format(req.role, req.output)
-        if req.llm == "offline":
+        rewrite = ""
+        if req.llm == "offline" and req.role == "optimizer":
+            reference = await asyncio.to_thread(self._reference, req.reference)
+            proposal = await asyncio.to_thread(optimizer.offline_answer, req.task.task_desc, reference, req.tried)
+            if isinstance(proposal, str):
+                call = await self._offline(req.role, base, req, f"no rewrite: {proposal}\n")
+                return CodeResult(parsed_ok=False, reason=proposal, rejection=Rejection.NO_TEMPLATE, call=call)
+            text, rewrite = _offline_answer(proposal.source, fmt), proposal.rewrite
+            call = await self._offline(req.role, base, req, text)
+        elif req.llm == "offline":
             reference = await asyncio.to_thread(self._reference, req.reference)
             plan = await asyncio.to_thread(offline_coder.plan_for, req.task, req.design, reference)
             if isinstance(plan, str):
@@ -129,7 +138,7 @@ class KernelActivities:
             call = await self._offline(req.role, base, req, text)
         else:
             sources = [await self._get_text(a.candidate) for a in req.attempts]
-            text, call = await self._ask(req.role, base, llm_agents.code_prompt(req, sources))
+            text, call = await self._ask(req.role, base, llm_agents.code_prompt(req, sources, await self._speed(req)))
         source = llm_agents.source_from(text, fmt)
         if isinstance(source, Rejected):
             return CodeResult(parsed_ok=False, reason=source.reason, rejection=Rejection.UNUSABLE, call=call)
@@ -145,7 +154,7 @@ class KernelActivities:
                               reason=f"{who} identical to the one the verifier rejected at step {same.step} "
                                      f"({same.verdict[:240]}); it is not verified again: write a different one")
         candidate = await self._put(source, PY, f"{base}-candidate.py")
-        return CodeResult(parsed_ok=True, candidate=candidate, call=call)
+        return CodeResult(parsed_ok=True, candidate=candidate, call=call, rewrite=rewrite)
 
     @activity.defn
     async def analyze(self, req: AnalyzeRequest) -> AnalyzeResult:
@@ -179,6 +188,16 @@ class KernelActivities:
         result = await asyncio.to_thread(record_offline_answer, self.store, f"kernel-{agent}", shown, text)
         return AgentCall(provider="offline", prompt=prompt_ref, output=output_ref, usage=result.usage,
                          transcript=result.transcript)
+
+    async def _speed(self, req: CodeRequest) -> list[str]:
+        """The optimizer's feedback on the best candidate: its modeled figures and every launch's (from the stored
+        breakdown); none for the coder, or without a modeled speed."""
+        from activities.kernels.cost_model import feedback
+
+        if req.role != "optimizer" or req.modeled is None:
+            return []
+        breakdown = json.loads(await self._get_text(req.modeled.breakdown)) if req.modeled.breakdown else None
+        return feedback(req.modeled, breakdown)
 
     async def _put(self, text: str, media_type: str, name: str) -> ArtifactRef:
         return await asyncio.to_thread(self.store.put_bytes, text.encode("utf-8"), media_type=media_type, name=name)

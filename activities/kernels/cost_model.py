@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from activities.kernels.gpus import GPUS, GpuSpec
-from activities.kernels.lowering import packet
 from activities.kernels.reference import output_bytes, spec_bytes
-from activities.kernels.torch_work import VIEWS
+from activities.kernels.torch_work import VIEWS, op_name
 from contracts.kernel import PrecisionPolicy
 from contracts.kernel_job import AtenCall, LaunchCost, ModeledSpeed, ReferenceAnalysis, TensorSpec
 
@@ -116,6 +115,24 @@ def model(analysis: ReferenceAnalysis, launches: list[LaunchCost], gpu_name: str
     return Modeled(speed=speed, breakdown=breakdown)
 
 
+def feedback(speed: ModeledSpeed, breakdown: dict[str, Any] | None, limit: int = 12) -> list[str]:
+    """The optimizer's feedback, one line each: the figures, then every launch against the floor (which kernel
+    moves how many bytes, how many launches eager needs): what an LLM optimizer acts on."""
+    lines = [speed.summary,
+             f"floor: {_mb(speed.floor_bytes)} (inputs, parameters and outputs once), eager: {speed.eager_launches} "
+             f"aten op(s); the candidate moves {_mb(speed.bytes)} = {speed.traffic_ratio:.2f}x the floor in "
+             f"{speed.launches} launch(es)"]
+    if speed.bytes > speed.floor_bytes:
+        lines.append(f"{_mb(speed.bytes - speed.floor_bytes)} more than the floor: each launch re-reads what an "
+                     "earlier one wrote or read; fusing launches removes both the bytes and the launch overhead")
+    for i, c in enumerate((breakdown or {}).get("candidate", [])[:limit], start=1):
+        moved = c.get("unique_loaded", 0) + c.get("unique_stored", 0)
+        lines.append(f"launch {i} {c.get('kernel')}: {c.get('ms', 0.0):.4f} ms, reads {_mb(c.get('unique_loaded', 0))}, "
+                     f"writes {_mb(c.get('unique_stored', 0))} ({moved / speed.floor_bytes:.2f}x the floor), "
+                     f"{c.get('programs', 1)} program(s)" if speed.floor_bytes else f"launch {i} {c.get('kernel')}")
+    return lines
+
+
 def sol_score(t_k: float, t_b: float, t_sol: float) -> float:
     """SOL-ExecBench's S = 1 / (1 + (T_k - T_SOL) / (T_b - T_SOL)) in [0, 1]: 0.5 at the baseline's time, 1 at
     the speed of light. A baseline already at SOL leaves no gap: S is 1 for a kernel there too, else 0."""
@@ -171,6 +188,12 @@ def eager_work(a: ReferenceAnalysis, policy: PrecisionPolicy) -> list[Work]:
 
 
 # --- the traced graph --------------------------------------------------------------------------
+
+
+def packet(op: str) -> str:
+    """`aten.add_.Tensor` -> `add`: an in-place variant costs what its op costs."""
+    name = op_name(op)
+    return name[:-1] if name.endswith("_") and not name.startswith("_") else name
 
 
 def _tensor_refs(values: list) -> list[dict]:

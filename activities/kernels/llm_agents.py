@@ -39,15 +39,17 @@ def design_prompt(req: DesignRequest) -> str:
         task=req.task, suggestion=req.suggestion, fields=_fields(fmt), parser=fmt.parser_name, repair=req.repair)
 
 
-def code_prompt(req: CodeRequest, sources: list[str]) -> str:
-    """`sources` are the texts of `req.attempts`' candidates, in the same order."""
+def code_prompt(req: CodeRequest, sources: list[str], speed: list[str] | None = None) -> str:
+    """`sources` are the texts of `req.attempts`' candidates, in the same order; `speed` the optimizer's feedback
+    lines on the best candidate (cost_model.feedback: modeled figures per launch)."""
     attempts = [{"step": a.step, "verdict": a.verdict, "source": s} for a, s in zip(req.attempts, sources, strict=True)]
     fmt = parsers.output_format(req.role, req.output)
     template = TEMPLATES["optimizer"] if req.role == "optimizer" else TEMPLATES["coder"]
     return _ENV.get_template(template).render(
         task=req.task, on_cpu=req.task.on_cpu, design=req.design, attempts=attempts, feedback=req.feedback,
         log=req.log, input_family=req.input_family, mismatches=req.mismatches, suggestion=req.suggestion,
-        repair=req.repair, fields=_fields(fmt), parser=fmt.parser_name, code_field=parsers.code_field(fmt))
+        repair=req.repair, fields=_fields(fmt), parser=fmt.parser_name, code_field=parsers.code_field(fmt),
+        speed=speed or [])
 
 
 def analyze_prompt(req: AnalyzeRequest, candidate_source: str) -> str:

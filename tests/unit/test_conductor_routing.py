@@ -24,6 +24,8 @@ from workflows.conductor_policy import (
     CODER_HISTORY,
     apply_llm_decision,
     fallback_agent,
+    best_record,
+    better,
     faster,
     get_next_agent,
     no_answer_finish,
@@ -40,14 +42,17 @@ WITH_OPTIMIZER = load_workflow_config("with_optimizer")
 
 
 def _state(*records: tuple) -> ConductorState:
-    """Each record: (agent,) or (agent, parsed_ok) or (agent, parsed_ok, verifier_passed[, speedup])."""
+    """Each record: (agent,) or (agent, parsed_ok) or (agent, parsed_ok, verifier_passed[, speedup]), or a
+    verification with a modeled speed: (agent, parsed_ok, verifier_passed, None, (modeled_ms, sol_fraction))."""
     state = ConductorState()
     for i, rec in enumerate(records, start=1):
         agent = rec[0]
         parsed_ok = rec[1] if len(rec) > 1 else True
         passed = rec[2] if len(rec) > 2 else None
         speedup = rec[3] if len(rec) > 3 else None
-        state = state.record(AgentRecord(agent=agent, step=i, parsed_ok=parsed_ok, verifier_passed=passed, speedup=speedup))
+        modeled_ms, sol = rec[4] if len(rec) > 4 else (None, None)
+        state = state.record(AgentRecord(agent=agent, step=i, parsed_ok=parsed_ok, verifier_passed=passed, speedup=speedup,
+                                         modeled_ms=modeled_ms, sol_fraction=sol))
     return state
 
 
@@ -129,10 +134,60 @@ CASES = [
         Go(agent="optimizer", step=6),
     ),
     (
-        "the optimizer's round was not faster -> finish with the best",
+        "one optimizer round without gain -> one more round",
         WITH_OPTIMIZER,
         [("designer",), ("coder",), ("verifier", True, True, 1.3), ("optimizer",), ("verifier", True, True, 1.3)],
-        Finish(reason=FinishReason.VERIFIED, step=5),
+        Go(agent="optimizer", step=6),
+    ),
+    (
+        "two optimizer rounds in a row without gain -> finish with the best",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder",), ("verifier", True, True, 1.3), ("optimizer",), ("verifier", True, True, 1.3),
+         ("optimizer",), ("verifier", True, True, 1.2)],
+        Finish(reason=FinishReason.VERIFIED, step=7,
+               detail="optimizer stopped: 2 optimizer rounds in a row without a faster verified candidate"),
+    ),
+    (
+        "a modeled speed (CPU) is a speed to beat -> optimizer",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder",), ("verifier", True, True, None, (0.009, 0.33))],
+        Go(agent="optimizer", step=4),
+    ),
+    (
+        "at 95 % of the speed of light (modeled) -> finish",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder",), ("verifier", True, True, None, (0.0031, 0.96))],
+        Finish(reason=FinishReason.VERIFIED, step=3),
+    ),
+    (
+        "an optimizer round that reached 95 % of SOL -> finish, saying why",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder",), ("verifier", True, True, None, (0.009, 0.33)), ("optimizer",),
+         ("verifier", True, True, None, (0.0031, 0.97))],
+        Finish(reason=FinishReason.VERIFIED, step=5,
+               detail="optimizer stopped: the best candidate is at 97% of the speed of light (modeled)"),
+    ),
+    (
+        "the optimizer's candidate failed verification: discarded, the optimizer tries again (never the coder)",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder",), ("verifier", True, True, None, (0.009, 0.33)), ("optimizer",),
+         ("verifier", True, False)],
+        Go(agent="optimizer", step=6),
+    ),
+    (
+        "a wrong rewrite, then a slower one -> finish with the first verified candidate",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder",), ("verifier", True, True, None, (0.009, 0.33)), ("optimizer",),
+         ("verifier", True, False), ("optimizer",), ("verifier", True, True, None, (0.0095, 0.31))],
+        Finish(reason=FinishReason.VERIFIED, step=7,
+               detail="optimizer stopped: 2 optimizer rounds in a row without a faster verified candidate"),
+    ),
+    (
+        "a faster modeled candidate resets the count -> another round",
+        WITH_OPTIMIZER,
+        [("designer",), ("coder",), ("verifier", True, True, None, (0.009, 0.33)), ("optimizer",),
+         ("verifier", True, False), ("optimizer",), ("verifier", True, True, None, (0.004, 0.75))],
+        Go(agent="optimizer", step=8),
     ),
     (
         "optimizer -> verifier",
@@ -375,3 +430,18 @@ def test_coder_sees_a_bounded_history_of_attempts():
 ])
 def test_only_a_measured_and_higher_speedup_replaces_the_best_candidate(speedup, best, expected):
     assert faster(speedup, best) is expected
+
+
+def test_the_best_is_measured_speedup_first_then_modeled_time_and_a_gain_must_be_one_percent():
+    def rec(step: int, speedup: float | None = None, modeled: float | None = None) -> AgentRecord:
+        return AgentRecord(agent="verifier", step=step, verifier_passed=True, speedup=speedup, modeled_ms=modeled)
+
+    assert better(rec(1), None)
+    assert better(rec(2, speedup=1.5), rec(1, speedup=1.2)) and not better(rec(2, speedup=1.205), rec(1, speedup=1.2))
+    assert better(rec(2, modeled=0.004), rec(1, modeled=0.009)) and not better(rec(2, modeled=0.00895), rec(1, modeled=0.009))
+    assert better(rec(2, speedup=1.1, modeled=0.02), rec(1, speedup=1.0, modeled=0.01))  # measured beats modeled
+    assert not better(rec(2), rec(1, modeled=0.009))  # nothing to compare: the best stays
+    history = [rec(3, modeled=0.009), AgentRecord(agent="optimizer", step=4),
+               AgentRecord(agent="verifier", step=5, verifier_passed=False), AgentRecord(agent="optimizer", step=6),
+               rec(7, modeled=0.003)]
+    assert best_record(history) == history[-1] and best_record(history[:4]) == history[0]

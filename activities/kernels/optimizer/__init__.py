@@ -1,0 +1,92 @@
+"""The offline optimizer: deterministic rewrites of the compiler's lowered graph (the `optimizer` agent of
+workflow.yaml when no LLM answers), registered like the compiler's passes. Unlike those exact passes, a rewrite
+changes how the graph is computed (one launch per row, an epilogue inside a matmul's tile loop, block sizes from
+the shapes), so its candidate is verified again, and it replaces the best one only when it is faster (measured on
+a GPU, modeled elsewhere): the conductor's stop rules decide how many rounds run (workflows/conductor_policy.py).
+
+    @rewrite("rows", order=10, summary="one launch per row: online softmax, one-read norms")
+    def rows(graph) -> graph | None: ...     # None: nothing to rewrite in this graph
+
+Each round proposes the next untried combination (`plan`): every applicable rewrite at once first (one
+verification when it works), then each alone. The candidate says which rewrites it applies (`Proposal.rewrite`),
+and the trace shows each with its modeled figures.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Lower = Callable[[Any], Any]
+"""The compiler's lowering: a ReferenceAnalysis to a graph (`nodes`, `outputs`), or a string saying why not."""
+Render = Callable[[Any], str]
+"""The compiler's rendering of a graph into the candidate's source."""
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    name: str
+    order: int
+    summary: str
+    fn: Callable[[Any], Any]
+    """graph -> the rewritten graph, or None when the graph has nothing this rewrite applies to."""
+
+
+REWRITES: dict[str, Rewrite] = {}
+
+
+def rewrite(name: str, *, order: int, summary: str) -> Callable:
+    """Register the decorated graph -> graph | None function as the optimizer's rewrite `name`."""
+
+    def register(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        if name in REWRITES:
+            raise ValueError(f"optimizer rewrite {name} registered twice")
+        REWRITES[name] = Rewrite(name=name, order=order, summary=summary, fn=fn)
+        return fn
+
+    return register
+
+
+@dataclass(frozen=True)
+class Proposal:
+    source: str
+    rewrite: str
+    """`+`-joined names of the rewrites the candidate applies, in order."""
+
+
+def plan(applicable: list[str], tried: list[str]) -> list[str] | None:
+    """The next combination of rewrites to try: all applicable at once, then each alone; None when every one was
+    tried (`tried` holds the `+`-joined combinations of earlier rounds)."""
+    combos = ([applicable] if len(applicable) > 1 else []) + [[name] for name in applicable]
+    return next((c for c in combos if "+".join(c) not in tried), None)
+
+
+def propose(reference: Any, tried: list[str], lower: Lower, render: Render) -> Proposal | str:
+    """The next rewritten candidate for the traced reference, or why there is none."""
+    graph = lower(reference)
+    if isinstance(graph, str):
+        return f"no rewrite: the reference does not lower ({graph})"
+    ordered = sorted(REWRITES.values(), key=lambda r: (r.order, r.name))
+    applicable = [r.name for r in ordered if r.fn(copy.deepcopy(graph)) is not None]
+    if not applicable:
+        return "no registered rewrite applies to this graph" if REWRITES else "no optimizer rewrite is registered"
+    combo = plan(applicable, tried)
+    if combo is None:
+        return f"every applicable rewrite was tried ({', '.join(tried)})"
+    for name in combo:
+        graph = REWRITES[name].fn(graph) or graph
+    return Proposal(source=render(graph), rewrite="+".join(combo))
+
+
+def offline_answer(task_source: str, reference: Any, tried: list[str]) -> Proposal | str:
+    """The offline optimizer's answer for a task: the next rewritten candidate from the offline compiler, or why
+    there is none (no rewrite registered or applicable, every one tried, the reference does not lower)."""
+    if not REWRITES:
+        return "no optimizer rewrite is registered"
+    if reference is None:
+        return "no rewrite: the traced reference is missing"
+    from activities.kernels import compiler
+
+    return propose(reference, tried, compiler.lower, lambda graph: compiler.render(graph, task_source))
