@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from importlib.metadata import PackageNotFoundError, version as package_version
+from importlib.metadata import version as package_version
 from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel
 
 from activities.storage import ArtifactStore, open_store
-from client import out
+from client import fleetforge_version, out
 from client.cli.render import answer_command, show_needs_input, show_result
 from client.ids import candidates
 from client.jobs import JobHandle, fleet_label
@@ -49,11 +49,7 @@ JobIdArg = Annotated[str, typer.Argument(
 
 
 def version_text() -> str:
-    try:
-        ours = package_version("fleetforge")
-    except PackageNotFoundError:  # running from a source tree that is not installed
-        ours = "unknown"
-    return f"fleetforge {ours} (temporalio {package_version('temporalio')})"
+    return f"fleetforge {fleetforge_version()} (temporalio {package_version('temporalio')})"
 
 
 def _print_version(value: bool) -> None:

@@ -17,18 +17,20 @@ from typing import Annotated, Any
 from urllib.parse import quote, unquote
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from pydantic import BaseModel
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp_types import InputRequiredResult
+from pydantic import BaseModel, Field
 
+from client import fleetforge_version
 from client.jobs import CANCELLED, JobCancelled, JobHandle
 from client.mcp_server.args import (
     AnswerArgs, ConvertArgs, FleetTestArgs, InspectArgs, KernelArgs, ListArgs,
 )
 from client.mcp_server.tasks import JobState, JobTasks, answers_from
+from client.mcp_server.watch import WATCH_SECONDS, Watched, watch_job
 from client.sdk import FleetforgeClient
 from contracts.common import ArtifactRef, JobStatus
 from contracts.errors import Err, FleetforgeError
-from contracts.events import event_line
 from contracts.settings import Settings
 
 ARTIFACT_TEMPLATE = "fleetforge://jobs/{job}/artifacts/{name}"
@@ -115,7 +117,11 @@ class Backend:
             state.pending_command = snap.pending_command
             state.pending_attempt = len(snap.finished) + 1
         if with_result and summary.status in (JobStatus.COMPLETED, JobStatus.FAILED):
-            result = await handle.outcome()
+            try:
+                result = await handle.outcome()
+            except FleetforgeError as e:  # ended without a result contract (its workflow crashed)
+                state.crashed = f"[{e.code}] {e}"
+                return state
             failure = getattr(result, "failure", None)
             state.result = result.model_dump(mode="json")
             state.summary = (f"{handle.id} {summary.status}"
@@ -181,9 +187,13 @@ JOB_TOOLS = {"inspect": InspectArgs, "convert": ConvertArgs, "kernel": KernelArg
 
 def build_server(settings: Settings | None = None, backend: Backend | None = None) -> MCPServer:
     be = backend or Backend(settings)
+
+    async def tool_names() -> set[str]:
+        return {t.name for t in await server.list_tools()}
+
     tasks = JobTasks(job_tools=frozenset(JOB_TOOLS), start=be.start, read=be.state, answer=be.answer_task,
-                     cancel=be.cancel)
-    server = MCPServer("fleetforge", instructions=INSTRUCTIONS, extensions=[tasks])
+                     cancel=be.cancel, tools=tool_names)
+    server = MCPServer("fleetforge", version=fleetforge_version(), instructions=INSTRUCTIONS, extensions=[tasks])
 
     for name, model in JOB_TOOLS.items():
         async def start_job(args: BaseModel, ctx: Context, name: str = name) -> JobStarted:
@@ -236,36 +246,30 @@ def build_server(settings: Settings | None = None, backend: Backend | None = Non
         await handle.cancel()
         return {"job_id": handle.id, "status": "cancellation requested"}
 
-    @server.tool(description="Follow a job's live events (steps, agent tool calls, LLM tokens, status) as "
-                             "progress notifications until it ends or `seconds` pass; returns its status.")
+    @server.tool(description="Follow a job: its live events (steps, agent tool calls, LLM tokens, status) as "
+                             "progress notifications until it ends or `seconds` pass (default below a client's "
+                             "usual 60 s timeout; call it again to follow on). A question the job waits on is asked "
+                             "as a form (elicitation) when the client takes them, else returned with how to answer.")
     @said
-    async def watch(job_id: str, ctx: Context, seconds: float = 60.0) -> dict[str, Any]:
+    async def watch(job_id: str, ctx: Context, seconds: Annotated[float, Field(gt=0, le=3600)] = WATCH_SECONDS,
+                    ) -> Watched | InputRequiredResult:
         handle = await be.job(job_id)
-        seen = 0
-
-        async def forward() -> None:
-            nonlocal seen
-            async for event in handle.events():
-                seen += 1
-                await ctx.report_progress(seen, None, event_line(event))
-
-        try:
-            await asyncio.wait_for(forward(), timeout=seconds)
-        except asyncio.TimeoutError:
-            pass
-        return {"job_id": handle.id, "status": await handle.status(), "events": seen}
+        return await watch_job(handle, ctx, seconds, read=functools.partial(be.state, with_result=False),
+                               answer=be.answer_task)
 
     @server.resource(ARTIFACT_TEMPLATE, mime_type="application/octet-stream",
                      description="A finished job's output by workspace name (job id and name URL-encoded); "
                                  "the bytes are checked against their sha256 before they are sent.")
     async def artifact(job: str, name: str) -> bytes:
+        """No such job or output (yet) is "resource not found" (-32602 with the uri, as both SDKs define it);
+        anything else (a sha256 mismatch, the store unreachable) is an error that says what happened."""
         try:
             handle = await be.job(unquote(job))
             ref = _named(await handle.artifacts(), unquote(name))
-            fc = await be.client()
-            return await asyncio.to_thread(fc.store.get_bytes, ref)  # INTEGRITY_ERROR on a sha256 mismatch
+            return await asyncio.to_thread((await be.client()).store.get_bytes, ref)  # INTEGRITY_ERROR on a mismatch
         except FleetforgeError as e:
-            raise ResourceError(f"[{e.code}] {e}") from None
+            missing = e.code in (Err.JOB_NOT_FOUND, Err.JOB_CANCELLED, Err.BAD_INPUT)
+            raise (ResourceNotFoundError if missing else ResourceError)(f"[{e.code}] {e}") from None
 
     return server
 
@@ -274,12 +278,13 @@ def _named(refs: list[ArtifactRef], name: str) -> ArtifactRef:
     for ref in refs:
         if ref.name == name:
             return ref
-    raise FleetforgeError(Err.BAD_INPUT, f"no artifact {name!r}; the job has: {', '.join(r.name for r in refs)}")
+    raise FleetforgeError(Err.BAD_INPUT, f"no artifact {name!r}; the job has: {', '.join(r.name for r in refs) or 'none'}")
 
 
 INSTRUCTIONS = """fleetforge runs durable deep-learning engineering jobs on Temporal: convert (ONNX -> Qualcomm
 QNN/SNPE artifacts), kernel (write and verify a Triton kernel), fleet_test (deploy every model of a CSV in a
 container), inspect. Job tools return a task (tasks extension) or a job id; poll with tasks/get or `show`, follow
-live with `watch`, answer questions with tasks/update or `answer`, read outputs as resources."""
+live with `watch` (it asks a waiting job's questions as a form when the client takes elicitation), else answer them
+with tasks/update, `answer` or `approve`; read outputs as resources."""
 
 __all__ = ["build_server", "Backend", "artifact_uri", "CANCELLED"]

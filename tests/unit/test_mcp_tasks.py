@@ -1,5 +1,6 @@
-"""The MCP front door's pure parts: a job's state as a SEP-2663 task, the tool schemas against their
-contracts, the HTTP binding rule, and how `fleetforge watch` lays out live events."""
+"""The MCP front door's pure parts: a job's state as a task of the tasks extension (every shape held to
+its published schema, tests/e2e/mcp_tasks.py), how `watch` asks a question on each protocol version, the
+HTTP binding rule, and how `fleetforge watch` lays out live events."""
 
 from __future__ import annotations
 
@@ -7,15 +8,19 @@ import io
 from datetime import datetime, timezone
 
 import pytest
+from mcp_types import ClientCapabilities
+from pydantic import BaseModel, Field, ValidationError
 
 from client.events_view import EventPrinter
 from client.jobs import JobSnapshot
 from client.mcp_server.serve import check_binding
-from client.mcp_server.tasks import JobState, answer_schema, answers_from, input_key, task_view
-from contracts.convert_job import ConversionProgress, ProvideInput
+from client.mcp_server.tasks import JobState, answer_schema, answers_from, argument_error, created, input_key, task_view
+from client.mcp_server.watch import how_to_ask
 from contracts.common import JobStatus
+from contracts.convert_job import ConversionProgress, ProvideInput
 from contracts.errors import FleetforgeError
 from contracts.events import EventKind, JobEvent
+from tests.e2e.mcp_tasks import CreatedTask, TaskResult
 
 T0 = datetime(2026, 11, 24, 10, 0, tzinfo=timezone.utc)
 
@@ -101,3 +106,71 @@ def test_watch_writes_an_llm_calls_deltas_on_one_line_and_every_other_event_on_i
     printer.end()
     assert out.getvalue().splitlines() == ["  step: plan", '  [planner] {"status": "OK"}', "  [planner] again",
                                            "  status: COMPLETED"]
+
+
+def on_the_wire(task: dict) -> object:
+    """tasks/get's result as the server sends it (the SDK stamps `resultType: "complete"` on it), parsed by
+    the extension's schema: a missing, renamed or mistyped field fails here."""
+    return TaskResult.model_validate({**task, "resultType": "complete"}).root
+
+
+@pytest.mark.parametrize("job", [
+    state("RUNNING", snapshot=JobSnapshot(step="compile")),
+    state("NEEDS_INPUT", snapshot=JobSnapshot(convert=ConversionProgress(status=JobStatus.NEEDS_INPUT,
+                                                                           questions=["Which SoC?"]))),
+    state("AWAITING_APPROVAL", pending_command="docker run --rm m:1", pending_attempt=1),
+    state("COMPLETED", result={"status": "COMPLETED"}),
+    state("FAILED", result={"status": "FAILED"}, summary="convert/x FAILED"),
+    state("FAILED", crashed="[INTERNAL] job convert/x crashed: boom"),
+    state("CANCELLED"),
+], ids=["working", "input_required", "approval", "completed", "failed_job", "crashed", "cancelled"])
+def test_every_task_state_is_what_the_extensions_schema_says(job: JobState):
+    task = on_the_wire(task_view(job))
+    assert task.ttl_ms is None and task.poll_interval_ms == 2000
+
+
+def test_a_completed_tasks_result_is_a_complete_tool_result_and_a_crash_is_a_failed_task_with_its_error():
+    done = on_the_wire(task_view(state("COMPLETED", result={"status": "COMPLETED"})))
+    assert done.result.result_type == "complete" and done.result.structured_content == {"status": "COMPLETED"}
+    crashed = on_the_wire(task_view(state("FAILED", crashed="[INTERNAL] job convert/x crashed: boom")))
+    assert crashed.status == "failed" and crashed.error.code == -32603 and "boom" in crashed.error.message
+
+
+def test_a_created_task_is_what_the_extensions_schema_says():
+    seed = CreatedTask.model_validate(created("convert/20261124-100000-ab12", T0))
+    assert (seed.result_type, seed.status, seed.ttl_ms, seed.poll_interval_ms) == ("task", "working", None, 2000)
+    with pytest.raises(ValidationError):  # the names the extension does not define are refused
+        CreatedTask.model_validate({**created("convert/x", T0), "ttlSeconds": None})
+
+
+@pytest.mark.parametrize(("version", "capabilities", "asking"), [
+    ("2025-11-25", {"elicitation": {"form": {}}}, "elicitation_request"),
+    ("2025-06-18", {"elicitation": {}}, "elicitation_request"),  # an empty object is form mode
+    ("2026-07-28", {"elicitation": {"form": {}}}, "input_required"),
+    ("2026-07-28", {}, "tools"),
+    ("2025-11-25", {"elicitation": {"url": {}}}, "tools"),  # URL mode only: a form cannot travel
+    ("2025-11-25", None, "tools"),
+])
+def test_watch_asks_a_jobs_question_as_the_negotiated_protocol_version_defines(version, capabilities, asking):
+    caps = ClientCapabilities.model_validate(capabilities) if capabilities is not None else None
+    assert how_to_ask(version, caps) == asking
+
+
+def test_bad_tool_arguments_say_which_argument_and_what_was_wrong():
+    class Args(BaseModel):
+        min_cosine: float = Field(0.5, le=1.0)
+
+    with pytest.raises(ValidationError) as e:
+        Args(min_cosine=2)
+    assert argument_error("convert", e.value) == (
+        "[BAD_INPUT] invalid arguments for convert: min_cosine: Input should be less than or equal to 1")
+
+
+def test_the_protocol_versions_served_are_the_ones_docs_mcp_names():
+    """The pinned SDK negotiates them; an upgrade that changes them changes this test and docs/mcp.md."""
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+    from client.mcp_server.tasks import TASK_PROTOCOL_VERSIONS
+
+    assert HANDSHAKE_PROTOCOL_VERSIONS == ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+    assert MODERN_PROTOCOL_VERSIONS == ("2026-07-28",) and TASK_PROTOCOL_VERSIONS == {"2026-07-28"}
