@@ -98,6 +98,7 @@ async def watch_job(handle: JobHandle[Any], ctx: Context, seconds: float, *, rea
         while True:
             if forwarding.done() and not forwarding.cancelled() and forwarding.exception() is not None:
                 raise forwarding.exception()  # type: ignore[misc]  # reading the job's events failed
+            changed.clear()  # before the read: a status event from here on wakes the wait below
             status = await handle.status()
             if status in ENDED:
                 await _drain(forwarding)
@@ -119,7 +120,6 @@ async def watch_job(handle: JobHandle[Any], ctx: Context, seconds: float, *, rea
             left = deadline - time.monotonic()
             if left <= 0:
                 return Watched(job_id=handle.id, status=status, events=sent)
-            changed.clear()
             try:
                 await asyncio.wait_for(changed.wait(), timeout=min(left, HEARTBEAT_S))
             except asyncio.TimeoutError:
