@@ -15,7 +15,7 @@ from pydantic.fields import FieldInfo
 
 from contracts.convert_job import ConversionRequest
 from contracts.fleet_job import FleetTestRequest
-from contracts.kernel import CPU_ARCH, KernelTask
+from contracts.kernel import CPU_ARCH, KernelTask, TimeLimit
 from contracts.kernel_job import KernelRequest
 
 _CONTRACT: Any = object()
@@ -125,7 +125,7 @@ CONVERT = JobOptions((ConversionRequest,), (
     Option("input_shapes", cli=False),  # the CLI: --input-shape NAME=1,3,224,224 (repeatable)
 ))
 
-KERNEL = JobOptions((KernelTask, KernelRequest), (
+KERNEL = JobOptions((KernelTask, KernelRequest, TimeLimit), (
     Option("arch", metavar="ARCH", default=CPU_ARCH),
     Option("workflow", metavar="NAME|FILE"),
     Option("num_candidates", metavar="N"),
@@ -135,6 +135,12 @@ KERNEL = JobOptions((KernelTask, KernelRequest), (
     Option("llm_rejections_before_fallback", metavar="N"),
     Option("precision"),
     Option("roofline_gpu", metavar="GPU"),
+    # the verifier's time limit, field by field over the workflow.yaml's (None: its value)
+    Option("multiple", name="time_limit_multiple", metavar="X", default=None, annotation=float | None),
+    Option("floor_s", name="time_limit_floor_s", flag="--time-limit-floor", metavar="SECONDS", default=None,
+           annotation=float | None),
+    Option("ceiling_s", name="time_limit_ceiling_s", flag="--time-limit-ceiling", metavar="SECONDS", default=None,
+           annotation=float | None),
 ))
 
 FLEET_TEST = JobOptions((FleetTestRequest,), (

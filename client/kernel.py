@@ -7,10 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from client.paths import local_path
 from contracts.errors import Err, FleetforgeError
+from contracts.kernel import TimeLimit
 from contracts.kernel_job import KernelRequest
 
 
@@ -27,7 +28,9 @@ def kernel_request(
     sets: dict[str, str] | None = None, cwd: Path | None = None, **fields: Any,
 ) -> KernelStart:
     """`fields` go to KernelTask (num_candidates, max_step, ...) or KernelRequest (max_llm_answers,
-    llm_rejections_before_fallback, verify_timeout_s, ...), whichever has them."""
+    llm_rejections_before_fallback, time_limit, ...), whichever has them. `time_limit_multiple`,
+    `time_limit_floor_s` and `time_limit_ceiling_s` set one field of the verifier's time limit over the
+    workflow.yaml's `verifier.time_limit` (None: its value)."""
     from activities.kernels.config_loader import config_for_task
     from activities.kernels.reference import precheck
     from activities.kernels.task_source import apply_overrides, check_op_name, check_task, op_name_for, parse_value
@@ -54,8 +57,26 @@ def kernel_request(
     source = apply_overrides(text, overrides, path.name)
     hint = precheck(source, path.name) if arch == CPU_ARCH else ""  # BAD_INPUT when the verifier cannot hold the inputs
     workflow_file = local_path(workflow, cwd) if workflow.endswith((".yaml", ".yml")) else None
+    limit_fields = {f: fields.pop(f"time_limit_{f}") for f in TimeLimit.model_fields if f"time_limit_{f}" in fields}
     request_fields = {k: fields.pop(k) for k in list(fields) if k in KernelRequest.model_fields}
     kt = KernelTask(op_name=name, task_desc=source, task_id=f"{name}-{run_id}", arch=arch,
                     workflow=str(workflow_file) if workflow_file else workflow, overrides=overrides,
                     source_file=path.name, **fields)
-    return KernelStart(request=KernelRequest(task=kt, config=config_for_task(kt), **request_fields), hint=hint or "")
+    config = config_for_task(kt)
+    if request_fields.get("time_limit") is None:
+        request_fields["time_limit"] = time_limit_from(config.verifier.time_limit, limit_fields)
+    return KernelStart(request=KernelRequest(task=kt, config=config, **request_fields), hint=hint or "")
+
+
+def time_limit_from(base: TimeLimit, given: dict[str, float | None]) -> TimeLimit | None:
+    """`base` (the workflow.yaml's) with the fields the user gave (None: not given); None when none was
+    given, so the workflow.yaml's stays in charge; BAD_INPUT for a limit that cannot be."""
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given:
+        return None
+    try:
+        return TimeLimit.model_validate({**base.model_dump(), **given})
+    except ValidationError as e:
+        problems = "; ".join(".".join(map(str, err["loc"])) + ": " * bool(err["loc"])
+                             + err["msg"].removeprefix("Value error, ") for err in e.errors(include_url=False))
+        raise FleetforgeError(Err.BAD_INPUT, f"verifier time limit: {problems}") from None

@@ -139,6 +139,52 @@ class LimitationInfo(_Strict):
     optional: OptionalLimits = Field(default_factory=OptionalLimits)
 
 
+class TimeLimit(_Strict):
+    """How long the verifier lets a candidate run: `multiple` times the reference's own time on the same runs
+    (its child: start, build, every trial set and the held-out sizes), never under `floor_s` nor over
+    `ceiling_s`. The reference itself may take up to `ceiling_s`. A candidate past its limit is rejected
+    (a verdict about the candidate, naming the limit and the reference's time), never a worker failure."""
+
+    multiple: float = Field(default=50.0, gt=0, description=(
+        "the verifier gives a candidate this many times the reference's own time on the same runs "
+        "(default: the workflow.yaml's verifier.time_limit, else 50)"))
+    """Under the Triton interpreter a kernel runs tens to thousands of times slower than torch's own op."""
+    floor_s: float = Field(default=120.0, gt=0, description=(
+        "seconds: the least time the verifier gives a candidate (default: the workflow.yaml's, else 120)"))
+    """Every child starts Python, torch and triton first (several seconds on a loaded machine)."""
+    ceiling_s: float = Field(default=1800.0, gt=0, description=(
+        "seconds: the most time the verifier gives a candidate, and the reference itself (default: the "
+        "workflow.yaml's, else 1800)"))
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "TimeLimit":
+        if self.floor_s > self.ceiling_s:
+            raise ValueError(f"floor_s ({self.floor_s:g}) is above ceiling_s ({self.ceiling_s:g})")
+        return self
+
+    @classmethod
+    def fixed(cls, seconds: float) -> "TimeLimit":
+        """The same limit whatever the reference takes."""
+        return cls(floor_s=seconds, ceiling_s=seconds)
+
+    def for_reference(self, reference_s: float) -> float:
+        """The candidate's limit when the reference took `reference_s` seconds (to a tenth of a second)."""
+        return round(min(self.ceiling_s, max(self.floor_s, self.multiple * reference_s)), 1)
+
+    @property
+    def text(self) -> str:
+        """`50x the reference's time, at least 120 s, at most 1800 s`."""
+        if self.floor_s == self.ceiling_s:
+            return f"a fixed {self.ceiling_s:g} s"
+        return f"{self.multiple:g}x the reference's time, at least {self.floor_s:g} s, at most {self.ceiling_s:g} s"
+
+
+class VerifierSettings(_Strict):
+    """workflow.yaml's `verifier:` section."""
+
+    time_limit: TimeLimit = Field(default_factory=TimeLimit)
+
+
 class ConductorConfig(_Strict):
     """A validated workflow.yaml. Built at the edge (client or activity); workflows only read it."""
 
@@ -154,6 +200,8 @@ class ConductorConfig(_Strict):
     matmul followed by `torch.softmax`) is rejected, naming the op and its line. On: such mixed kernels
     may be VERIFIED (the torch ops are still named in the report); the output must still come from a
     Triton kernel's writes."""
+    verifier: VerifierSettings = Field(default_factory=VerifierSettings)
+    """How the verifier treats candidates (their time limit); a KernelRequest's `time_limit` overrides it."""
 
     @model_validator(mode="after")
     def _check_graph(self) -> "ConductorConfig":

@@ -11,7 +11,16 @@ from pydantic import BaseModel, Field, JsonValue
 
 from contracts.agents import AgentProvenance
 from contracts.common import ArtifactRef, Failure, JobStatus, TaskQueues, TokenTotals
-from contracts.kernel import ConductorConfig, FinishReason, KernelTask, LLMDecision, Number, OutputFormat, StaticReport
+from contracts.kernel import (
+    ConductorConfig,
+    FinishReason,
+    KernelTask,
+    LLMDecision,
+    Number,
+    OutputFormat,
+    StaticReport,
+    TimeLimit,
+)
 from contracts.messages import TokenUsage
 
 Provider = Literal["offline", "openai"]
@@ -73,6 +82,10 @@ class VerifierReport(BaseModel, frozen=True):
     """"verified at its own shapes only: <why>" when no held-out size set could run."""
     confinement: str = ""
     """Empty when the candidate ran in the sandbox; the operator's opt-out (FLEETFORGE_SANDBOX=off) otherwise."""
+    time_limit_s: float = 0.0
+    """The candidate's time limit (TimeLimit.for_reference of the reference's time; 0 when it never ran)."""
+    reference_s: float = 0.0
+    """The reference child's time on the same runs (measured now, or when its outputs were cached)."""
 
 
 # --- the reference, read by tracing it -------------------------------------------------------
@@ -430,6 +443,9 @@ class VerifyRequest(BaseModel, frozen=True):
     task: KernelTask
     candidate: ArtifactRef
     timeout_s: float = Field(default=120.0, gt=0)
+    """A fixed time limit per child, used only when `time_limit` is None (requests from before it)."""
+    time_limit: TimeLimit | None = None
+    """The candidate's time limit as a multiple of the reference's time (KernelRequest / workflow.yaml)."""
     seed: int = 0
     trials: int = Field(default=2, ge=1, le=50)
     """Trial sets; each runs the task's own inputs and the other input families (same shapes/dtypes)."""
@@ -547,6 +563,10 @@ class KernelRequest(BaseModel, frozen=True):
     """Validated at the edge (client or test) from the task's workflow.yaml."""
     queues: TaskQueues = TaskQueues()
     verify_timeout_s: float = Field(default=120.0, gt=0)
+    """The reference probe's time limit (reading the task on the meta device); candidates get `time_limit`."""
+    time_limit: TimeLimit | None = None
+    """The verifier's time limit per candidate (a multiple of the reference's time, floor, ceiling); None:
+    the workflow.yaml's `verifier.time_limit` (whose defaults are TimeLimit's)."""
     llm: Provider = "offline"
     """Filled from the settings by the client SDK; offline is the default and the fallback."""
     max_llm_answers: int = Field(default=3, ge=1, le=10, description="LLM answers per agent decision (the first "
@@ -555,6 +575,11 @@ class KernelRequest(BaseModel, frozen=True):
         default=3, ge=1, le=50, description="LLM candidates the verifier may reject before the offline template's "
                                             "candidate is tried")
     """Tried once, when the offline agents have one."""
+
+    @property
+    def verifier_time_limit(self) -> TimeLimit:
+        """The request's own time limit, else its workflow.yaml's."""
+        return self.time_limit or self.config.verifier.time_limit
 
 
 class KernelResult(BaseModel):

@@ -47,6 +47,15 @@ KERNEL = CallOptions(
     retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=[Err.VERIFIER_ERROR, Err.KERNEL_TASK_INVALID]),
 )
 
+
+
+def verify_start_to_close(ceiling_s: float) -> timedelta:
+    """A verification's bound: the reference and the candidate side by side, the reference again alone
+    when both failed, then the GPU profiler, each up to the time limit's ceiling. A slow candidate is
+    stopped by the verifier's own limit (a verdict) long before this."""
+    return max(KERNEL.start_to_close, timedelta(seconds=3 * ceiling_s + 300))
+
+
 CONTAINER = CallOptions(
     # runners beat every 2 s: a dead worker is noticed, and a cancellation delivered, within 10 s
     start_to_close=timedelta(hours=1), heartbeat=timedelta(seconds=10),

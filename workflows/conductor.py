@@ -72,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.messages import TokenUsage
     from workflows import _visibility as ui
     from workflows import presentation as ui_rows
-    from workflows._call_options import KERNEL, LLM
+    from workflows._call_options import KERNEL, LLM, verify_start_to_close
     from workflows._events import JobEvents
     from contracts.events import EventKind, JobEvent
     from workflows._llm import token_totals
@@ -426,14 +426,17 @@ class ConductorWorkflow:
 
     async def _verify(self, candidate: ArtifactRef, step: int, index: int, n: int) -> tuple[int, VerifyResult]:
         ref = self._reference or ReferenceAnalysis()
+        limit = self._req.verifier_time_limit
         res = await workflow.execute_activity_method(
             KernelActivities.verify,
             VerifyRequest(task=self._req.task, candidate=candidate, timeout_s=self._req.verify_timeout_s,
-                          held_out=ref.held_out, held_out_note=ref.held_out_note, reference_ops=ref.aten_ops,
-                          allow_mixed=self._req.config.allow_mixed_kernels, reference=ref.artifact),
+                          time_limit=limit, held_out=ref.held_out, held_out_note=ref.held_out_note,
+                          reference_ops=ref.aten_ops, allow_mixed=self._req.config.allow_mixed_kernels,
+                          reference=ref.artifact),
             task_queue=self._req.queues.kernels,
             summary=f"verifier step {step}" + (f", candidate {index + 1}/{n}" if n > 1 else ""),
-            start_to_close_timeout=KERNEL.start_to_close, heartbeat_timeout=KERNEL.heartbeat, retry_policy=KERNEL.retry,
+            start_to_close_timeout=verify_start_to_close(limit.ceiling_s), heartbeat_timeout=KERNEL.heartbeat,
+            retry_policy=KERNEL.retry,
         )
         return index, res
 

@@ -5,6 +5,7 @@ candidate's own traceback frames."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -37,17 +38,21 @@ def child_env(gpu: bool, cpu_s: int) -> dict[str, str]:
 
 def spawn(module: str, workdir: Path, args: list[str], *, gpu: bool, timeout_s: float) -> Child:
     """`python -m module args` in the sandbox, `workdir` its scratch dir (no network; a GPU child gets the
-    GPU's device nodes)."""
-    limits = Limits(timeout_s=timeout_s, memory_bytes=0 if gpu else MEMORY_LIMIT_BYTES, cpu_s=int(timeout_s) + 10,
+    GPU's device nodes). `timeout_s` is the most wall time it may get; its CPU time may be that on every
+    core (torch's threads), so a slow child is stopped by the wall-clock limit and reported as a timeout."""
+    cpu_s = int(timeout_s * (os.cpu_count() or 1)) + 10
+    limits = Limits(timeout_s=timeout_s, memory_bytes=0 if gpu else MEMORY_LIMIT_BYTES, cpu_s=cpu_s,
                     disk_bytes=DISK_BUDGET_BYTES, processes=PROCESS_LIMIT)
     return spawn_child([sys.executable, "-m", module, *args], scratch=workdir, limits=limits,
-                       policy=SandboxPolicy(gpu=gpu), env=child_env(gpu, int(timeout_s) + 10))
+                       policy=SandboxPolicy(gpu=gpu), env=child_env(gpu, cpu_s))
 
 
-def wait_all(children: dict[str, Child], timeout_s: float, beat: Callable[[str], None]) -> dict[str, Child]:
-    """Wait for every child (killing the ones past the deadline); each gets `error` (None when it exited 0),
-    its log excerpt (scrubbed) and its elapsed seconds. Every child is dead when this returns."""
-    wait_children(children, timeout_s=timeout_s, beat=beat)
+def wait_all(children: dict[str, Child], timeout_s: float, beat: Callable[[str], None],
+             limit: Callable[[str], float] | None = None) -> dict[str, Child]:
+    """Wait for every child (killing the ones past their limit: `limit(name)` seconds from the child's start,
+    else `timeout_s`); each gets `error` (None when it exited 0), its log excerpt (scrubbed) and its elapsed
+    seconds. Every child is dead when this returns."""
+    wait_children(children, timeout_s=timeout_s, beat=beat, limit=limit)
     for child in children.values():
         if child.error:
             child.log_excerpt = log_excerpt(child.log)

@@ -29,7 +29,7 @@ from contracts.common import ArtifactRef
 from activities import sandbox
 from activities.sandbox import SandboxMode
 from contracts.errors import Err, FleetforgeError
-from contracts.kernel import CODE_PARSERS, LLMDecision
+from contracts.kernel import CODE_PARSERS, LLMDecision, TimeLimit
 from contracts.kernel_job import (
     AgentCall,
     AnalyzeRequest,
@@ -226,7 +226,8 @@ class KernelActivities:
             raise FleetforgeError(Err.VERIFIER_ERROR, f"candidate {req.candidate.uri} is not UTF-8 text") from e
         if not req.task.on_cpu:
             _require_gpu(req.task.arch)
-        report = verify(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, trials=req.trials,
+        limit = req.time_limit or TimeLimit.fixed(req.timeout_s)
+        report = verify(req.task.task_desc, source, time_limit=limit, seed=req.seed, trials=req.trials,
                         heartbeat=note, gpu=not req.task.on_cpu, held_out=req.held_out,
                         held_out_note=req.held_out_note, reference_ops=req.reference_ops, allow_mixed=req.allow_mixed,
                         precision=req.task.precision, costs=costs)
@@ -240,8 +241,8 @@ class KernelActivities:
             return VerifyResult(report=report, speed=modeled.summary if modeled else why, modeled=modeled)
         if not report.passed:
             return VerifyResult(report=report)
-        timing, note_text = profile(req.task.task_desc, source, timeout_s=req.timeout_s, seed=req.seed, heartbeat=note,
-                                    precision=req.task.precision)
+        timing, note_text = profile(req.task.task_desc, source, timeout_s=limit.ceiling_s, seed=req.seed,
+                                    heartbeat=note, precision=req.task.precision)
         return VerifyResult(report=report, speed=note_text, timing=timing)
 
     def _modeled(self, req: VerifyRequest, costs: list[LaunchCost]) -> tuple[ModeledSpeed | None, str]:

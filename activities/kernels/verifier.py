@@ -12,6 +12,11 @@ did the work (`torch_work`: named with the candidate's line, rejected unless the
 mixed kernels), and an output that depends on no buffer a Triton kernel wrote is a torch-computed decoy
 (`_child.LaunchRecorder`; advisory, since it runs in the candidate's process: the comparison here is
 the guarantee). A crash's report carries a bounded log excerpt with the candidate's own file/line frames.
+
+Time: the candidate may take `TimeLimit.for_reference` of the reference child's own time on the same runs (a
+multiple of it, with a floor and a ceiling); both children start together, and until the reference is done
+the candidate's limit is the ceiling. A candidate past its limit is rejected with a reason that names the
+limit and the reference's time: a verdict about the candidate, never the worker's failure.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from activities.kernels._child import (
     FAMILIES,
@@ -42,7 +47,7 @@ from activities.kernels.precision import tf32_problem, tolerance
 from activities.kernels.static_checks import static_check
 from activities.kernels.task_source import apply_overrides
 from activities.kernels.torch_work import torch_work
-from contracts.kernel import Number, PrecisionPolicy
+from contracts.kernel import Number, PrecisionPolicy, TimeLimit
 from contracts.kernel_job import KernelTiming, LaunchCost, Mismatch, TorchOpUse, VerifierReport
 
 __all__ = ["MEMORY_LIMIT_BYTES", "compare", "profile", "timing_from", "verify"]
@@ -57,17 +62,21 @@ class ChildFailed(Exception):
 
 
 def verify(
-    task_source: str, candidate_source: str, *, timeout_s: float, seed: int = 0, trials: int = 2,
-    heartbeat: Callable[[str], None] | None = None, gpu: bool = False, held_out: dict[str, Number] | None = None,
-    held_out_note: str = "", reference_ops: list[str] | None = None, allow_mixed: bool = False,
-    precision: PrecisionPolicy = PrecisionPolicy.STRICT, costs: list[LaunchCost] | None = None,
+    task_source: str, candidate_source: str, *, timeout_s: float = 120.0, time_limit: TimeLimit | None = None,
+    seed: int = 0, trials: int = 2, heartbeat: Callable[[str], None] | None = None, gpu: bool = False,
+    held_out: dict[str, Number] | None = None, held_out_note: str = "", reference_ops: list[str] | None = None,
+    allow_mixed: bool = False, precision: PrecisionPolicy = PrecisionPolicy.STRICT,
+    costs: list[LaunchCost] | None = None,
 ) -> VerifierReport:
-    """The verdict on `candidate_source`. `held_out`: task constants for a second size set both children also
+    """The verdict on `candidate_source`. `time_limit`: the candidate's, from the reference's time (without
+    it, a fixed `timeout_s` per child); `held_out`: task constants for a second size set both children also
     run (the candidate must be right there too); `reference_ops`: the reference's traced aten ops (named first
     when torch computed them); `allow_mixed`: torch may do part of the work (named in the report, not rejected);
     `precision`: the job's policy (tolerance, TF32). `costs`, when given, receives what the interpreter counted
     per launch of the candidate's first forward call (the cost model's input; empty on a GPU)."""
     beat = heartbeat or (lambda _msg: None)
+    limit = time_limit or TimeLimit.fixed(timeout_s)
+    ceiling = limit.ceiling_s
     t0 = time.monotonic()
     static = static_check(candidate_source)
     durations = {"static": round(time.monotonic() - t0, 4)}
@@ -86,15 +95,27 @@ def verify(
             ref_dir.mkdir()
             _write_task(ref_dir, task_source, held_source)
             children["reference"] = _start(ref_dir, seed, trials, candidate=False, held=bool(held_source), gpu=gpu,
-                                           timeout_s=timeout_s, precision=precision)
+                                           timeout_s=ceiling, precision=precision)
         cand_dir = root / "candidate"
         cand_dir.mkdir()
         _write_task(cand_dir, task_source, held_source)
         (cand_dir / "candidate.py").write_text(candidate_source, encoding="utf-8")
         children["candidate"] = _start(cand_dir, seed, trials, candidate=True, held=bool(held_source), gpu=gpu,
-                                       timeout_s=timeout_s, precision=precision)
+                                       timeout_s=ceiling, precision=precision)
+
+        def reference_s() -> float | None:
+            """The reference's time on these runs: cached, measured alone, or measured beside the candidate."""
+            if cached is not None:
+                return cached.seconds
+            ref = children["reference"]
+            return round(ref.elapsed, 3) if ref.exit_code == 0 else None
+
+        def limit_of(name: str) -> float:
+            seconds = reference_s() if name == "candidate" else None
+            return limit.for_reference(seconds) if seconds is not None else ceiling
+
         try:
-            wait_all(children, timeout_s, beat)
+            wait_all(children, ceiling, beat, limit=limit_of)
             _torch_loaded(beat)
         finally:  # an exception or a cancelled activity must not leave children running
             for child in children.values():
@@ -106,25 +127,30 @@ def verify(
             ref_dir.mkdir()
             _write_task(ref_dir, task_source, held_source)
             children["reference"] = _start(ref_dir, seed, trials, candidate=False, held=bool(held_source), gpu=gpu,
-                                           timeout_s=timeout_s, precision=precision)
+                                           timeout_s=ceiling, precision=precision)
             try:
-                wait_all({"reference": children["reference"]}, timeout_s, beat)
+                wait_all({"reference": children["reference"]}, ceiling, beat)
             finally:
                 children["reference"].kill()
             durations["reference_alone"] = round(children["reference"].elapsed, 3)
         ref_err = children["reference"].error if "reference" in children else None
         cand = children["candidate"]
         if ref_err:
+            if ref_err.startswith("timed out"):
+                ref_err += (f": the reference may take the time limit's ceiling ({limit.text}); raise "
+                            "verifier.time_limit.ceiling_s or make the task smaller")
             return VerifierReport(passed=False, reason=f"reference failed: {ref_err}", static=static,
                                   durations=durations, log=children["reference"].log_excerpt)
         t1 = time.monotonic()
         try:
             if cached is None:
-                cached = _reference_outputs(root / "reference", bool(held_source))
+                measured = round(children["reference"].elapsed, 3)
+                cached = _Reference(*_reference_outputs(root / "reference", bool(held_source)), seconds=measured)
                 _REFERENCE_CACHE.put(key, cached)
         except ChildFailed as e:
             return VerifierReport(passed=False, reason=f"reference failed: {e}", static=static, durations=durations)
-        expected, expected_held, held_error = cached
+        expected, expected_held, held_error = cached.outputs, cached.held_outputs, cached.held_error
+        timing = dict(time_limit_s=limit.for_reference(cached.seconds), reference_s=cached.seconds)
         sizes = _sizes(held_out or {})
         if not held_source:
             note = held_out_note if held_out_note.startswith(OWN_SHAPES_ONLY) else \
@@ -134,11 +160,14 @@ def verify(
         else:
             note = ""
         checked = {} if note else dict(held_out or {})
-        base = dict(static=static, durations=durations, families=list(FAMILIES), held_out=checked, shapes_note=note)
+        base = dict(static=static, durations=durations, families=list(FAMILIES), held_out=checked, shapes_note=note,
+                    **timing)
         in_held_phase = bool(held_source) and (cand_dir / "out.pt").is_file()
         if cand.error and not (in_held_phase and not checked):  # not checked: the reference failed there too
             at = f" at the held-out sizes {sizes}" if in_held_phase else ""
-            return VerifierReport(passed=False, reason=f"candidate {cand.error}{at}", log=cand.log_excerpt, **base)
+            slow = (f": its time limit is {limit.text}, and the reference took {cached.seconds:.1f} s on the same "
+                    "runs" if cand.error.startswith("timed out") else "")
+            return VerifierReport(passed=False, reason=f"candidate {cand.error}{at}{slow}", log=cand.log_excerpt, **base)
         try:
             got = _load_outputs(cand_dir / "out.pt")
             got_held = _load_outputs(cand_dir / HELD_OUT_FILE) if checked else None
@@ -231,9 +260,14 @@ def _torch_loaded(beat: Callable[[str], None]) -> None:
 # --- reference outputs cache ------------------------------------------------------------------
 
 
-Reference = tuple[list[list[Any]], list[list[Any]] | None, str]
-"""The reference's outputs, its outputs at the held-out sizes (None when none ran or it failed there), and
-why it failed there."""
+class _Reference(NamedTuple):
+    outputs: list[list[Any]]
+    held_outputs: list[list[Any]] | None
+    """At the held-out sizes (None when none ran or the reference failed there)."""
+    held_error: str
+    """Why the reference failed at the held-out sizes."""
+    seconds: float
+    """The reference child's time on these runs (the candidate's time limit is a multiple of it)."""
 
 
 class _LRU:
@@ -242,17 +276,17 @@ class _LRU:
 
     def __init__(self, size: int = 32):
         self._size = size
-        self._data: OrderedDict[str, Reference] = OrderedDict()
+        self._data: OrderedDict[str, _Reference] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> Reference | None:
+    def get(self, key: str) -> _Reference | None:
         with self._lock:
             if key in self._data:
                 self._data.move_to_end(key)
                 return self._data[key]
             return None
 
-    def put(self, key: str, value: Reference) -> None:
+    def put(self, key: str, value: _Reference) -> None:
         with self._lock:
             self._data[key] = value
             while len(self._data) > self._size:
@@ -283,7 +317,7 @@ def _write_task(folder: Path, task_source: str, held_source: str) -> None:
         (folder / "held_out_task.py").write_text(held_source, encoding="utf-8")
 
 
-def _reference_outputs(folder: Path, held: bool) -> Reference:
+def _reference_outputs(folder: Path, held: bool) -> tuple[list[list[Any]], list[list[Any]] | None, str]:
     """The reference child's outputs; at the held-out sizes too, or why the task failed there."""
     expected = _load_outputs(folder / "out.pt")
     if not held:

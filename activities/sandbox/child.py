@@ -467,11 +467,13 @@ POLL_S = 0.25
 
 
 def wait_children(children: Mapping[str, Child], *, timeout_s: float, beat: Callable[[str], None] = lambda _m: None,
-                  cancelled: Callable[[], bool] | None = None) -> None:
-    """Wait for every child, killing the ones past the deadline or over their disk budget; each gets
+                  cancelled: Callable[[], bool] | None = None, limit: Callable[[str], float] | None = None) -> None:
+    """Wait for every child, killing the ones past their time limit or over their disk budget; each gets
     `exit_code` and `error` (None when it exited 0). Every child is dead when this returns or raises.
+    A child's limit is `limit(name)` seconds from its own start, asked again at every poll (it may depend on
+    how long another child took), else `timeout_s` from now for all.
     `cancelled()` true: kill them all and raise the activity's CancelledError."""
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
     pending = dict(children)
     try:
         while pending:
@@ -488,13 +490,14 @@ def wait_children(children: Mapping[str, Child], *, timeout_s: float, beat: Call
                     child.kill()
                     child.finish(None, f"wrote more than {_gib(child.limits.disk_bytes)} (disk budget); killed")
                     del pending[name]
-            if not pending:
-                return
-            if time.monotonic() > deadline:
-                for child in pending.values():
+            now = time.monotonic()
+            for name, child in list(pending.items()):
+                seconds, since = (limit(name), child.started) if limit is not None else (timeout_s, start)
+                if now - since > seconds:
                     child.kill()
-                    child.finish(None, f"timed out after {timeout_s:g}s (killed)")
-                pending.clear()
+                    child.finish(None, f"timed out after {seconds:g}s (killed)")
+                    del pending[name]
+            if not pending:
                 return
             if cancelled is not None and cancelled():
                 from temporalio.exceptions import CancelledError

@@ -106,3 +106,10 @@ async def test_our_kernelbench_tasks_run_unmodified_through_the_cli_with_set(tem
     started_here = {j["model"] for j in listed if j["target"] == "cpu-interpreter"}  # the session's server is shared
     assert ours <= started_here, "op names come from the file names (the problem number dropped)"
     assert before == {name: (KERNELBENCH / name).read_text() for name in RUNS}, "the task files are never changed"
+
+
+def test_a_time_limit_that_cannot_be_is_exit_2_before_anything_starts(tmp_path):
+    env = cli_env(Settings(state_dir=tmp_path), "127.0.0.1:1")  # nothing listens: refused before connecting
+    done = ff("kernel", str(KERNELBENCH / "01_ReLU.py"), "--set", "batch_size=2", "--set", "dim=8",
+              "--time-limit-floor", "900", "--time-limit-ceiling", "60", "--json", env=env)
+    one_line_error(done, 2, "verifier time limit: floor_s (900) is above ceiling_s (60)")

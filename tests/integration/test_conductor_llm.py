@@ -21,7 +21,7 @@ from activities.kernels.task_source import apply_overrides
 from activities.storage import ArtifactStore
 from contracts.agents import AnswerSource
 from contracts.common import JobKind, JobStatus
-from contracts.kernel import ConductorConfig, FinishReason, KernelTask
+from contracts.kernel import ConductorConfig, FinishReason, KernelTask, TimeLimit
 from contracts.kernel_job import KernelOutcome, KernelRequest, KernelResult
 from contracts.settings import Settings
 from tests.doubles.openai_server import Scripted, ScriptedOpenAIServer, error, text_stream
@@ -328,3 +328,35 @@ async def test_a_torch_wrapper_and_a_size_baked_in_kernel_are_rejected_and_the_c
     assert result.report is not None and result.report.held_out == {"batch_size": 9, "dim": 1125}
     assert result.shapes == "also verified at held-out sizes batch_size=9, dim=1125"
     assert result.trace[6].summary.startswith("PASSED (also verified at held-out sizes batch_size=9, dim=1125")
+
+
+SLOW = GOOD.replace("        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)\n",
+                    "        for _ in range(10**7):\n"
+                    "            relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)\n")
+"""Right, but ten million launches per forward: far slower than its time limit."""
+
+
+@pytest.mark.slow
+async def test_a_candidate_slower_than_its_limit_is_a_verdict_and_the_same_worker_verifies_the_next(
+        temporal_env, tmp_path, file_store):
+    assert SLOW != GOOD
+    limit = TimeLimit(multiple=2, floor_s=10, ceiling_s=120)
+    script = [design_answer(), code_answer(SLOW), decision("Coder", "make it fast"), code_answer(GOOD)]
+    task_id = f"relu-slow-{uuid.uuid4().hex[:6]}"
+    with ScriptedOpenAIServer(script) as server:
+        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default",
+                                         request_kw={"time_limit": limit}, task_id=task_id)
+
+    assert result.outcome is KernelOutcome.VERIFIED and file_store.get_bytes(result.best_candidate).decode() == GOOD
+    assert [(e.agent, e.ok) for e in result.trace] == [
+        ("designer", True), ("coder", True), ("verifier", False), ("coder", True), ("verifier", True)]
+    slow = result.trace[2].report
+    assert slow is not None and slow.time_limit_s == limit.for_reference(slow.reference_s) < limit.ceiling_s
+    assert slow.reason.startswith(f"candidate timed out after {slow.time_limit_s:g}s (killed): its time limit is 2x "
+                                  "the reference's time, at least 10 s, at most 120 s, and the reference took "), slow.reason
+    assert slow.reason in prompt_of(server.requests[3]), "the coder is told its candidate was too slow"
+    assert result.trace[4].report is not None and result.trace[4].report.time_limit_s == slow.time_limit_s
+    history = await temporal_env.client.get_workflow_handle(f"kernel/{task_id}").fetch_history()
+    attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
+                if e.HasField("activity_task_started_event_attributes")]
+    assert attempts and set(attempts) == {1}, "no activity failed, timed out or was retried: the worker stayed healthy"
