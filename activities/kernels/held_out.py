@@ -3,7 +3,8 @@ sample's shapes (a kernel with `3 * 1001` baked in is right on `get_inputs()` an
 
 The sizes are the task's own settable constants (`--set` names) that `get_inputs()` reads and whose values
 are dimensions of its inputs or parameters, and that are written as literals (a derived constant follows the ones it is
-derived from). Each grows a little to an odd number (`held_out_value`): odd, because kernels that
+derived from), and the integer literals `get_inputs()` passes to a tensor factory as a size when they are such
+dimensions too (`torch.randn(3, 1001)`: keyed `3@LINE:COL`, task_source.literal_sizes). Each grows a little to an odd number (`held_out_value`): odd, because kernels that
 assume powers of two or multiples of a block size fail there; larger, because a kernel that assumes
 the sample's element count then leaves elements unwritten (a smaller size would let it write out of
 bounds, which the Triton interpreter does not catch). Some tasks constrain their sizes (GroupNorm's
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from activities.kernels.reference import size_problem
-from activities.kernels.task_source import input_constants, literal_constants
+from activities.kernels.task_source import input_constants, literal_constants, literal_sizes
 from contracts.kernel import Number
 from contracts.kernel_job import ReferenceAnalysis
 
@@ -33,14 +34,16 @@ def held_out_value(v: int) -> int:
 
 
 def knobs(source: str, analysis: ReferenceAnalysis) -> dict[str, int]:
-    """The task's literal integer constants (> 1) that `get_inputs()` reads and whose values are dimensions
-    of its inputs or parameters: the input sizes. A constant only the model's construction reads (kernel
-    size, stride, groups, the dim a reduction runs over) changes the operation, not its shapes, so it stays."""
+    """The task's literal integer constants (> 1) that `get_inputs()` reads, and the literal sizes it passes to
+    tensor factories, whose values are dimensions of its inputs or parameters: the input sizes. A constant
+    only the model's construction reads (kernel size, stride, groups, the dim a reduction runs over) changes
+    the operation, not its shapes, so it stays."""
     dims = {d for i in analysis.inputs if i.tensor is not None for d in i.tensor.shape}
     dims |= {d for p in analysis.params for d in p.tensor.shape}
     sizes = input_constants(source)
-    return {k: v for k, v in literal_constants(source).items()
-            if isinstance(v, int) and not isinstance(v, bool) and v > 1 and v in dims and k in sizes}
+    named = {k: v for k, v in literal_constants(source).items()
+             if isinstance(v, int) and not isinstance(v, bool) and v > 1 and v in dims and k in sizes}
+    return named | {k: v for k, v in literal_sizes(source).items() if v in dims}
 
 
 def size_sets(sizes: dict[str, int]) -> list[dict[str, int]]:
@@ -79,8 +82,9 @@ def choose(source: str, analysis: ReferenceAnalysis,
         return {}, f"{OWN_SHAPES_ONLY}: the task could not be traced, so its dimensions are unknown"
     sizes = knobs(source, analysis)
     if not sizes:
-        return {}, (f"{OWN_SHAPES_ONLY}: the task has no module-level size constant (a literal integer that "
-                    "get_inputs() reads and that is a dimension of its inputs or parameters) to vary")
+        return {}, (f"{OWN_SHAPES_ONLY}: the task has no size to vary (a module-level integer constant that "
+                    "get_inputs() reads, or an integer literal it passes to a tensor factory, that is a dimension "
+                    "of its inputs or parameters)")
     tried: list[str] = []
     for overrides in size_sets(sizes):
         why = check(analysis, trace(overrides))

@@ -5,6 +5,10 @@ op name comes from the file name (`19_ReLU.py` -> `ReLU`), and its module-level 
 (`batch_size = 4096`, `M = 1024 * 2`, `height = width = 128`, `height, width = 128, 128`,
 `dim: int = 16`) can be set from the command line (`--set batch_size=16`): the value expression in the
 source is replaced, so constants derived from it follow, and a comment on the line says what was set. The file on disk is never changed.
+
+Sizes written as literals in `get_inputs()` (`torch.randn(3, 1001)`) are found too (`literal_sizes`) and can be
+set the same way under a key that says where they stand (`1001@21:30`: the literal 1001 at line 21, column 30):
+the verifier's held-out sizes vary them like constants.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from contracts.errors import Err, FleetforgeError
 from contracts.kernel import Number
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
+SIZE_FACTORIES = frozenset({"randn", "rand", "zeros", "ones", "empty", "randint", "full"})
+"""torch's tensor factories whose size argument `literal_sizes` reads (randint's and full's size only)."""
+_LITERAL_KEY = re.compile(r"^(\d+)@(\d+):(\d+)$")
 _BINOPS: dict[type, Callable[[Number, Number], Number]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
     ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
@@ -95,6 +102,43 @@ def input_constants(source: str, where: str = "<task>") -> set[str]:
     return found
 
 
+def literal_sizes(source: str, where: str = "<task>") -> dict[str, int]:
+    """The integer literals (> 1) `get_inputs()` passes to a tensor factory as a size (`torch.randn(3, 1001)`,
+    `torch.rand((8, 64))`, `size=(...)`, randint's and full's size argument), by key `VALUE@LINE:COL` (COL
+    counts from 1), in the file's order. `apply_overrides` takes these keys."""
+    tree = _parse(source, where)
+    body = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_inputs"), None)
+    found: dict[str, int] = {}
+    if body is None:
+        return found
+    lines = source.splitlines()
+    for call in ast.walk(body):
+        if not isinstance(call, ast.Call):
+            continue
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        if name not in SIZE_FACTORIES:
+            continue
+        for node in _size_literals(name, call):
+            col = _char_col(lines[node.lineno - 1], node.col_offset) + 1
+            found[f"{node.value}@{node.lineno}:{col}"] = node.value
+    return dict(sorted(found.items(), key=lambda kv: tuple(map(int, kv[0].split("@")[1].split(":")))))
+
+
+def _size_literals(name: str, call: ast.Call) -> list[ast.Constant]:
+    """The integer literals of a factory call's size argument(s)."""
+    args: list[ast.expr] = [k.value for k in call.keywords if k.arg == "size"]
+    if not args:
+        if name == "randint":
+            args = call.args[-1:] if len(call.args) >= 2 else []
+        elif name == "full":
+            args = call.args[:1]
+        else:
+            args = list(call.args)
+    elts = [e for a in args for e in (a.elts if isinstance(a, (ast.Tuple, ast.List)) else [a])]
+    return [e for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, int)
+            and not isinstance(e.value, bool) and e.value > 1]
+
+
 def parse_value(name: str, text: str) -> Number:
     """`--set NAME=VALUE`: VALUE is an int or a float literal."""
     text = text.strip()
@@ -111,8 +155,13 @@ def parse_value(name: str, text: str) -> Number:
 def apply_overrides(source: str, overrides: dict[str, Number], where: str = "<task>") -> str:
     """The source with each overridden constant's value expression replaced by the new value (and a
     comment saying what it was). A chained `a = b = 128` becomes `a = 64; b = 128` on the same line, so
-    only the names set change. Raises KERNEL_TASK_INVALID for a name that is not a module-level
-    numeric constant, listing the ones there are."""
+    only the names set change. A `VALUE@LINE:COL` key (`literal_sizes`) sets that literal of get_inputs().
+    Raises KERNEL_TASK_INVALID for a name that is not a module-level numeric constant (or a literal size),
+    listing the ones there are."""
+    literals = {k: v for k, v in overrides.items() if _LITERAL_KEY.match(k)}
+    if literals:
+        source = _set_literals(source, literals, where)
+        overrides = {k: v for k, v in overrides.items() if k not in literals}
     if not overrides:
         return source
     tree = _parse(source, where)
@@ -139,6 +188,22 @@ def apply_overrides(source: str, overrides: dict[str, Number], where: str = "<ta
         newline = "\n" if tail.endswith("\n") else ""
         lines[first:last + 1] = [text[:start] + _rewritten(st, text, lines, overrides) + tail.rstrip("\n")
                                  + comment + newline]
+    return "".join(lines)
+
+
+def _set_literals(source: str, literals: dict[str, Number], where: str) -> str:
+    known = literal_sizes(source, where)
+    unknown = [k for k in literals if k not in known]
+    if unknown:
+        raise FleetforgeError(Err.KERNEL_TASK_INVALID,
+                              f"--set {unknown[0]}: {where} has no literal size {unknown[0]} in get_inputs() "
+                              f"(it has: {', '.join(known) or 'none'})")
+    lines = source.splitlines(keepends=True)
+    for key in sorted(literals, key=lambda k: tuple(int(x) for x in _LITERAL_KEY.match(k).groups()[1:]),  # type: ignore[union-attr]
+                      reverse=True):
+        value, line, col = (int(x) for x in _LITERAL_KEY.match(key).groups())  # type: ignore[union-attr]
+        text = lines[line - 1]
+        lines[line - 1] = text[:col - 1] + repr(literals[key]) + text[col - 1 + len(str(value)):]
     return "".join(lines)
 
 

@@ -65,18 +65,43 @@ def get_init_inputs():
     assert found["held_out"] == {"batch_size": 5}, found
 
 
-def test_a_task_without_size_constants_is_verified_at_its_own_shapes_only(tmp_path: Path):
-    fixed = RELU.replace("torch.randn(batch_size, dim)", "torch.randn(7, 1000)")
-    unused = sizes_of(fixed, tmp_path)
-    assert unused["held_out"] == {}, "constants get_inputs() does not read size nothing"
-    assert unused["held_out_note"].startswith("verified at its own shapes only: the task has no module-level size")
-    fixed = fixed.replace("batch_size = 7\ndim = 1000\n", "")
+def test_a_task_whose_shapes_cannot_change_is_verified_at_its_own_shapes_only(tmp_path: Path):
+    # The input is data written out (nothing to grow), and the constants are not read by get_inputs().
+    fixed = RELU.replace("torch.randn(batch_size, dim)", "torch.tensor([[-2.0, -1.0, 0.5], [1.5, -0.5, 2.0]])")
     found = sizes_of(fixed, tmp_path)
-    assert found["held_out"] == {}
-    assert found["held_out_note"].startswith("verified at its own shapes only: the task has no module-level size")
+    assert found["held_out"] == {}, "constants get_inputs() does not read size nothing"
+    assert found["held_out_note"].startswith("verified at its own shapes only: the task has no size to vary")
     report = verify(fixed, candidate("return launch(x)"), timeout_s=TIMEOUT_S, held_out_note=found["held_out_note"])
     assert report.passed and report.held_out == {}
     assert report.shapes_note == found["held_out_note"]
+
+
+LITERAL_RELU = RELU.replace("torch.randn(batch_size, dim)", "torch.randn(3, 1001)").replace("batch_size = 7\ndim = 1000\n", "")
+"""Sizes as literals in get_inputs(), as most model code and many task files write them."""
+LITERAL_BAKED_IN = "out = torch.empty_like(x)\nrelu_kernel[(3,)](x, out, 3003, BLOCK=1024)\nreturn out"
+
+
+def test_literal_sizes_in_get_inputs_are_varied_like_constants(tmp_path: Path):
+    line = LITERAL_RELU.splitlines().index("    return [torch.randn(3, 1001)]") + 1
+    sizes = sizes_of(LITERAL_RELU, tmp_path)
+    assert sizes == {"held_out": {f"3@{line}:25": 5, f"1001@{line}:28": 1125}, "held_out_note": ""}, sizes
+
+
+def test_a_kernel_with_a_literal_size_baked_in_is_rejected_and_its_general_twin_verified(tmp_path: Path):
+    sizes = sizes_of(LITERAL_RELU, tmp_path)["held_out"]
+    baked = verify(LITERAL_RELU, candidate(LITERAL_BAKED_IN), timeout_s=TIMEOUT_S)
+    assert baked.passed, "at the task's own 3x1001 alone it is right: the false yes the literal sizes close"
+
+    rejected = verify(LITERAL_RELU, candidate(LITERAL_BAKED_IN), timeout_s=TIMEOUT_S, held_out=sizes)
+    assert not rejected.passed
+    shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+    assert rejected.reason.startswith(f"at the held-out sizes ({shown}): trial 0 (task inputs) output 0: "), \
+        rejected.reason
+    assert rejected.mismatches and all(m.held_out for m in rejected.mismatches)
+
+    general = verify(LITERAL_RELU, candidate("return launch(x)"), timeout_s=TIMEOUT_S, held_out=sizes)
+    assert general.passed, general.reason
+    assert general.held_out == sizes and general.shapes_note == ""
 
 
 def test_size_sets_try_fewer_changes_after_all_of_them():

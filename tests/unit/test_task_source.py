@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from activities.kernels.task_source import apply_overrides, numeric_constants
+from activities.kernels.task_source import apply_overrides, literal_sizes, numeric_constants
 from contracts.errors import Err, FleetforgeError
 
 
@@ -62,3 +62,30 @@ def test_a_kernelbench_level2_header_is_settable():
     out = apply_overrides(source, {"height": 7, "width": 9, "batch_size": 2})
     assert run(out) == {"batch_size": 2, "in_channels": 3, "out_channels": 16, "height": 7, "width": 9,
                         "kernel_size": 3, "depth": 16}
+
+
+LITERALS = '''import torch
+def get_inputs():
+    return [torch.randn(3, 1001), torch.rand((8, 64), dtype=torch.float32), torch.randint(0, 10, (5,)),
+            torch.full((4, 9), 2.0), torch.zeros(size=[6, 1]), torch.tensor([7, 7]), torch.arange(12)]
+'''
+
+
+def test_literal_sizes_are_the_size_arguments_of_tensor_factories_in_get_inputs():
+    assert literal_sizes(LITERALS) == {"3@3:25": 3, "1001@3:28": 1001, "8@3:47": 8, "64@3:50": 64, "5@3:99": 5,
+                                       "4@4:25": 4, "9@4:28": 9, "6@4:56": 6}, \
+        "randint's bounds, full's fill value, 1 and data tensors are not sizes"
+
+
+def test_a_literal_size_is_set_where_it_stands_and_an_unknown_one_is_named():
+    changed = apply_overrides(LITERALS, {"1001@3:28": 1125, "3@3:25": 5, "5@3:99": 7})
+    assert "torch.randn(5, 1125), torch.rand((8, 64)" in changed and "torch.randint(0, 10, (7,))" in changed
+    assert changed.splitlines()[3:] == LITERALS.splitlines()[3:]
+    for key in literal_sizes(LITERALS):
+        value, (line, col) = key.split("@")[0], map(int, key.split("@")[1].split(":"))
+        assert LITERALS.splitlines()[line - 1][col - 1:].startswith(value), "COL counts from 1"
+    with pytest.raises(FleetforgeError) as info:
+        apply_overrides(LITERALS, {"1001@3:29": 5})
+    assert info.value.code is Err.KERNEL_TASK_INVALID
+    assert info.value.message.startswith("--set 1001@3:29: <task> has no literal size 1001@3:29 in get_inputs() "
+                                         "(it has: 3@3:25, 1001@3:28, ")
