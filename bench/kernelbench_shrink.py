@@ -15,7 +15,18 @@ the Triton interpreter runs on CPU).
    with the batch treated like any other size, then with CAP 16, 32, 64; the first that builds wins.
    Sizes written as literals inside get_inputs() (not constants) are not changed: a user could not --set them.
 
-Pure text in, text out (nothing is executed here); `ladder` lists the tries in order.
+Level 3 files are whole models whose sizes also sit in lists (`layer_sizes = [16384, 16384]`), in
+`get_inputs()` (`torch.rand(batch_size, 3, 224, 224)`) and in the model code itself (`nn.Linear(512 * 7 * 7,
+4096)`, `InceptionModule(480, 192, ...)`). Halving each size to a bound would break the sums and products
+that tie them together (an Inception block's branch widths add up to the next block's input), so Level 3
+has its own rule (`scale`): batch constants become 2, and every integer literal of at least LEVEL3_MIN (32)
+anywhere in the file is divided by one factor (floor, at least 1); smaller ones (kernel sizes, strides,
+layer and head counts, patch sizes, RGB's 3) stay. `ladder3` tries the factors 16, 8, 4, 2, then the same
+with the input's own sizes kept (the literals of `get_inputs()` and the constants only it reads: a classifier
+sized for 224x224 images, VGG's `512 * 7 * 7`, MobileNet's `AvgPool2d(7)`); the first that builds and traces
+wins.
+
+Pure text in, text out (nothing is executed here); `ladder` and `ladder3` list the tries in order.
 """
 
 from __future__ import annotations
@@ -23,7 +34,11 @@ from __future__ import annotations
 import ast
 import operator
 
+from activities.kernels.task_source import input_constants
+
 BATCH_NAMES = frozenset({"batch_size", "batch", "b"})
+LEVEL3_MIN = 32
+"""Level 3: integer literals from this size up are sizes the rule scales; smaller ones configure the model."""
 _OPS = {ast.Mult: operator.mul, ast.Add: operator.add, ast.Sub: operator.sub, ast.FloorDiv: operator.floordiv}
 
 
@@ -59,6 +74,45 @@ def shrink(source: str, cap: int = 8, batch_to_two: bool = True) -> tuple[str, d
     for first in sorted(edits, reverse=True):
         last, texts = edits[first]
         lines[first - 1:last] = ["\n".join(texts) + "\n"]
+    return "".join(lines), made
+
+
+def ladder3() -> list[tuple[int, bool]]:
+    """Level 3: the (factor, scale get_inputs() literals too) settings tried in order."""
+    return [(f, True) for f in (16, 8, 4, 2)] + [(f, False) for f in (16, 8, 4, 2)]
+
+
+def scale(source: str, factor: int, inputs_too: bool = True) -> tuple[str, dict[str, object]]:
+    """Level 3's rule: the source with module-level batch constants set to 2 and every integer literal
+    >= LEVEL3_MIN divided by `factor` (the input's own sizes, those inside `get_inputs()` and the constants
+    only it reads, only when `inputs_too`), and the settings made (`batch_size` -> 2, `factor`, `inputs`)."""
+    tree = ast.parse(source)
+    batch = {id(node.value) for node in tree.body if isinstance(node, ast.Assign)
+             and isinstance(node.value, ast.Constant) and any(isinstance(t, ast.Name) and t.id in BATCH_NAMES
+                                                               for t in node.targets)}
+    kept: set[int] = set()
+    if not inputs_too:  # get_inputs()'s literals, and the constants only it reads (an image's height and width)
+        only_inputs = input_constants(source) - input_constants(source, function="get_init_inputs") - BATCH_NAMES
+        kept = {id(n) for node in tree.body if (isinstance(node, ast.FunctionDef) and node.name == "get_inputs")
+                or (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in only_inputs
+                                                         for t in node.targets)) for n in ast.walk(node)}
+    made: dict[str, object] = {"factor": factor, "inputs": inputs_too}
+    edits: list[tuple[int, int, int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or isinstance(node.value, bool) or not isinstance(node.value, int):
+            continue
+        if id(node) in batch:
+            new = min(node.value, 2)
+            made["batch_size"] = new
+        elif node.value >= LEVEL3_MIN and id(node) not in kept:
+            new = max(1, node.value // factor)
+        else:
+            continue
+        edits.append((node.lineno, node.col_offset, node.end_col_offset or node.col_offset, str(new)))
+    lines = source.splitlines(keepends=True)
+    for lineno, start, end, text in sorted(edits, reverse=True):
+        raw = lines[lineno - 1].encode("utf-8")  # ast columns count UTF-8 bytes
+        lines[lineno - 1] = (raw[:start] + text.encode() + raw[end:]).decode("utf-8")
     return "".join(lines), made
 
 

@@ -83,12 +83,12 @@ def literal_constants(source: str, where: str = "<task>") -> dict[str, Number]:
     return {k: v for k, v in values.items() if k in literal and k not in derived}
 
 
-def input_constants(source: str, where: str = "<task>") -> set[str]:
-    """The module-level constants `get_inputs()` reads, directly or through the constants they are derived
-    from (`K = M * 2`): the input sizes. Constants only `get_init_inputs()` reads (kernel size, stride,
-    groups, a reduction dim) configure the operation itself."""
+def input_constants(source: str, where: str = "<task>", function: str = "get_inputs") -> set[str]:
+    """The module-level constants `get_inputs()` (or `function`) reads, directly or through the constants they
+    are derived from (`K = M * 2`): the input sizes. Constants only `get_init_inputs()` reads (kernel size,
+    stride, groups, a reduction dim) configure the operation itself."""
     tree = _parse(source, where)
-    body = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_inputs"), None)
+    body = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function), None)
     if body is None:
         return set()
     values = {name: node for st in _constant_statements(tree) for name, node in st.pairs}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from bench.kernelbench_shrink import ladder, shrink
+from bench.kernelbench_shrink import ladder, ladder3, scale, shrink
 
 SOURCE = '''import torch
 batch_size = 128
@@ -56,3 +56,51 @@ def test_the_ladder_loosens_the_bound_and_the_batch_rule():
     loose, _ = shrink(SOURCE, 16, False)
     got = constants(loose)
     assert got["batch_size"] == 16 and got["in_channels"] == 16 and got["K"] == 15
+
+
+LEVEL3 = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels, layer_sizes, num_classes):
+        super().__init__()
+        self.branches = nn.ModuleList([nn.Conv2d(in_channels, 64, 1), nn.Conv2d(in_channels, 192, 3, padding=1)])
+        self.fc = nn.Linear(256 * 7 * 7, layer_sizes[0])
+        self.out = nn.Linear(layer_sizes[-1], num_classes)
+
+
+batch_size = 10
+in_channels = 480
+layer_sizes = [4096] * 2
+num_classes = 1000
+
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, 224, 224)]
+
+
+def get_init_inputs():
+    return [in_channels, layer_sizes, num_classes]
+'''
+
+
+def test_level3_divides_every_size_by_one_factor_so_sums_and_products_still_agree():
+    source, made = scale(LEVEL3, 16)
+    assert made == {"factor": 16, "inputs": True, "batch_size": 2}
+    assert "nn.Conv2d(in_channels, 4, 1), nn.Conv2d(in_channels, 12, 3, padding=1)" in source
+    assert "nn.Linear(16 * 7 * 7, layer_sizes[0])" in source, "64 + 192 = 256 still: 4 + 12 = 16"
+    assert constants(source) == {"batch_size": 2, "in_channels": 30, "layer_sizes": "[256] * 2", "num_classes": 62}
+    assert "torch.rand(batch_size, in_channels, 14, 14)" in source
+    kept, made = scale(LEVEL3, 8, inputs_too=False)
+    assert "torch.rand(batch_size, in_channels, 224, 224)" in kept and made["inputs"] is False, \
+        "a classifier sized for 224x224 images needs them"
+    assert "nn.Linear(32 * 7 * 7" in kept
+    assert ladder3()[0] == (16, True) and ladder3()[-1] == (2, False)
+
+
+def test_level3_keeps_the_constants_only_get_inputs_reads_when_it_keeps_the_input_sizes():
+    source = LEVEL3.replace("224, 224)", "height, width)").replace("num_classes = 1000", "num_classes = 1000\nheight = 224\nwidth = 224")
+    kept, _ = scale(source, 16, inputs_too=False)
+    got = constants(kept)
+    assert got["height"] == got["width"] == 224 and got["in_channels"] == 30, "init inputs read in_channels: scaled"
