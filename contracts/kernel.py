@@ -150,10 +150,10 @@ class TimeLimit(_Strict):
         "(default: the workflow.yaml's verifier.time_limit, else 50)"))
     """Under the Triton interpreter a kernel runs tens to thousands of times slower than torch's own op."""
     floor_s: float = Field(default=120.0, gt=0, description=(
-        "seconds: the least time the verifier gives a candidate (default: the workflow.yaml's, else 120)"))
+        "the least time in seconds the verifier gives a candidate (default: the workflow.yaml's, else 120)"))
     """Every child starts Python, torch and triton first (several seconds on a loaded machine)."""
     ceiling_s: float = Field(default=1800.0, gt=0, description=(
-        "seconds: the most time the verifier gives a candidate, and the reference itself (default: the "
+        "the most time in seconds the verifier gives a candidate, and the reference itself (default: the "
         "workflow.yaml's, else 1800)"))
 
     @model_validator(mode="after")
