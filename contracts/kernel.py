@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from contracts.common import ArtifactRef
+
 FINISH = "finish"
 """The pseudo-agent that ends the run. Never declared in `agent_info`."""
 
@@ -316,6 +318,8 @@ def canonical_arch(arch: str) -> str:
 # --- the task ------------------------------------------------------------------------------
 
 Number = int | float
+SOURCE_IN_STORE = "(in the artifact store: KernelTask.source)"
+"""`task_desc` of a task whose source travels as a store ref (KernelTask.stored)."""
 
 
 RooflineGpu = Literal["h100", "a100", "l40s", "b200"]
@@ -359,6 +363,13 @@ class KernelTask(BaseModel, frozen=True):
     """Module-level constants of the task file set with `--set NAME=VALUE` (already applied to task_desc)."""
     source_file: str = ""
     """The task file's name, for people (the op name is derived from it)."""
+    source: ArtifactRef | None = None
+    """Where `task_desc` is when it reads SOURCE_IN_STORE: the conductor's activity requests carry the source
+    as this ref (a whole model's file is kilobytes; the history holds it once, in the job's start)."""
+
+    def stored(self, source: ArtifactRef) -> "KernelTask":
+        """This task with its source left in the store at `source` (the activity reads it back)."""
+        return self.model_copy(update={"task_desc": SOURCE_IN_STORE, "source": source})
     precision: PrecisionPolicy = Field(PrecisionPolicy.STRICT, description=(
         "strict: IEEE fp32 (tolerance 1e-4, no TF32); kernelbench: KernelBench's atol/rtol 1e-2 with TF32 allowed "
         "(the baselines too)"))

@@ -143,12 +143,27 @@ class ReferenceAnalysis(BaseModel, frozen=True):
     held_out_note: str = ""
     """Why the task has no held-out sizes ("verified at its own shapes only: ...")."""
     artifact: ArtifactRef | None = None
-    """This analysis as JSON in the artifact store: agent requests carry this ref, not the trace, so the
-    history holds the trace once (the trace_reference result)."""
+    """This analysis as JSON in the artifact store: agent requests carry this ref, not the trace. The
+    trace_reference result carries no trace (`without_trace`): a whole model's is hundreds of KiB."""
+    source: ArtifactRef | None = None
+    """The task's source in the artifact store (KernelTask.stored)."""
+    ops: list[str] = Field(default_factory=list)
+    """The distinct aten ops, kept when the trace is left out (`aten_ops`)."""
+    family: str = ""
+    """What the offline designer recognised (`elementwise(relu)`), or "no offline template: why"."""
+    size_problem: str = ""
+    """Why the CPU verifier cannot hold the task ("" when it can: reference.size_problem)."""
+
+    def without_trace(self, **update: object) -> "ReferenceAnalysis":
+        """This analysis as the workflow keeps it: no calls, outputs or parameters (they stay in `artifact`),
+        its distinct ops kept, and `update` (artifact, source, family, size_problem) set."""
+        return self.model_copy(update={"calls": [], "outputs": [], "params": [], "ops": self.aten_ops, **update})
 
     @property
     def aten_ops(self) -> list[str]:
         """The distinct ops the forward ran, in order (getitem left out)."""
+        if self.ops:
+            return list(self.ops)
         seen: list[str] = []
         for c in self.calls:
             if c.op != "getitem" and c.op not in seen:

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         Finish,
         FinishReason,
         Go,
+        KernelTask,
         LLMDecision,
     )
     from contracts.kernel_job import (
@@ -98,6 +99,12 @@ CONDUCTOR_V2 = "kernel-conductor-traced-reference-ladder"
 ladder. The refusal of histories recorded by the earlier conductor is gone; `deprecate_patch` keeps
 histories recorded while it was `workflow.patched` replaying."""
 
+REFERENCE_IN_STORE = "kernel-reference-and-source-in-store"
+"""trace_reference returns the analysis without its trace, with the designer's family and the size check made
+in the activity (a whole model's trace is hundreds of KiB, and the designer's walk over it outlasts a workflow
+task), and the task's source as a store ref that every later request carries instead of the text. Histories
+recorded before read the trace here, as they did."""
+
 
 @workflow.defn
 class ConductorWorkflow:
@@ -126,6 +133,8 @@ class ConductorWorkflow:
         """How the next agent was chosen, what the analysis that chose it cost, and who answered it."""
         self._where = "starting"
         self._reference: ReferenceAnalysis | None = None
+        self._stored_task: KernelTask | None = None
+        """The task with its source in the store, for activity requests (REFERENCE_IN_STORE)."""
         self._family = ""
         self._rejected: list[RejectedCandidate] = []
         self._authors: dict[str, AnswerSource] = {}
@@ -181,12 +190,23 @@ class ConductorWorkflow:
             task_queue=self._req.queues.kernels, summary="trace the reference",
             start_to_close_timeout=KERNEL.start_to_close, heartbeat_timeout=KERNEL.heartbeat, retry_policy=KERNEL.retry,
         )
-        plan = offline_designer.choose_plan(self._reference)
-        self._family = f"no offline template: {plan}" if isinstance(plan, str) else plan.label
-        problem = size_problem(self._reference) if self._req.task.on_cpu else ""
+        if workflow.patched(REFERENCE_IN_STORE):
+            ref = self._reference
+            self._family, problem = ref.family, ref.size_problem
+            self._stored_task = self._req.task.stored(ref.source) if ref.source is not None else None
+        else:
+            plan = offline_designer.choose_plan(self._reference)
+            self._family = f"no offline template: {plan}" if isinstance(plan, str) else plan.label
+            problem = size_problem(self._reference)
+        problem = problem if self._req.task.on_cpu else ""
         if problem:
             return Failure(code=Err.KERNEL_TASK_INVALID, message=problem, where="reading the reference")
         return None
+
+    @property
+    def _task(self) -> KernelTask:
+        """The task as activity requests carry it: its source as a store ref once the reference was read."""
+        return self._stored_task or self._req.task
 
     def _trace_ref(self) -> ArtifactRef | None:
         """Where the traced reference is stored: agent requests carry this, not the trace itself."""
@@ -200,7 +220,7 @@ class ConductorWorkflow:
 
         async def llm(repair: list[str]) -> Accepted[LLMDecision] | Rejected:
             areq = AnalyzeRequest(
-                task=self._req.task, agent=ask.agent, options=ask.options, step=ask.step,
+                task=self._task, agent=ask.agent, options=ask.options, step=ask.step,
                 last_result=last.summary if last else "",
                 recent=[f"step {e.step} {e.agent}: {e.summary}" for e in self._trace[-ANALYSIS_HISTORY:]],
                 candidate=self._candidates[0] if self._candidates else None, report=self._report, repair=repair)
@@ -245,7 +265,7 @@ class ConductorWorkflow:
         return ended
 
     async def _design_step(self, go: Go, config: ConductorConfig) -> tuple[AgentRecord, TraceEntry, Finish | None]:
-        dreq = DesignRequest(task=self._req.task, suggestion=go.suggestion, step=go.step,
+        dreq = DesignRequest(task=self._task, suggestion=go.suggestion, step=go.step,
                              output=config.output_format(AgentName.DESIGNER))
 
         def ask(provider: Provider, repair: list[str]) -> Awaitable[DesignResult]:
@@ -270,7 +290,7 @@ class ConductorWorkflow:
         """One round: `num_candidates` concurrent coder attempts (the optimizer writes one)."""
         n = self._req.task.num_candidates if go.agent == AgentName.CODER else 1
         failed = self._report if self._report is not None and not self._report.passed else None
-        base = CodeRequest(task=self._req.task, role=go.agent, design=self._design,
+        base = CodeRequest(task=self._task, role=go.agent, design=self._design,
                            feedback=failed.reason if failed else "", log=failed.log if failed else "",
                            input_family=failed.input_family if failed else "",
                            mismatches=failed.mismatches if failed else [], attempts=recent_attempts(self._attempts),
@@ -429,7 +449,7 @@ class ConductorWorkflow:
         limit = self._req.verifier_time_limit
         res = await workflow.execute_activity_method(
             KernelActivities.verify,
-            VerifyRequest(task=self._req.task, candidate=candidate, timeout_s=self._req.verify_timeout_s,
+            VerifyRequest(task=self._task, candidate=candidate, timeout_s=self._req.verify_timeout_s,
                           time_limit=limit, held_out=ref.held_out, held_out_note=ref.held_out_note,
                           reference_ops=ref.aten_ops, allow_mixed=self._req.config.allow_mixed_kernels,
                           reference=ref.artifact),

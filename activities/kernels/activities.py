@@ -29,7 +29,7 @@ from contracts.common import ArtifactRef
 from activities import sandbox
 from activities.sandbox import SandboxMode
 from contracts.errors import Err, FleetforgeError
-from contracts.kernel import CODE_PARSERS, LLMDecision, TimeLimit
+from contracts.kernel import CODE_PARSERS, KernelTask, LLMDecision, TimeLimit
 from contracts.kernel_job import (
     AgentCall,
     AnalyzeRequest,
@@ -70,13 +70,23 @@ class KernelActivities:
     def trace_reference(self, req: TraceReferenceRequest) -> ReferenceAnalysis:
         """What the reference computes (aten ops, input/param shapes) and its size; a task that cannot
         be built is KERNEL_TASK_INVALID (non-retryable: the file is wrong, not the worker)."""
-        from activities.kernels.reference import trace_reference
+        from activities.kernels.reference import size_problem, trace_reference
 
         with heartbeating("tracing the reference") as note:
             analysis = trace_reference(req.task.task_desc, timeout_s=req.timeout_s, heartbeat=note)
-        ref = self.store.put_bytes(analysis.model_dump_json().encode(), media_type="application/json",
-                                   name="reference.json")
-        return analysis.model_copy(update={"artifact": ref})
+            ref = self.store.put_bytes(analysis.model_dump_json().encode(), media_type="application/json",
+                                       name="reference.json")
+            source = self.store.put_bytes(req.task.task_desc.encode("utf-8"), media_type=PY, name="task.py")
+            plan = offline_designer.choose_plan(analysis)
+            family = f"no offline template: {plan}" if isinstance(plan, str) else plan.label
+            return analysis.without_trace(artifact=ref, source=source, family=family,
+                                          size_problem=size_problem(analysis))
+
+    def _task(self, task: KernelTask) -> KernelTask:
+        """The task with its source: the conductor's requests carry it as a store ref (KernelTask.stored)."""
+        if task.source is None:
+            return task
+        return task.model_copy(update={"task_desc": self.store.get_bytes(task.source).decode("utf-8"), "source": None})
 
     def _reference(self, ref: ArtifactRef | None) -> ReferenceAnalysis | None:
         """The traced reference an agent request points at (None: the agent works without it)."""
@@ -86,6 +96,7 @@ class KernelActivities:
 
     @activity.defn
     async def design(self, req: DesignRequest) -> DesignResult:
+        req = req.model_copy(update={"task": await asyncio.to_thread(self._task, req.task)})
         base = f"kernels/{req.task.task_id}/designer-step{req.step}-a{len(req.repair)}"
         fmt = parsers.output_format("designer", req.output)
         if req.llm == "offline":
@@ -111,6 +122,7 @@ class KernelActivities:
     async def code(self, req: CodeRequest) -> CodeResult:
         """The coder or the optimizer (`req.role`): one candidate that parses, passes the static checks
         and is not one the verifier already rejected; otherwise the refusal and its reason."""
+        req = req.model_copy(update={"task": await asyncio.to_thread(self._task, req.task)})
         base = f"kernels/{req.task.task_id}/{req.role}-step{req.step}-c{req.candidate_index}-a{len(req.repair)}"
         fmt = parsers.output_format(req.role, req.output)
         rewrite = ""
@@ -160,6 +172,7 @@ class KernelActivities:
     async def analyze(self, req: AnalyzeRequest) -> AnalyzeResult:
         """The conductor's routing question; a decision that is not one of the options (any case) is
         refused with the reason."""
+        req = req.model_copy(update={"task": await asyncio.to_thread(self._task, req.task)})
         base = f"kernels/{req.task.task_id}/conductor-step{req.step}-a{len(req.repair)}"
         candidate = await self._get_text(req.candidate) if req.candidate is not None else ""
         text, call = await self._ask("conductor", base, llm_agents.analyze_prompt(req, candidate),
@@ -217,6 +230,7 @@ class KernelActivities:
             return self._verify(req, note)
 
     def _verify(self, req: VerifyRequest, note: Callable[[str], None]) -> VerifyResult:
+        req = req.model_copy(update={"task": self._task(req.task)})
         from activities.kernels.verifier import profile, verify
 
         costs: list[LaunchCost] = []

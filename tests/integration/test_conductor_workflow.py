@@ -161,3 +161,24 @@ async def test_a_task_too_big_for_the_verifier_is_refused_before_any_agent(tempo
     assert result.failure is not None and result.failure.code == "KERNEL_TASK_INVALID"
     assert "the task's inputs take 2.0 GiB (2048x262144 float32)" in result.failure.message
     assert "--set batch_size=N --set dim=N (now batch_size=2048, dim=262144)" in result.failure.message
+
+
+async def test_the_task_source_and_the_trace_stay_out_of_the_history_after_the_start(temporal_env, file_store, settings):
+    # A whole model's file is kilobytes and its trace hundreds of KiB: the history holds the source in the job's
+    # start and the trace_reference request only; every later request carries a store ref.
+    marker = "# " + "a long docstring of a whole model " * 200 + "\n"
+    task = task_for("relu").model_copy(update={"task_desc": marker + (EXAMPLES / "relu.py").read_text()})
+    histories: list = []
+    result, _ = await run_conductor(temporal_env.client, file_store, settings, task, histories=histories)
+
+    assert result.outcome is KernelOutcome.VERIFIED and result.aten_ops == ["aten.relu.default"]
+    assert result.op_family and not result.op_family.startswith("no offline template")
+    events = histories[0].events
+    holding = [e.event_type for e in events if marker[:200].encode() in e.SerializeToString()]
+    assert len(holding) == 2, f"the start and the trace_reference request only, not {holding}"
+    traced = next(e for e in events if e.HasField("activity_task_completed_event_attributes"))
+    assert b'"calls":[]' in traced.SerializeToString(), "the trace stays in the store"
+    stored = [e.activity_task_scheduled_event_attributes for e in events
+              if e.HasField("activity_task_scheduled_event_attributes")][1:]
+    assert stored and all(b"KernelTask.source" in a.input.SerializeToString() for a in stored
+                          if a.activity_type.name in ("design", "code", "verify"))
