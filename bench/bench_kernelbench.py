@@ -138,6 +138,7 @@ class Row:
 
 
 async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = "cpu-interpreter") -> list[Row]:
+    from temporalio.client import WorkflowFailureError
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
@@ -179,7 +180,11 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = 
                     ConductorWorkflow.run, KernelRequest(task=task, config=load_workflow_config("default"), queues=queues),
                     id=f"bench-kernelbench/{task.task_id}", task_queue=queues.workflows,
                     search_attributes=start_attributes(JobKind.KERNEL, op))
-                result: KernelResult = await outcome_of(handle, KernelResult)
+                try:
+                    result: KernelResult = await outcome_of(handle, KernelResult)
+                except WorkflowFailureError as e:  # terminated by hand (a workflow task that keeps failing)
+                    row.seconds, row.outcome, row.reason = time.monotonic() - t0, "ERROR", f"{e}: {e.cause}"[:600]
+                    return _done(workdir, row)
                 row.seconds = time.monotonic() - t0
             row.outcome, row.steps, row.family = result.outcome.value, result.steps, result.op_family
             row.finish = result.finish_reason.value if result.finish_reason else (result.failure.code if result.failure else "")
@@ -203,11 +208,7 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = 
                 candidate = store.get_bytes(result.best_candidate).decode()
                 row.recheck, row.wrong = await asyncio.to_thread(recheck, source, candidate,
                                                                  workdir / "recheck" / name.replace("/", "_"))
-            with (workdir / "rows.jsonl").open("a") as f:
-                f.write(json.dumps(row.__dict__) + "\n")
-            print(f"  {name:<24} {row.outcome:<9} {row.finish:<20} steps={row.steps:<2} {row.seconds:6.1f} s  "
-                  f"{row.family[:70]}  recheck: {row.recheck}", flush=True)
-            return row
+            return _done(workdir, row)
 
         async with new_worker(client, workflows=[ConductorWorkflow], activities=reg.by_kind["llm"] + reg.by_kind["kernels"],
                               task_queue=queues.workflows):
@@ -220,6 +221,14 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = 
 def modeled_figures(modeled: object) -> dict | None:
     """The figures of a ModeledSpeed the bench reports (None when there is none)."""
     return None if modeled is None else {k: getattr(modeled, k) for k in MODELED_FIELDS}
+
+
+def _done(workdir: Path, row: Row) -> Row:
+    with (workdir / "rows.jsonl").open("a") as f:
+        f.write(json.dumps(row.__dict__) + "\n")
+    print(f"  {row.name:<24} {row.outcome:<9} {row.finish:<20} steps={row.steps:<2} {row.seconds:6.1f} s  "
+          f"{row.family[:70]}  recheck: {row.recheck}", flush=True)
+    return row
 
 
 def recheck(task_source: str, candidate_source: str, folder: Path) -> tuple[str, bool]:
