@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS ?= toolchains,kernels,torch-export,test
 
-.PHONY: setup local-llm engines demo test test-fast bench clean
+.PHONY: setup local-llm sandbox engines demo test test-fast bench clean
 
 setup: $(VENV)/.installed
 
@@ -23,8 +23,12 @@ $(VENV)/.local-llm: $(VENV)/.installed scripts/local_llm.sh
 	bash scripts/local_llm.sh $(BIN)/pip
 	touch $@
 
-demo: setup
+# The demo's system package first (bubblewrap, apt as root; not root and missing: stop, saying the command).
+demo: sandbox setup
 	$(BIN)/python examples/demo.py
+
+sandbox:
+	bash scripts/engines.sh demo
 
 engines:
 	bash scripts/engines.sh

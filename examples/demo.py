@@ -40,7 +40,27 @@ def wait_ready(dev: subprocess.Popen, deadline_s: float = 90) -> None:
     raise SystemExit("the embedded stack did not come up within 90 s (see .fleetforge/dev.log)")
 
 
+def sandbox_problem() -> str | None:
+    """Why the conversion's sandboxed children could not start here, before anything starts (`make demo`
+    installs bubblewrap as root; this catches a machine where it is missing or cannot create namespaces)."""
+    from activities import sandbox
+    from contracts.settings import Settings
+
+    if Settings().sandbox == "off":
+        return None
+    problem = sandbox.unavailable()
+    if problem is None:
+        return None
+    return (f"the demo's conversion runs its tools in the sandbox, which cannot start here: {problem}. "
+            "Nothing was started. Install it as root: `apt-get install -y bubblewrap` (make demo does, as root), "
+            "then run make demo again; or run the tools unconfined, said in every result: "
+            "`FLEETFORGE_SANDBOX=off make demo`")
+
+
 def main() -> int:
+    if problem := sandbox_problem():
+        print(problem, file=sys.stderr)
+        return 2
     state = ROOT / ".fleetforge"
     state.mkdir(exist_ok=True)
     model = build_tiny_cnn(state / "models" / "tiny_cnn.onnx")

@@ -1,31 +1,49 @@
 #!/usr/bin/env bash
-# The machine-level engines the tests need: a docker engine (no bridge, no iptables: containers use
-# --network host/none), Debian's headless chromium, and bubblewrap (the sandbox of untrusted children).
-# Idempotent. Installs with apt only when running as root on a machine that lacks them;
-# otherwise says what is missing and leaves the tests that need it to report it.
+# The machine-level engines fleetforge runs, installed with apt as root on a machine that lacks them.
+#   scripts/engines.sh demo   what `make demo` runs: bubblewrap, the sandbox of every untrusted child
+#                             (activities/sandbox). Not root and missing: exit 2 before anything starts,
+#                             printing the one command to run.
+#   scripts/engines.sh        what `make test` runs: that, plus a docker engine (no bridge, no iptables:
+#                             containers use --network host/none), busybox for the test images, Debian's
+#                             headless chromium; not root: says what is missing and leaves the tests that
+#                             need it to fail saying so. Node.js >= 20 with npm (the MCP Inspector test) is
+#                             not installed here: Debian 12's nodejs is 18.
+# Idempotent.
 set -uo pipefail
+SET=${1:-test}
 STATE="${FLEETFORGE_STATE_DIR:-.fleetforge}"
 mkdir -p "$STATE"
 
 missing=()
-command -v dockerd >/dev/null || missing+=(docker.io)
-command -v busybox >/dev/null || missing+=(busybox-static)
-command -v bwrap >/dev/null || missing+=(bubblewrap)  # the sandbox of every untrusted child (activities/sandbox)
-command -v chromium >/dev/null || missing+=(chromium)
-command -v chromedriver >/dev/null || missing+=(chromium-driver)
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+if [[ $SET == test ]]; then
+    command -v dockerd >/dev/null || missing+=(docker.io)
+    command -v busybox >/dev/null || missing+=(busybox-static)
+    command -v chromium >/dev/null || missing+=(chromium)
+    command -v chromedriver >/dev/null || missing+=(chromium-driver)
+fi
 
 if ((${#missing[@]})); then
     if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-        echo "engines: installing ${missing[*]}"
+        echo "engines: installing ${missing[*]} (apt-get, log: $STATE/apt.log)"
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq >"$STATE/apt.log" 2>&1
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$STATE/apt.log" 2>&1 \
-            || { echo "engines: apt-get install failed, see $STATE/apt.log"; tail -5 "$STATE/apt.log"; }
+        if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$STATE/apt.log" 2>&1; then
+            echo "engines: apt-get install failed, see $STATE/apt.log"; tail -5 "$STATE/apt.log"
+            [[ $SET == demo ]] && exit 1
+        fi
+    elif [[ $SET == demo ]]; then
+        echo "make demo needs ${missing[*]} (the sandbox of the jobs' untrusted children); nothing was started."
+        echo "Install it as root, then run make demo again:"
+        echo "    sudo apt-get install -y ${missing[*]}"
+        exit 2
     else
-        echo "engines: missing ${missing[*]} (install them as root; the docker/browser tests will fail without them)"
+        echo "engines: missing ${missing[*]} (install them as root; the sandbox/docker/browser tests fail without them)"
     fi
 fi
+[[ $SET == demo ]] && exit 0
 
+command -v npm >/dev/null || echo "engines: npm not found: the MCP Inspector test needs Node.js >= 20 with npm"
 if command -v dockerd >/dev/null && ! docker info >/dev/null 2>&1; then
     if [[ $(id -u) == 0 ]]; then
         echo "engines: starting dockerd (log: $STATE/dockerd.log)"
