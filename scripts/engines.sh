@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The machine-level engines fleetforge runs, installed with apt as root on a machine that lacks them.
 #   scripts/engines.sh demo   what `make demo` runs: bubblewrap, the sandbox of every untrusted child
-#                             (activities/sandbox). Not root and missing: exit 2 before anything starts,
-#                             printing the one command to run.
+#                             (activities/sandbox), and libatomic1, which onnxruntime-qnn's QNN backend
+#                             loads (without it every HTP compile fails). Not root and missing: exit 2
+#                             before anything starts, printing the one command to run.
 #   scripts/engines.sh        what `make test` runs: that, plus a docker engine (no bridge, no iptables:
 #                             containers use --network host/none), busybox for the test images, Debian's
 #                             headless chromium; not root: says what is missing and leaves the tests that
@@ -14,8 +15,10 @@ SET=${1:-test}
 STATE="${FLEETFORGE_STATE_DIR:-.fleetforge}"
 mkdir -p "$STATE"
 
+has_lib() { { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q "$1"; }
 missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
+has_lib libatomic.so.1 || missing+=(libatomic1)
 if [[ $SET == test ]]; then
     command -v dockerd >/dev/null || missing+=(docker.io)
     command -v busybox >/dev/null || missing+=(busybox-static)
@@ -33,8 +36,8 @@ if ((${#missing[@]})); then
             [[ $SET == demo ]] && exit 1
         fi
     elif [[ $SET == demo ]]; then
-        echo "make demo needs ${missing[*]} (the sandbox of the jobs' untrusted children); nothing was started."
-        echo "Install it as root, then run make demo again:"
+        echo "make demo needs the system package(s) ${missing[*]} (the sandbox, the QNN backend's libatomic); nothing was started."
+        echo "Install as root, then run make demo again:"
         echo "    sudo apt-get install -y ${missing[*]}"
         exit 2
     else

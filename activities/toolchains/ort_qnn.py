@@ -242,9 +242,11 @@ def _context_binary(root: Path, params: ContextBinaryParams) -> StepOutput:
     try:
         with native_log(log):  # the QNN EP logs the failing node at error level, not in the exception
             qnn_session(model_bytes, opts, {"ep.context_enable": "1", "ep.context_file_path": str(out)}, log_level=2)
+        raise_if_backend_unavailable(log)
     except FleetforgeError:
         raise
     except Exception as e:
+        raise_if_backend_unavailable(log)
         node = failing_node(log.read_text(errors="replace") if log.is_file() else "", source)
         op = failing_op(str(e)) or (node[1] if node else None)
         if node is not None and op is not None:
@@ -374,6 +376,30 @@ class native_log:
         os.dup2(self._saved, 2)
         os.close(self._saved)
         self._file.close()
+
+
+_BACKEND_NOT_LOADED = re.compile(r"Unable to load backend, error:\s*([^\n\x1b]+)")
+_LIBRARY_PACKAGES = {"libatomic.so.1": "libatomic1"}
+"""Debian packages of the system libraries the QNN backend libraries load (ldd of onnxruntime_qnn/*.so)."""
+
+
+def backend_unavailable(log: str) -> str | None:
+    """Why the QNN EP could not load its backend library, from its log, or None. The EP then claims no
+    node at all, which would read as a model no op of which the HTP supports: it is the worker's fault."""
+    m = _BACKEND_NOT_LOADED.search(log)
+    if m is None:
+        return None
+    why = m.group(1).strip()
+    missing = next((lib for lib in _LIBRARY_PACKAGES if lib in why), None)
+    fix = (f"install the system package that provides {missing} on the worker (Debian: apt-get install "
+           f"{_LIBRARY_PACKAGES[missing]}; `make demo` does)") if missing else "install what it names on the worker"
+    return f"the QNN HTP backend could not be loaded on this worker ({why}): {fix}, then rerun"
+
+
+def raise_if_backend_unavailable(log: Path) -> None:
+    why = backend_unavailable(log.read_text(errors="replace") if log.is_file() else "")
+    if why is not None:
+        raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, why)
 
 
 _NODE_FAILED = re.compile(r"failed for node `([^`]+)` of type `([^`]+)`")

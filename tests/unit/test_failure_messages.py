@@ -37,6 +37,31 @@ def test_the_failing_node_is_read_from_the_qnn_ep_log():
     assert failing_node("nothing useful here", onnx.helper.make_model(graph)) is None
 
 
+# real lines of onnxruntime-qnn 2.51's log on a fresh Debian 12 without libatomic1 (libQnnSystem.so needs it)
+QNN_NO_BACKEND_LOG = (
+    "\x1b[1;31m2026-11-26 14:28:06.544824286 [E:onnxruntime:, qnn_execution_provider.cc:2290 GetCapabilityImpl] QNN "
+    "SetupBackend failed Unable to load backend, error:  libatomic.so.1: cannot open shared object file: No such file or "
+    "directory\x1b[m\n"
+    "\x1b[1;31m2026-11-26 14:28:06.544893172 [E:onnxruntime:, ep_plugin_provider_interfaces.cc:677 GetCapability] "
+    "OrtEp::GetCapability() for QNNExecutionProvider failed with error: [ONNXRuntimeError] : 11 : EP_FAIL\x1b[m\n")
+
+
+def test_a_backend_that_cannot_load_is_the_workers_fault_not_an_unsupported_model(tmp_path: Path):
+    """The EP then claims no node, so the compile writes nothing: without this it read UNSUPPORTED_OP for every op."""
+    from activities.toolchains.ort_qnn import backend_unavailable, raise_if_backend_unavailable
+
+    why = backend_unavailable(QNN_NO_BACKEND_LOG)
+    assert why is not None and "libatomic.so.1: cannot open shared object file" in why
+    assert "apt-get install libatomic1" in why and "\x1b" not in why
+    assert backend_unavailable(QNN_LOG) is None
+    log = tmp_path / "compile.log"
+    log.write_text(QNN_NO_BACKEND_LOG)
+    with pytest.raises(FleetforgeError) as ei:
+        raise_if_backend_unavailable(log)
+    assert ei.value.code is Err.TOOLCHAIN_UNAVAILABLE
+    raise_if_backend_unavailable(tmp_path / "no-log")  # nothing logged: nothing to say
+
+
 def test_a_compile_failure_names_its_op_for_the_planner():
     failure = Failure(code=Err.UNSUPPORTED_OP, where="context_binary",
                       message="op AveragePool cannot run on the QNN HTP backend for SM8550 at int8 at node 'p' (op AveragePool, QNN PoolAvg2d)")
