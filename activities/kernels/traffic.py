@@ -21,8 +21,10 @@ and `InterpretedFunction.run`); the wrappers count only while `counter.counting(
 record (contracts.kernel_job.LaunchCost): the bytes requested by loads and stores over active lanes (every
 re-read counts), the distinct bytes read and written (a byte map over the storages the launch received: the
 DRAM traffic when re-reads within one launch hit the cache), the floating-point FLOPs outside `tl.dot` (one per
-element of the block: the GPU computes masked lanes too; integer and address arithmetic is not counted), and
-2*M*N*K per `tl.dot`, by operand precision. Torch ops the forward runs outside its launches (a `.contiguous()`
+element of the block, scaled by the launch's share of active lanes over its loads and stores: a block sized for the
+interpreter, 4096 lanes over 12 elements, computes the 12 that matter; integer and address arithmetic is not
+counted), and 2*M*N*K per `tl.dot` over the tile's used rows, columns and depth (masked loads leave the padding
+of an edge tile all zeros: a row, column or depth index that is zero throughout is padding), by operand precision. Torch ops the forward runs outside its launches (a `.contiguous()`
 copy, a zero fill) are recorded through `torch_op` by the child's dispatch mode: they are kernels on a GPU too.
 
 This runs inside the candidate's process, like `_child.LaunchRecorder`: a hostile candidate could tamper with the
@@ -174,7 +176,7 @@ def install(counter: Counter) -> None:
                 b = it.TensorHandle(it._round_f32_to_tf32(b.data), b.dtype)
             launch = _current()
             if launch is not None:
-                work = 2 * int(np.prod(d.data.shape if d.data.ndim else (1,))) * int(a.data.shape[-1])
+                work = _dot_work(np, a.data, b.data)
                 if not fp32:
                     launch.half_flops += work
                 elif mode == "IEEE":
@@ -224,6 +226,16 @@ def install(counter: Counter) -> None:
     _INSTALLED = True
 
 
+def _dot_work(np: Any, a: Any, b: Any) -> int:
+    """2 * used rows * used columns * used depth of a (batched) tile product: the padding an edge tile carries
+    (zeros from masked loads) is not the kernel's work, and a tiny problem's 16-wide minimum tile would count it."""
+    nz_a, nz_b = a != 0, b != 0
+    rows = nz_a.any(axis=-1).sum(axis=-1)
+    cols = nz_b.any(axis=-2).sum(axis=-1)
+    depth = (nz_a.any(axis=-2) | nz_b.any(axis=-1)).sum(axis=-1)
+    return int(2 * np.sum(rows * cols * depth))
+
+
 def _current() -> _Launch | None:
     counter = _COUNTER
     return counter._launch if counter is not None and counter.active else None
@@ -269,6 +281,7 @@ class _Launch:
         self.programs = 1
         self.loaded = self.stored = 0
         self.flops = self.dot_flops = self.tf32_flops = self.half_flops = 0
+        self.lanes = self.active = 0
         self.bases = np.array([b for b, _ in ranges], dtype=np.uint64)
         self.sizes = np.array([n for _, n in ranges], dtype=np.uint64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.uint64) if ranges else self.sizes
@@ -283,6 +296,8 @@ class _Launch:
         addrs = ptrs.data[np.broadcast_to(mask, ptrs.data.shape)] if np.ndim(ptrs.data) else (
             ptrs.data.reshape(1) if bool(np.all(mask)) else ptrs.data.reshape(0))
         moved = int(addrs.size) * width
+        self.lanes += int(np.size(ptrs.data))
+        self.active += int(addrs.size)
         if store:
             self.stored += moved
         else:
@@ -303,5 +318,5 @@ class _Launch:
     def cost(self) -> dict:
         return {"kernel": self.kernel, "programs": self.programs, "loaded": self.loaded, "stored": self.stored,
                 "unique_loaded": int(self.read_map.sum()), "unique_stored": int(self.write_map.sum()),
-                "flops": self.flops, "dot_flops": self.dot_flops, "tf32_flops": self.tf32_flops,
+                "flops": self.flops * self.active // self.lanes if self.lanes else self.flops, "dot_flops": self.dot_flops, "tf32_flops": self.tf32_flops,
                 "half_flops": self.half_flops}

@@ -103,7 +103,7 @@ def test_a_masked_pointwise_kernel_moves_its_active_lanes_and_computes_its_whole
     assert c["kernel"] == "add_relu" and c["programs"] == 4
     assert (c["loaded"], c["stored"]) == (2 * 1000 * 4, 1000 * 4)  # two fp32 inputs read, one written
     assert (c["unique_loaded"], c["unique_stored"]) == (8000, 4000)
-    assert c["flops"] == 2 * 4 * 256  # add and maximum over 4 blocks of 256 lanes (masked lanes compute too)
+    assert c["flops"] == 2 * 1000  # add and maximum over 4 blocks of 256 lanes, scaled to the 1000 active ones
     assert c["dot_flops"] == c["tf32_flops"] == 0
 
 
@@ -116,9 +116,12 @@ def test_a_tiled_matmul_rereads_its_tiles_but_its_distinct_bytes_are_the_operand
         assert c["loaded"] == 2 * 40 * 70 * 4 + 2 * 70 * 36 * 4
         assert c["unique_loaded"] == 40 * 70 * 4 + 70 * 36 * 4
         assert c["stored"] == c["unique_stored"] == 40 * 36 * 4
-        assert c["flops"] == 4 * 3 * 32 * 32  # the accumulator's add per chunk
-    assert ieee["dot_flops"] == 4 * 3 * 2 * 32 * 32 * 32 and ieee["tf32_flops"] == 0
-    assert tf32["tf32_flops"] == 4 * 3 * 2 * 32 * 32 * 32 and tf32["dot_flops"] == 0
+        # the accumulator's add per chunk (4 programs x 3 chunks x 32x32), scaled by the active share of the lanes
+        # the loads and stores moved: 12080 of 28672 (24 tile loads and 4 tile stores of 1024 lanes)
+        assert c["flops"] == 4 * 3 * 32 * 32 * (42560 // 4 + 5760 // 4) // (24 * 1024 + 4 * 1024)
+    # the edge tiles' padding (zeros from the masked loads) is not counted: 2*M*N*K of the product itself
+    assert ieee["dot_flops"] == 2 * 40 * 36 * 70 and ieee["tf32_flops"] == 0
+    assert tf32["tf32_flops"] == 2 * 40 * 36 * 70 and tf32["dot_flops"] == 0
 
 
 def test_a_default_precision_dot_rounds_its_operands_to_tf32_like_a_gpu(counted):
@@ -132,8 +135,9 @@ def test_a_row_read_twice_in_one_launch_counts_twice_requested_once_distinct(cou
     assert c["programs"] == 4
     assert c["loaded"] == 2 * 4 * 100 * 4 and c["unique_loaded"] == 4 * 100 * 4
     assert c["stored"] == 4 * 100 * 4
-    # per row of a 128-lane block: max, (sub, exp, sum), then (sub, exp, div) = 7 ops of 128 lanes
-    assert c["flops"] == 4 * 7 * 128
+    # per row of a 128-lane block: max, (sub, exp, sum), then (sub, exp, div) = 7 ops of 128 lanes, scaled to the
+    # 100 active lanes of each
+    assert c["flops"] == 4 * 7 * 100
 
 
 def test_an_atomic_add_reads_and_writes_each_active_lane(counted):
