@@ -6,7 +6,7 @@
 | `20261122-140512-3f9a` (a bare run id) | the one job of any kind with that run id |
 | `fleet/FLEET_ID/ROW` | a fleet's row (a model-test workflow) |
 | `fleet/FLEET_ID` | the fleet `fleet-test/FLEET_ID` |
-| a Web UI link (`http://…/namespaces/NS/workflows/convert%2F…/RUN/history`) | the job on that page |
+| a Web UI link (`http://…/namespaces/NS/workflows/convert%2F…/RUN/user-metadata`, any tab) | the job on that page |
 """
 
 from __future__ import annotations

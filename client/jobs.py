@@ -211,6 +211,10 @@ class JobHandle(Generic[ResultT]):
         self.notes: list[str] = list(notes or [])
         """What the SDK wants the user told about this start (e.g. a slow verifier); empty: nothing."""
 
+    def __repr__(self) -> str:
+        """What it is, for `print(job)` in a script or a REPL: its id, kind and result contract."""
+        return f"JobHandle({self.id!r}, kind={self.kind.value}, result={self.result_type.__name__})"
+
     @property
     def id(self) -> str:
         return self._handle.id

@@ -94,11 +94,18 @@ def details(title: str, rows: dict[str, object]) -> None:
     workflow.set_current_details(current_details(title, rows))
 
 
+UI_DETAILS_TAB = "user-metadata"
+"""The job page's tab that shows the Summary, Details and Current Details fleetforge writes (the Web UI's
+`/history` tab, its default, shows the event list)."""
+
+
 def web_ui_link(base: str, namespace: str, workflow_id: str = "", run_id: str = "", *, query: str = "") -> str:
     """The one builder of Web UI links: a workflow's page (the workflow id URL-encoded, `/` included,
-    and its run id), or the namespace's workflow list (optionally filtered by a visibility query)."""
+    and its run id) opened on its User Metadata tab, where its summary, request and current details
+    (step, last error, figures, artifacts) are; or the namespace's workflow list (optionally filtered by a
+    visibility query)."""
     root = f"{base.rstrip('/')}/namespaces/{quote(namespace, safe='')}/workflows"
     if not workflow_id:
         return root + (f"?query={quote(query, safe='')}" if query else "")
     link = f"{root}/{quote(workflow_id, safe='')}"
-    return f"{link}/{quote(run_id, safe='')}/history" if run_id else link
+    return f"{link}/{quote(run_id, safe='')}/{UI_DETAILS_TAB}" if run_id else link

@@ -518,6 +518,7 @@ class ConverterWorkflow:
         await ctx.finish(JobStatus.COMPLETED)
         ui.set_status(JobStatus.COMPLETED)
         self._progress.status = JobStatus.COMPLETED
+        self._progress.last_error = ""  # an earlier attempt's error is history (result.attempts), not where it is now
         self._events.status(JobStatus.COMPLETED)
         self._show("completed")
         if self._accuracy is not None and self._accuracy.verdict == "accepted_lossy":

@@ -605,7 +605,8 @@ class DockerRunner(_Base):
                 sensible += 1
         matched = None if reference is None else (first is not None and first.strip() == reference.strip())
         if matched is False and not note:
-            note = f"greedy answer {(first or '').strip()[:60]!r} is not the reference {reference.strip()[:60]!r}"
+            # the whole answer (16 tokens): a person copies it into the row's `reference` cell
+            note = f"greedy answer {(first or '').strip()[:300]!r} is not the reference {reference.strip()[:60]!r}"
         return Evidence(healthy=True, lists_model=True, requests=answered + errors, answered=answered, errors=errors,
                         sensible=sensible, slowest_s=round(slowest, 3), matched=matched, note=note)
 

@@ -71,7 +71,7 @@ def fleet_test(
             if resume is not None:
                 await write_back(fc, handle.id, csv_file, force)
             out.workflow_id(handle.id)
-            out.hint(f"follow it with: fleetforge watch {handle.id}   (Web UI: {fc.ui_url(handle.id)})")
+            out.hint(f"follow it with: fleetforge watch {handle.id}   (Web UI: {await handle.ui_url()})")
             if opts["require_approval"]:
                 out.hint("approve each row's command with: fleetforge approve fleet/FLEET_ID/ROW --attempt N "
                          "(rows waiting: fleetforge list --status AWAITING_APPROVAL)")
@@ -84,10 +84,10 @@ def fleet_test(
         try:
             await write_back(fc, handle.id, csv_file, force)
         except FleetforgeError as e:
-            rc = show_result(result, fc.ui_url(handle.id))
+            rc = show_result(result, await handle.ui_url())
             out.error(e.message, e.code)
             return max(rc, 1)
-        return show_result(result, fc.ui_url(handle.id))
+        return show_result(result, await handle.ui_url())
 
     return run_sync(go())
 

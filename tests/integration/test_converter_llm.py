@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.worker import Replayer
 
@@ -23,6 +24,7 @@ from tests.helpers import assert_eventually, fresh_queues, new_worker, outcome_o
 from worker import build_registry
 from workflows._visibility import start_attributes
 from workflows.converter import ConverterWorkflow
+from workflows.presentation import GUTTER
 
 pytest.importorskip("onnxruntime_qnn")
 
@@ -55,9 +57,11 @@ def hub(tmp_path: Path) -> tuple[Path, ArtifactStore]:
 
 
 async def convert(client: Client, server: ScriptedOpenAIServer, tmp_path: Path, store: ArtifactStore, model: Path,
-                  *, answers: list[ProvideInput] | None = None, **kw: Any) -> tuple[ConversionResult, WorkflowHandle, list[str]]:
+                  *, answers: list[ProvideInput] | None = None, shown: list[WorkflowMetadata] | None = None,
+                  **kw: Any) -> tuple[ConversionResult, WorkflowHandle, list[str]]:
     """Run one LLM-planned conversion; `answers` are sent (in order) once the job waits for input.
-    Returns the result, the handle and the validator's rejection messages."""
+    Returns the result, the handle and the validator's rejection messages; `shown` gets what the Web UI
+    shows of the ended job (its user metadata)."""
     settings = Settings(state_dir=tmp_path / "state", llm="openai", llm_base_url=server.base_url, llm_model="test-model")
     reg = build_registry(settings, store)
     queues: TaskQueues = fresh_queues()
@@ -77,7 +81,10 @@ async def convert(client: Client, server: ScriptedOpenAIServer, tmp_path: Path, 
                 await handle.execute_update(ConverterWorkflow.provide_input, answer)
             except WorkflowUpdateFailedError as e:
                 rejections.append(str(e.cause))
-        return await outcome_of(handle, ConversionResult), handle, rejections
+        result = await outcome_of(handle, ConversionResult)
+        if shown is not None:
+            shown.append(await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata))
+        return result, handle, rejections
 
 
 def sent_messages(server: ScriptedOpenAIServer, i: int = -1) -> list[dict[str, Any]]:
@@ -240,11 +247,15 @@ async def test_the_llm_gets_the_accuracy_figures_and_its_remedy_passes_the_gate(
     store = FileStore(tmp_path / "artifacts")
     head = build_softmax_head(tmp_path / "hub" / "head.onnx")
     with ScriptedOpenAIServer([int8_plan(), int8_plan(["prob"])]) as server:
+        shown: list[WorkflowMetadata] = []
         result, handle, _ = await convert(temporal_env.client, server, tmp_path, store, head, precision="int8",
-                                          synthetic_calibration=True)
+                                          synthetic_calibration=True, shown=shown)
 
     assert result.status is JobStatus.COMPLETED, result.failure
     assert [a.outcome for a in result.attempts] == ["below_threshold", "succeeded"]
+    details = shown[0].current_details.replace(GUTTER, "")
+    assert "| step | completed |" in details and "| replans | 1 |" in details, details
+    assert "last error" not in details, "a completed job's details show where it is, not the first attempt's error"
     feedback = [m["content"] for m in sent_messages(server) if m["role"] == "user" and "accuracy gate" in (m["content"] or "")]
     assert len(feedback) == 1 and "prob: lowest per-sample cosine 0.0000" in feedback[0] and "w8a16" in feedback[0], feedback
     assert result.accuracy.verdict == "unverified" and result.accuracy.cosine >= 0.95 and result.offload.full

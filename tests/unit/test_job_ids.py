@@ -79,7 +79,7 @@ def test_targets_are_normalised_soc_upper_case_everything_else_lower_case() -> N
 def test_web_ui_links_encode_the_workflow_id_and_carry_the_run_id() -> None:
     base = "http://127.0.0.1:8233/"
     assert web_ui_link(base, "default", "convert/r-1", "01a2") == \
-        "http://127.0.0.1:8233/namespaces/default/workflows/convert%2Fr-1/01a2/history"
+        "http://127.0.0.1:8233/namespaces/default/workflows/convert%2Fr-1/01a2/user-metadata"
     assert web_ui_link(base, "default", "fleet/f/3") == "http://127.0.0.1:8233/namespaces/default/workflows/fleet%2Ff%2F3"
     assert web_ui_link(base, "my ns") == "http://127.0.0.1:8233/namespaces/my%20ns/workflows"
     assert web_ui_link(base, "default", query="FleetforgeStatus='FAILED'").endswith(
@@ -105,3 +105,16 @@ def test_a_fleet_started_without_an_id_gets_one_its_rows_can_be_named_by(workflo
     assert default_fleet_id(workflow_id) == fleet_id
     assert candidates(f"fleet/{fleet_id}/3") == [f"fleet/{fleet_id}/3"]
     assert kind_of(f"fleet/{fleet_id}/3") is JobKind.MODEL_TEST
+
+
+def test_a_job_handle_prints_what_it_is() -> None:
+    from types import SimpleNamespace
+
+    from client.jobs import JobHandle
+    from contracts.convert_job import ConversionResult
+    from contracts.fleet_job import ModelTestResult
+
+    job = JobHandle(SimpleNamespace(id="convert/20261122-140512-3f9a"), ConversionResult)  # type: ignore[arg-type]
+    assert repr(job) == "JobHandle('convert/20261122-140512-3f9a', kind=convert, result=ConversionResult)"
+    row = JobHandle(SimpleNamespace(id="fleet/20261122-140512-3f9a/3"), ModelTestResult)  # type: ignore[arg-type]
+    assert str(row) == "JobHandle('fleet/20261122-140512-3f9a/3', kind=model-test, result=ModelTestResult)"
