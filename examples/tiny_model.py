@@ -1,11 +1,11 @@
 """Build a tiny, deterministic CNN as ONNX (seeded RNG: byte-identical across runs).
 
-    python examples/tiny_model.py out.onnx
+    python -m examples.tiny_model out.onnx
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 
@@ -48,6 +48,11 @@ def build_tiny_cnn(path: Path, *, seed: int = 0, opset: int = 17) -> Path:
     return path
 
 
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Write a tiny CNN (input `input`: 1x3x32x32, output `logits`) as ONNX.")
+    ap.add_argument("out", nargs="?", default="tiny_cnn.onnx", type=Path, help="where to write it")
+    print(build_tiny_cnn(ap.parse_args().out))
+
+
 if __name__ == "__main__":
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "tiny_cnn.onnx")
-    print(build_tiny_cnn(out))
+    main()
