@@ -293,3 +293,18 @@ def test_a_valid_command_passes_without_running_anything(tmp_path: Path) -> None
                               "int8", "--wait")))
     check(Command("doc.md:1", ("python", "-m", "bench.bench_load", "--help")))
     assert not list(tmp_path.iterdir()), "parsing ran nothing"
+
+
+def test_every_docs_page_is_linked_from_the_readme_and_every_relative_link_resolves() -> None:
+    readme = (ROOT / "README.md").read_text()
+    unlinked = [p.name for p in DOCS[1:] if f"(docs/{p.name}" not in readme]
+    assert not unlinked, f"README.md links no {', '.join(unlinked)}: add it to 'The manual'"
+    broken = [f"{doc.relative_to(ROOT)}: {target}" for doc in DOCS
+              for target in re.findall(r"\]\(([^)#\s:]+)(?:#[^)]*)?\)", doc.read_text())
+              if not (doc.parent / target).exists()]
+    assert not broken, broken
+
+
+def test_the_readme_stays_a_two_minute_read() -> None:
+    size = len((ROOT / "README.md").read_bytes())
+    assert size <= 12 * 1024, f"README.md is {size} bytes: move the detail into a docs/ page (issue 41: <= 12 KB)"
