@@ -7,7 +7,7 @@
 #   scripts/engines.sh        what `make test` runs: that, plus a docker engine (no bridge, no iptables:
 #                             containers use --network host/none), busybox for the test images, Debian's
 #                             headless chromium; not root: says what is missing and leaves the tests that
-#                             need it to fail saying so. Node.js >= 20 with npm (the MCP Inspector test) is
+#                             need it to fail saying so. Node.js >= 20 with npm (the MCP client tests) is
 #                             not installed here: Debian 12's nodejs is 18.
 # Idempotent.
 set -uo pipefail
@@ -46,7 +46,7 @@ if ((${#missing[@]})); then
 fi
 [[ $SET == demo ]] && exit 0
 
-command -v npm >/dev/null || echo "engines: npm not found: the MCP Inspector test needs Node.js >= 20 with npm"
+command -v npm >/dev/null || echo "engines: npm not found: the MCP client tests need Node.js >= 20 with npm"
 if command -v dockerd >/dev/null && ! docker info >/dev/null 2>&1; then
     if [[ $(id -u) == 0 ]]; then
         echo "engines: starting dockerd (log: $STATE/dockerd.log)"
