@@ -142,7 +142,8 @@ class Row:
 
 
 async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = "cpu-interpreter",
-                  workflow: str = "default") -> list[Row]:
+                  workflow: str = "default", time_limit: object = None) -> list[Row]:
+    """`time_limit`: a TimeLimit for every job (None: the workflow.yaml's)."""
     from temporalio.client import WorkflowFailureError
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
@@ -182,7 +183,8 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = 
             async with gate:
                 t0 = time.monotonic()
                 handle = await client.start_workflow(
-                    ConductorWorkflow.run, KernelRequest(task=task, config=load_workflow_config(workflow), queues=queues),
+                    ConductorWorkflow.run, KernelRequest(task=task, config=load_workflow_config(workflow), queues=queues,
+                                                         time_limit=time_limit),
                     id=f"bench-kernelbench/{task.task_id}", task_queue=queues.workflows,
                     search_attributes=start_attributes(JobKind.KERNEL, op))
                 try:
@@ -507,6 +509,15 @@ def modeled_report(rows: list[Row]) -> list[tuple[str, bool]]:
     return checks
 
 
+def time_limit(args: argparse.Namespace) -> object:
+    """The --time-limit-* options over the workflow.yaml's limit (None when neither is given)."""
+    from activities.kernels.config_loader import load_workflow_config
+    from client.kernel import time_limit_from
+
+    return time_limit_from(load_workflow_config(args.workflow or "default").verifier.time_limit,
+                           {"multiple": args.time_limit_multiple, "ceiling_s": args.time_limit_ceiling})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", choices=("ours", "public"), default="ours",
@@ -526,6 +537,9 @@ def main() -> None:
     ap.add_argument("--workdir", help="state and artifacts folder (default: a temp dir)")
     ap.add_argument("--resume", action="store_true", help="public suite: skip the tasks WORKDIR/rows.jsonl has")
     ap.add_argument("--report-from", help="public suite: print the report from a run's WORKDIR/rows.jsonl (so far)")
+    ap.add_argument("--time-limit-multiple", type=float, metavar="X",
+                    help="the verifier's time limit for every job (default: the default workflow.yaml's)")
+    ap.add_argument("--time-limit-ceiling", type=float, metavar="SECONDS")
     ap.add_argument("--recheck", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.recheck:
@@ -550,7 +564,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(args.workdir) if args.workdir else Path(tmp)
             t0 = time.monotonic()
-            rows = asyncio.run(run_all(workdir, jobs, args.concurrency, args.arch, args.workflow or "with_optimizer"))
+            rows = asyncio.run(run_all(workdir, jobs, args.concurrency, args.arch, args.workflow or "with_optimizer",
+                                       time_limit(args)))
             csv_path = Path(args.csv) if args.csv else Path("results.csv")
             if args.resume and done_rows is not None:
                 rows = [Row(**json.loads(line)) for line in done_rows.read_text().splitlines() if line.strip()]
@@ -566,7 +581,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(args.workdir) if args.workdir else Path(tmp)
         t0 = time.monotonic()
-        rows = asyncio.run(run_all(workdir, jobs, args.concurrency, args.arch, args.workflow or "default"))
+        rows = asyncio.run(run_all(workdir, jobs, args.concurrency, args.arch, args.workflow or "default",
+                                   time_limit(args)))
         ok = report(sorted(rows, key=lambda r: r.name), time.monotonic() - t0)
     raise SystemExit(0 if ok else 1)
 

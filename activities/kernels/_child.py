@@ -28,6 +28,7 @@ import json
 import os
 import resource
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from types import ModuleType
@@ -49,6 +50,9 @@ HELD_OUT_FILE = "held_out.pt"
 """The outputs at the held-out sizes (`--held-out HELD_TASK.py`), next to OUT.pt."""
 HELD_OUT_ERROR_FILE = "held_out_error.txt"
 """Written by the reference child when the task itself fails at the held-out sizes (then none are checked)."""
+PROGRESS_FILE = "progress.json"
+"""`{"phase": "task"|"held_out", "done": N, "total": M, "seconds": S}`, rewritten after every forward call: what a
+child that ran out of time had finished, and when (seconds since it started)."""
 HELD_OUT_TRIALS = 1
 HELD_OUT_FAMILIES = ("task", "signed_normal")
 """The held-out sizes test shape generality; the value distributions were covered at the task's sizes."""
@@ -329,7 +333,9 @@ def main(argv: list[str]) -> int:
     recorder = LaunchRecorder(candidate_path, counter.torch_op if counter else None) if candidate_path else None
     task = _load(task_path, "fleetforge_task")
     candidate_cls = getattr(_load(candidate_path, "fleetforge_candidate"), "ModelNew") if candidate_path else None
-    outputs, not_derived = _runs(task, candidate_cls or task.Model, seed, trials, FAMILIES, recorder, counter)
+    progress = _Progress(folder)
+    outputs, not_derived = _runs(task, candidate_cls or task.Model, seed, trials, FAMILIES, recorder, counter,
+                                 progress.phase("task", trials * len(FAMILIES)))
     torch.save(outputs, out_path)
     if counter is not None:
         with open(os.path.join(folder, TRAFFIC_FILE), "w", encoding="utf-8") as f:
@@ -343,7 +349,8 @@ def main(argv: list[str]) -> int:
         if recorder:
             recorder.held_out = True
         held_outputs, held_not_derived = _runs(held, candidate_cls or held.Model, seed, HELD_OUT_TRIALS,
-                                               HELD_OUT_FAMILIES, recorder)
+                                               HELD_OUT_FAMILIES, recorder,
+                                               progress=progress.phase("held_out", HELD_OUT_TRIALS * len(HELD_OUT_FAMILIES)))
     except Exception as e:  # noqa: BLE001 - the reference's failure here only means no held-out check
         if candidate_path:
             raise  # the candidate's crash at the held-out sizes is its verdict
@@ -356,8 +363,23 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+class _Progress:
+    """Writes PROGRESS_FILE after each forward call."""
+
+    def __init__(self, folder: str) -> None:
+        self._path, self._start = os.path.join(folder, PROGRESS_FILE), time.monotonic()
+
+    def phase(self, name: str, total: int) -> Callable[[int], None]:
+        def done(n: int) -> None:
+            with open(self._path, "w", encoding="utf-8") as f:
+                json.dump({"phase": name, "done": n, "total": total,
+                           "seconds": round(time.monotonic() - self._start, 1)}, f)
+        return done
+
+
 def _runs(task: ModuleType, cls: type, seed: int, trials: int, families: tuple[str, ...],
-          recorder: LaunchRecorder | None, counter: Any = None) -> tuple[list, list]:
+          recorder: LaunchRecorder | None, counter: Any = None,
+          progress: Callable[[int], None] = lambda _n: None) -> tuple[list, list]:
     """Every trial set's outputs (run = trial * len(families) + family) and, for a candidate, the
     [run, output] pairs that do not derive from a kernel's writes. `counter` (a traffic.Counter) counts the
     first forward call's launches."""
@@ -381,6 +403,7 @@ def _runs(task: ModuleType, cls: type, seed: int, trials: int, families: tuple[s
                 if recorder:
                     not_derived += [[len(outputs), i] for i, x in enumerate(items) if not recorder.derived(x)]
                 outputs.append(_as_list(items))
+                progress(len(outputs))
     return outputs, not_derived
 
 

@@ -352,8 +352,9 @@ async def test_a_candidate_slower_than_its_limit_is_a_verdict_and_the_same_worke
         ("designer", True), ("coder", True), ("verifier", False), ("coder", True), ("verifier", True)]
     slow = result.trace[2].report
     assert slow is not None and slow.time_limit_s == limit.for_reference(slow.reference_s) < limit.ceiling_s
-    assert slow.reason.startswith(f"candidate timed out after {slow.time_limit_s:g}s (killed): its time limit is 2x "
-                                  "the reference's time, at least 10 s, at most 120 s, and the reference took "), slow.reason
+    assert slow.reason.startswith(f"candidate timed out after {slow.time_limit_s:g}s (killed), before its first forward "
+                                  "call ended: its time limit is 2x the reference's time, at least 10 s, at most 120 s, "
+                                  "and the reference took "), slow.reason
     assert slow.reason in prompt_of(server.requests[3]), "the coder is told its candidate was too slow"
     assert result.trace[4].report is not None and result.trace[4].report.time_limit_s == slow.time_limit_s
     history = await temporal_env.client.get_workflow_handle(f"kernel/{task_id}").fetch_history()

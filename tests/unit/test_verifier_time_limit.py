@@ -63,15 +63,26 @@ def test_a_candidate_slower_than_its_limit_gets_a_timeout_verdict_naming_the_lim
     assert not report.passed
     assert report.reference_s > 0 and report.time_limit_s == limit.for_reference(report.reference_s)
     assert report.time_limit_s < limit.ceiling_s, "the limit followed the reference, not the ceiling"
-    assert report.reason == (f"candidate timed out after {report.time_limit_s:g}s (killed): its time limit is 2x the "
-                             f"reference's time, at least 8 s, at most 90 s, and the reference took "
-                             f"{report.reference_s:.1f} s on the same runs"), report.reason
+    assert report.reason == (f"candidate timed out after {report.time_limit_s:g}s (killed), before its first forward "
+                             f"call ended: its time limit is 2x the reference's time, at least 8 s, at most 90 s, and "
+                             f"the reference took {report.reference_s:.1f} s on the same runs"), report.reason
     assert report.time_limit_s <= report.durations["candidate"] < report.time_limit_s + 10
 
     # the reference's outputs and its time are cached: the limit is known before the candidate starts
     again = verify(RELU, candidate(SLOW), time_limit=limit)
     assert "reference" not in again.durations and again.reference_s == report.reference_s
     assert again.time_limit_s == report.time_limit_s and again.reason == report.reason
+
+
+STALLS_AFTER_3 = ("self.calls = getattr(self, 'calls', 0) + 1\nn = 1 if self.calls <= 3 else 10**7\n"
+                  "for _ in range(n):\n    out = launch(x)\nreturn out")
+"""Fast for three forward calls, then far too slow."""
+
+
+def test_a_timeout_says_how_many_forward_calls_had_finished_and_when():
+    report = verify(RELU, candidate(STALLS_AFTER_3), time_limit=TimeLimit(multiple=2, floor_s=15, ceiling_s=90))
+    assert not report.passed
+    assert ", after 3 of 8 forward calls (the last ended at " in report.reason, report.reason
 
 
 def test_a_good_candidate_passes_with_its_limit_in_the_report(tmp_path):
