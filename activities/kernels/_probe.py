@@ -1,4 +1,4 @@
-"""Child-process probe: `python -m activities.kernels._probe TASK.py OUT.json SEED`.
+"""Child-process probe: `python -m activities.kernels._probe TASK.py OUT.json SEED [--no-held-out]`.
 
 Reads what a KernelBench-format task computes without computing it: builds `Model(*get_init_inputs())`
 and `get_inputs()` on the meta device (shapes and dtypes, no memory), and traces `Model.forward` with
@@ -155,7 +155,8 @@ def main(argv: list[str]) -> int:
 
     task_path, out_path, seed = argv[0], argv[1], int(argv[2])
     analysis = ReferenceAnalysis.model_validate(probe(task_path, seed))
-    analysis = analysis.model_copy(update=held_out_sizes(task_path, analysis, seed))
+    if "--no-held-out" not in argv:  # each size set is another trace: a whole model's takes seconds
+        analysis = analysis.model_copy(update=held_out_sizes(task_path, analysis, seed))
     Path(out_path).write_text(analysis.model_dump_json(), encoding="utf-8")
     return 0
 

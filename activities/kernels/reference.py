@@ -21,20 +21,23 @@ CHILD_BASELINE_BYTES = int(1.5 * 1024**3)
 WORKING_SET_FACTOR = 4
 """The candidate child holds the inputs, the interpreter's copies of every launch argument, the
 launch recorder's before-images and the outputs: about four times inputs, parameters and outputs."""
+PRECHECK_TIMEOUT_S = 300
+"""The CLI's reading of the task (build and trace on the meta device): a whole model's trace takes seconds."""
 SLOW_INPUT_BYTES = 64 * 1024**2
 """Above this the Triton interpreter takes minutes per trial: worth a hint, not a refusal."""
 
 
 def trace_reference(task_source: str, *, timeout_s: float, seed: int = 0,
-                    heartbeat: Callable[[str], None] | None = None) -> ReferenceAnalysis:
-    """The probe's ReferenceAnalysis. A task that cannot be built or traced on the meta device comes back
+                    heartbeat: Callable[[str], None] | None = None, held_out: bool = True) -> ReferenceAnalysis:
+    """The probe's ReferenceAnalysis, with its held-out sizes unless `held_out` is false (then only what the
+    task is: the CLI's size check). A task that cannot be built or traced on the meta device comes back
     with `trace_error` set (sizes unknown, no offline template; the verifier still runs it for real); a
     probe that crashes or times out raises KERNEL_TASK_INVALID with the task's own error."""
     with tempfile.TemporaryDirectory(prefix="ff-probe-") as tmp:
         root = Path(tmp)
         (root / "task.py").write_text(task_source, encoding="utf-8")
-        child = spawn("activities.kernels._probe", root, ["task.py", "analysis.json", str(seed)], gpu=False,
-                      timeout_s=timeout_s)
+        args = ["task.py", "analysis.json", str(seed)] + ([] if held_out else ["--no-held-out"])
+        child = spawn("activities.kernels._probe", root, args, gpu=False, timeout_s=timeout_s)
         try:
             wait_all({"probe": child}, timeout_s, heartbeat or (lambda _m: None))
         finally:
@@ -56,7 +59,7 @@ def precheck(source: str, name: str) -> str:
     except ImportError:
         return ""
     try:
-        analysis = trace_reference(source, timeout_s=120)
+        analysis = trace_reference(source, timeout_s=PRECHECK_TIMEOUT_S, held_out=False)
     except FleetforgeError as e:
         raise FleetforgeError(e.code, f"{name}: {e.message}") from None
     problem = size_problem(analysis)
