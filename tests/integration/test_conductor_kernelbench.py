@@ -50,7 +50,7 @@ def test_an_unknown_arch_is_exit_2_listing_the_known_targets(tmp_path):
     done = ff("kernel", str(KERNELBENCH / "01_ReLU.py"), "--arch", "cpu_interpeter", "--json",
               env=cli_env(Settings(state_dir=tmp_path), "127.0.0.1:1"))
     one_line_error(done, 2, "--arch: unknown target 'cpu_interpeter'",
-                   "known targets: cpu-interpreter (or cpu, interpreter), a10, a100, cuda, h100")
+                   "known targets: cpu-interpreter (or cpu, interpreter), a10, a100, b200, cuda, h100")
 
 
 def test_task_sizes_the_verifier_cannot_hold_are_refused_up_front_naming_the_set_names(tmp_path):
