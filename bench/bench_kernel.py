@@ -6,7 +6,9 @@ Starts the embedded Temporal dev server (the `temporal` binary, 127.0.0.1, rando
 in-process worker (kernel agents + verifier, file store). Then, in one run:
   1. the 8 example tasks through ConductorWorkflow (offline agents, default workflow.yaml) at once:
      candidates verified per minute = verified candidates / wall minutes, and the verify activity
-     times (scheduled → completed, from the histories);
+     times (scheduled → completed, from the histories); with them, the whole-model tasks of
+     tests/kernel_tasks (Level 3 style: helper modules and methods, an LSTM), whose bigger sources and
+     candidates must not grow the history either (their verdicts are shown, not counted here);
   2. one LLM run against the scripted OpenAI-compatible server (tests/doubles): designer, a coder
      answer with a masking bug, the verifier's feedback, the conductor's analysis, the fixed
      candidate, verified. Every answer is padded with 8 KiB of prose, to show that answer size
@@ -31,6 +33,8 @@ from bench._history import activity_times
 
 TARGET_BYTES_PER_STEP = 10 * 1024
 EXAMPLES = ["relu", "leaky_relu", "gelu", "softmax", "log_softmax", "sum_dim", "rmsnorm", "matmul"]
+WHOLE_MODELS = ["shuffle_net_block", "lstm"]
+"""tests/kernel_tasks: our own Level 3 style task files."""
 PADDING = "Notes on the approach. " * 360
 """About 8 KiB of prose around every scripted answer."""
 
@@ -54,13 +58,14 @@ async def main_async(workdir: Path) -> int:
     from contracts.kernel_job import KernelOutcome, KernelRequest, KernelResult
     from contracts.settings import Settings
     from tests.doubles.openai_server import ScriptedOpenAIServer, text_stream
-    from tests.helpers import new_worker
+    from tests.helpers import new_worker, outcome_of
     from tests.integration.test_conductor_llm import GOOD, MASKING_BUG
     from worker import build_registry
     from workflows._visibility import SEARCH_ATTRIBUTES, start_attributes
     from workflows.conductor import ConductorWorkflow
 
     examples = Path(__file__).resolve().parents[1] / "examples" / "kernels"
+    whole_models = Path(__file__).resolve().parents[1] / "tests" / "kernel_tasks"
 
     def answer(text: str):
         text = f"{PADDING}\n\n{text}\n\n{PADDING}"
@@ -99,6 +104,12 @@ async def main_async(workdir: Path) -> int:
                 verifies = [s for h in handles for s in [t for name, _, t in await activity_times(h) if name == "verify"]]
                 for t, h, r in zip(tasks, handles, results):
                     runs.append((f"offline {t.op_name}", r, await history_bytes(h)))
+                models = [KernelTask(op_name=op, task_desc=(whole_models / f"{op}.py").read_text(),
+                                     task_id=f"{op}-{uuid.uuid4().hex[:6]}", arch="cpu-interpreter") for op in WHOLE_MODELS]
+                model_handles = [await start(t, "offline") for t in models]
+                for t, h in zip(models, model_handles):
+                    runs.append((f"offline {t.op_name} (whole model, {len(t.task_desc) / 1024:.1f} KiB source)",
+                                 await outcome_of(h, KernelResult), await history_bytes(h)))
 
                 llm_task = KernelTask(op_name="relu", task_desc=(examples / "relu.py").read_text(),
                                       task_id=f"relu-llm-{uuid.uuid4().hex[:6]}", arch="cpu-interpreter")

@@ -447,7 +447,8 @@ def public_report(rows: list[Row], wall: float, csv_path: Path | None) -> bool:
         print(f"  {'PASS' if ok else 'FAIL'}  {line}")
     for r in rows:
         if r.outcome != "VERIFIED" or r.wrong:
-            print(f"  note: {r.name}: {r.outcome} {r.finish} {r.family[:160]} {r.error[:160]} {r.recheck}")
+            why = r.reason.split("last verdict: ")[-1] or r.error or r.family
+            print(f"  note: {r.name}: {r.outcome} {r.finish} {why[:240]} {r.recheck if r.wrong else ''}")
     if csv_path is not None:
         import csv
 
