@@ -240,14 +240,28 @@ def parse_docker_run(command: str, policy: CommandPolicy) -> DockerRunSpec:
     return DockerRunSpec(image=image, network=network, args=tokens[i + 1:], **fields)
 
 
+_PORT_ARGS = ("--port", "-p")
+"""A server program's own port options after the image (vLLM, TGI, llama.cpp `--port N`; TGI, busybox httpd,
+nc `-p N`, also `-p 127.0.0.1:N`): they count only with a number as their value (`mkdir -p DIR` is no port)."""
+
+
+def _arg_port(value: str) -> int | None:
+    port = value.rsplit(":", 1)[-1] if value.startswith("127.0.0.1:") else value
+    return int(port) if port.isdigit() else None
+
+
 def declared_ports(spec: DockerRunSpec) -> list[int]:
-    """Every port the command names for its server: published host ports, `--port N` / `--port=N`
-    among the arguments, and `-e PORT=N`."""
-    ports = [p.host for p in spec.ports]
+    """Every port the command names for its server, in the forms users and LLMs write: `-p`/`--publish`
+    (host networking publishes nothing, so the server's port is the container side of `H:C`), the
+    program's own `--port N` / `--port=N` / `-p N` / `-p=N` after the image, and `-e PORT=N`."""
+    ports = [p.container for p in spec.ports]
     for i, arg in enumerate(spec.args):
-        value = spec.args[i + 1] if arg == "--port" and i + 1 < len(spec.args) else arg.removeprefix("--port=")
-        if (arg == "--port" or arg.startswith("--port=")) and value.isdigit():
-            ports.append(int(value))
+        flag, eq, inline = arg.partition("=")
+        if flag not in _PORT_ARGS:
+            continue
+        value = inline if eq else (spec.args[i + 1] if i + 1 < len(spec.args) else "")
+        if (port := _arg_port(value)) is not None:
+            ports.append(port)
     if spec.env.get("PORT", "").isdigit():
         ports.append(int(spec.env["PORT"]))
     return ports
@@ -272,9 +286,14 @@ def slot_violation(spec: DockerRunSpec, slot: Slot, gpu_count: int) -> str:
     127.0.0.1:PORT), and every GPU it gets must be one of the slot's devices."""
     if spec.network != "host":
         return f"a model server must use --network host and serve on 127.0.0.1:{slot.port} (the probe's only address)"
+    if mapped := next((p for p in spec.ports if p.host != p.container), None):
+        return (f"-p {mapped.host}:{mapped.container} maps nothing under --network host (docker publishes no port "
+                f"there: the server listens on {mapped.container}): serve on port {slot.port} and write "
+                f"-p {slot.port}:{slot.port}")
     ports = declared_ports(spec)
     if not ports:
-        return f"the command does not say its port: serve on port {slot.port} (--port {slot.port} or -e PORT={slot.port})"
+        return (f"the command does not say its port: serve on port {slot.port} (`--port {slot.port}` or "
+                f"`-p {slot.port}` after the image, `-e PORT={slot.port}`, or `-p {slot.port}:{slot.port}`)")
     if other := sorted({p for p in ports if p != slot.port}):
         return f"port {other[0]} is not this row's: use port {slot.port} only"
     if "NVIDIA_VISIBLE_DEVICES" in spec.env or "NVIDIA_VISIBLE_DEVICES" in spec.env_passthrough:

@@ -248,6 +248,10 @@ SLOT_HOST = 8
     ("docker run --network host img:1 --port=8004", "port 8004 is not this row's"),
     ("docker run --network host -p 127.0.0.1:8000:8000 -e PORT=8003 img:1", "port 8000 is not this row's"),
     ("docker run --network host img:1", "does not say its port: serve on port 8003"),
+    ("docker run --network host img:1 mkdir -p /x", "`-p 8003` after the image"),
+    ("docker run --network host -p 9000:8003 img:1", "-p 9000:8003 maps nothing under --network host"),
+    ("docker run --network host -p 8003:80 img:1", "the server listens on 80): serve on port 8003 and write -p 8003:8003"),
+    ("docker run --network host img:1 httpd -f -p 8000", "port 8000 is not this row's"),
     ("docker run --network none -e PORT=8003 img:1", "must use --network host"),
     ("docker run --network host --gpus all -e PORT=8003 img:1", "GPU 0 is not this row's: use --gpus '\"device=2,3\"'"),
     ("docker run --network host --gpus 1 -e PORT=8003 img:1", "GPU 0 is not this row's"),
@@ -270,6 +274,15 @@ def test_a_command_outside_its_rows_slot_is_rejected(command: str, why: str) -> 
     'docker run --network host --gpus "device=2,3" img:1 --port=8003',
     "docker run --network host --gpus '\"device=3\"' -p 127.0.0.1:8003:8003 img:1",
     "docker run --network host --runtime nvidia --device nvidia.com/gpu=2 -e PORT=8003 img:1",
+    "docker run --network host -p 8003 img:1",
+    "docker run --network host -p 8003:8003 img:1",
+    "docker run --network host --publish 8003:8003/tcp img:1",
+    "docker run --network host --publish=127.0.0.1:8003:8003 img:1",
+    "docker run --network host --env PORT=8003 img:1",
+    "docker run --network host --env=PORT=8003 img:1",
+    "docker run --network host img:1 text-generation-launcher -p 8003",
+    "docker run --network host img:1 httpd -f -p 127.0.0.1:8003",
+    "docker run --network host img:1 server -p=8003",
 ])
 def test_a_command_inside_its_slot_is_accepted(command: str) -> None:
     from contracts.fleet import Slot
