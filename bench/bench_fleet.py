@@ -187,7 +187,7 @@ async def main_async(rows: int, concurrency: int, workdir: Path, baseline: bool 
     from client.binaries import temporal_binary
     from contracts.common import JobStatus, TaskQueues
     from contracts.fleet import HardwareProfile
-    from contracts.fleet_job import FleetTestRequest, RunnerKind
+    from contracts.fleet_job import FleetTestRequest, ProcessMode, RunnerKind
     from contracts.settings import Settings
     from tests.helpers import new_worker
     from worker import cache_bytecode
@@ -220,6 +220,7 @@ async def main_async(rows: int, concurrency: int, workdir: Path, baseline: bool 
             """(time, fleet id, workflow runs) of a fleet of n instant rows."""
             fleet_id = uuid.uuid4().hex[:8]
             req = FleetTestRequest(manifest=upload_manifest(store, manifest(n)), runner=RunnerKind.PROCESS,
+                                   process_mode=ProcessMode.SELF_TEST,
                                    concurrency=concurrency, max_attempts=1, queues=TaskQueues.single(queue),
                                    hardware=hardware)
             took, result = await timed(client.execute_workflow(FleetTestWorkflow.run, req, id=f"fleet/{fleet_id}",

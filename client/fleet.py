@@ -10,7 +10,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
@@ -21,7 +21,7 @@ from activities.storage import ArtifactStore
 from contracts.common import JobKind
 from contracts.errors import Err, FleetforgeError
 from contracts.fleet import HardwareProfile, Tier
-from contracts.fleet_job import FleetTestRequest, RunnerKind
+from contracts.fleet_job import FleetTestRequest, ProcessMode, RunnerKind
 
 
 def read_manifest(csv_file: Path) -> str:
@@ -41,6 +41,24 @@ def check_manifest(csv_text: str, runner: RunnerKind) -> None:
     rows = parse_manifest(csv_text)
     if runner is RunnerKind.PROCESS:
         require_commands(rows)
+
+
+def check_process_options(runner: RunnerKind, share: Sequence[str | Path] = (), process_mode: ProcessMode | str | None = None,
+                          cwd: Path | None = None) -> tuple[str, ...]:
+    """The `--share` folders as absolute paths (relative ones from `cwd`), BAD_INPUT before anything starts
+    when a folder cannot be shared (activities.sandbox.shareable: missing, not readable by others, the root or
+    the temp dir) or the options are given to another runner than the process runner, which alone uses them.
+    The containers worker checks them again (its state dir is never shared)."""
+    from activities.sandbox import shareable
+
+    if runner is not RunnerKind.PROCESS:
+        if share:
+            raise FleetforgeError(Err.BAD_INPUT, f"--share is for --runner process; a {runner.value} row reaches host "
+                                  "folders its own way (docker: -v under the hardware profile's model_cache_dir)")
+        if process_mode is not None and ProcessMode(process_mode) is not ProcessMode.SERVER:
+            raise FleetforgeError(Err.BAD_INPUT, f"--process-mode {ProcessMode(process_mode).value} is for --runner process")
+        return ()
+    return tuple(str(p) for p in shareable([Path(s) if Path(s).is_absolute() else (cwd or Path.cwd()) / s for s in share]))
 
 
 def host_checked_profile(csv_text: str, profile: HardwareProfile | None, where: str,

@@ -152,4 +152,6 @@ FLEET_TEST = JobOptions((FleetTestRequest,), (
     Option("require_tier"),
     Option("max_per_family", metavar="N"),
     Option("evidence_columns"),
+    Option("process_mode"),
+    Option("share", metavar="DIR"),
 ))

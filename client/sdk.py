@@ -282,7 +282,8 @@ class FleetforgeClient:
         HardwareProfile or a path to its YAML; without one, this host's GPUs; a profile or row asking for
         GPUs the host lacks is HOST_LACKS_GPUS before anything starts. `fields` are further
         FleetTestRequest fields (runner, concurrency, max_attempts, require_approval, require_tier,
-        evidence_columns, max_per_family, ...)."""
+        evidence_columns, max_per_family, process_mode, share, ...); `share` folders (relative to `cwd`)
+        are checked and made absolute (BAD_INPUT before anything starts)."""
         from activities.containers.activities import upload_manifest
 
         if isinstance(csv, Path):
@@ -292,6 +293,7 @@ class FleetforgeClient:
             csv_text = csv
         runner = RunnerKind(fields.get("runner", FleetTestRequest.model_fields["runner"].default))
         fleet.check_manifest(csv_text, runner)
+        fields["share"] = fleet.check_process_options(runner, fields.get("share", ()), fields.get("process_mode"), cwd)
         where = "the profile"
         if isinstance(hardware, Path):
             where = str(hardware)

@@ -89,6 +89,10 @@ class TestPhase(StrEnum):
     """The command was still running at the test's deadline (`--test-timeout`) and was killed."""
     IDENTITY = "identity"
     """A server answered on the row's port, but it is not provably the row's own (another process's)."""
+    MISMATCH = "mismatch"
+    """The row's own server answered, but `GET /v1/models` lists other models than the row's."""
+    HIDDEN = "hidden"
+    """The process runner's command failed on a path its sandbox hides from it (the host's /tmp, the home, ...)."""
 
 
 class ErrorCategory(StrEnum):
@@ -111,6 +115,10 @@ class ErrorCategory(StrEnum):
     """No writer produced a usable command (LLM down or refused, offline writer has no template)."""
     FOREIGN_SERVER = "FOREIGN_SERVER"
     """The server answering on the row's port is not provably the row's own."""
+    MODEL_MISMATCH = "MODEL_MISMATCH"
+    """The row's own server lists other models than the row's: its command deployed the wrong thing."""
+    SANDBOX_HIDDEN = "SANDBOX_HIDDEN"
+    """The process runner's command failed on a path the sandbox hides from it: share its folder (`--share DIR`)."""
     RUNNER_UNAVAILABLE = "RUNNER_UNAVAILABLE"
     TRANSIENT = "TRANSIENT"
     """Infrastructure hiccup (registry rate limit, a connection reset, a worker lost)."""
@@ -134,10 +142,11 @@ HARNESS_CATEGORIES = frozenset({
     ErrorCategory.RUNNER_UNAVAILABLE, ErrorCategory.TRANSIENT, ErrorCategory.AUTH, ErrorCategory.IMAGE_NOT_FOUND,
     ErrorCategory.PORT_IN_USE, ErrorCategory.UNKNOWN, ErrorCategory.DOCKER_UNREACHABLE, ErrorCategory.DOCKER_ENGINE,
     ErrorCategory.GPU_UNAVAILABLE, ErrorCategory.HOST_LIMIT, ErrorCategory.TIER_UNPROVABLE,
+    ErrorCategory.SANDBOX_HIDDEN,
 })
 """Failures that say we could not test the model (no usable command, policy, runner, credentials, the
 image missing on the host, the row's port held by someone else, the docker engine or the host refusing,
-an unexplained failure): the row ends
+our sandbox hiding a path the command needs, an unexplained failure): the row ends
 `Error` and the next run on the CSV tests it again. Every other category is the model's own failure
 (`No`): it did not deploy, crashed, never became healthy, did not answer, or did not finish in time."""
 
@@ -172,8 +181,8 @@ class Tier(StrEnum):
     BOOTS = "BOOTS"
     """The server became healthy on the row's port."""
     SERVES = "SERVES"
-    """It lists its own model and answered every request of the probe (the process/script runner: the
-    row's own test passed)."""
+    """It lists the row's model and answered every request of the probe (a self-test, a script or a probe
+    URL: the row's own test passed)."""
     SENSIBLE = "SENSIBLE"
     """It answered a small fixed prompt set with non-empty, non-degenerate text within the latency bound."""
     MATCHES = "MATCHES"
@@ -189,6 +198,13 @@ class Evidence(BaseModel, frozen=True):
 
     healthy: bool = False
     lists_model: bool = False
+    """`GET /v1/models` listed the row's model (its id, a `--served-model-name` of it, or its path)."""
+    listed: tuple[str, ...] = ()
+    """The ids `GET /v1/models` listed (at most 5; empty in tests recorded before issue 40)."""
+    asked: str = ""
+    """The listed id the prompt set was sent to (the row's model under the name its server gives it)."""
+    owner: bool = False
+    """The row's container (or command) was seen holding the port's listening socket."""
     requests: int = 0
     answered: int = 0
     """Requests answered 2xx with a completion."""
@@ -200,23 +216,37 @@ class Evidence(BaseModel, frozen=True):
     """None: no reference for the row."""
     own_test: bool = False
     """The row's own test (process/script runner, or its probe URL) passed: no prompt set was sent."""
+    check: str = ""
+    """What the row's own test asked and was answered (`GET URL -> 200`, `exit 0`)."""
     note: str = ""
     """The first thing that kept it from the next tier."""
 
     def line(self) -> str:
-        """One line a person reads in the table and the CSV's evidence column."""
-        if self.own_test:
-            parts = ["own test passed"]
+        """One line a person reads in the table and the CSV's evidence column: what was asked, what answered."""
+        if self.own_test and not (self.listed or self.lists_model or self.owner):
+            parts = ["own test passed" + (f": {self.check}" if self.check else "")]
         else:
             parts = ["healthy" if self.healthy else "not healthy"]
             if self.healthy:
-                parts.append("lists its model" if self.lists_model else "does not list its model")
+                parts.append(self._identity())
+            if self.own_test:
+                parts.append("own test passed" + (f": {self.check}" if self.check else ""))
+            elif self.check:
+                parts.append(f"own test: {self.check}")
             if self.requests:
-                parts.append(f"{self.answered}/{self.requests} answered, {self.errors} errors, "
-                             f"{self.sensible} sensible, slowest {self.slowest_s:.1f}s")
+                parts.append(f"asked {self.asked or 'its model'} {self.requests} prompts: {self.answered}/{self.requests} "
+                             f"answered, {self.errors} errors, {self.sensible} sensible, slowest {self.slowest_s:.1f}s")
             if self.matched is not None:
                 parts.append("matches the reference" if self.matched else "differs from the reference")
         return "; ".join(parts) + (f" ({self.note})" if self.note else "")
+
+    def _identity(self) -> str:
+        names = ", ".join(self.listed)
+        if self.lists_model:
+            return f"lists its model as {self.asked}" if self.asked else "lists its model"
+        if self.listed:
+            return f"lists {names}, not its model"
+        return "lists no model" + ("; its own process holds the port" if self.owner else "")
 
 
 class Remedy(StrEnum):

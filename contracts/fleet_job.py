@@ -34,6 +34,17 @@ class RunnerKind(StrEnum):
     """`test_models.sh <model> <command>` (exit 0 success, 1 failure, 2 timeout)."""
 
 
+class ProcessMode(StrEnum):
+    """What passing means for the process runner's command."""
+
+    SERVER = "server"
+    """The command serves the row's model on $PORT and keeps running: probed like a container (GET /health,
+    GET /v1/models lists the row's model, the prompt set), then stopped."""
+    SELF_TEST = "self-test"
+    """The command tests the model itself and exits: exit 0 (and the row's probe URL, if any) passes; it
+    proves SERVES at most."""
+
+
 FINISHED_STATUSES = frozenset({"yes", "no"})
 """Status cells (case-insensitive) of rows a fleet skips: a verdict about the model exists. `Error`,
 empty or anything else is tested (again)."""
@@ -279,6 +290,10 @@ class RunTestRequest(BaseModel, frozen=True):
     """The tier a test must reach to pass (`--require-tier`)."""
     reference: str | None = None
     """The row's reference answer (MATCHES tier)."""
+    process_mode: ProcessMode = ProcessMode.SERVER
+    """The process runner: a server on $PORT, or a self-test whose exit code is the verdict."""
+    shares: tuple[str, ...] = ()
+    """The process runner: host folders its sandboxed command may read (`--share`)."""
 
 
 class TestOutcome(BaseModel, frozen=True):
@@ -362,6 +377,8 @@ class ModelTestRequest(BaseModel, frozen=True):
     slot: Slot | None = None
     """The port and GPUs the fleet gave this row (None: the first port of the range, the first GPUs it needs)."""
     require_tier: Tier = Tier.SERVES
+    process_mode: ProcessMode = ProcessMode.SERVER
+    shares: tuple[str, ...] = ()
 
 
 class ModelTestResult(BaseModel, frozen=True):
@@ -450,6 +467,12 @@ class FleetTestRequest(BaseModel, frozen=True):
     max_per_family: int = Field(default=0, ge=0, description="at most N rows of one family (the family column, else "
                                                              "the model's organisation) run at once; 0: no cap")
     """Rows of other families further down the CSV start meanwhile."""
+    process_mode: ProcessMode = Field(ProcessMode.SERVER, description=(
+        "the process runner: `server` (the command serves the row's model on $PORT until stopped, probed like a "
+        "container) or `self-test` (the command tests the model and exits: exit 0 passes, SERVES at most)"))
+    share: list[str] = Field(default_factory=list, description=(
+        "the process runner: a folder its sandboxed commands may read, at the same path (repeatable); they see "
+        "only their scratch dir and read-only system paths otherwise (not the host's /tmp, not the home)"))
 
 
 class FleetProgress(BaseModel, frozen=True):

@@ -17,9 +17,15 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from contracts.common import TaskQueues
+from contracts.fleet_job import ProcessMode, RunnerKind
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
+
+SELF_TESTS: dict[str, Any] = {"runner": RunnerKind.PROCESS, "process_mode": ProcessMode.SELF_TEST}
+"""Fleet request fields for rows whose commands test their model and exit (`python -c ...`): the process
+runner's self-test mode, whose exit code is the verdict (no server is probed). SELF_TESTS_CLI: the same options."""
+SELF_TESTS_CLI = ("--runner", "process", "--process-mode", "self-test")
 
 TRANSIENT_RPC = frozenset({RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED,
                            RPCStatusCode.RESOURCE_EXHAUSTED})

@@ -181,7 +181,7 @@ class FleetTestWorkflow:
         child = ModelTestRequest(fleet_id=fleet_id, manifest=req.manifest, row=row, hardware=req.hardware,
                                  runner=req.runner, max_attempts=req.max_attempts, require_approval=req.require_approval,
                                  test_timeout_s=req.test_timeout_s, llm=req.llm, queues=req.queues, slot=slot,
-                                 require_tier=req.require_tier)
+                                 require_tier=req.require_tier, process_mode=req.process_mode, shares=req.share)
         try:
             result = await workflow.execute_child_workflow(
                 ModelTestWorkflow.run, child, id=f"fleet/{fleet_id}/{row}", task_queue=req.queues.workflows,

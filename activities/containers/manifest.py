@@ -22,12 +22,13 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import get_args
 
 from pydantic import ValidationError
 
 from contracts.errors import Err, FleetforgeError
-from contracts.fleet import RowStatus
-from contracts.fleet_job import ManifestRow, RowVerdict
+from contracts.fleet import RowStatus, Runtime
+from contracts.fleet_job import FINISHED_STATUSES, ManifestRow, RowVerdict
 
 REQUIRED = ("model_name", "status", "note")
 _OPTIONAL_INT = ("gpus", "port", "max_model_len")
@@ -38,6 +39,17 @@ MAX_CELL_CHARS = 65536
 """Longest cell accepted (a command or a note is far shorter; a 10 MB cell is a broken file)."""
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _EOL = re.compile(r"\r\n|\n|\r")
+
+
+def columns_help() -> str:
+    """The manifest's columns and the values they allow, from the contract (what `fleet-test --help` shows)."""
+    runtimes = " | ".join(get_args(Runtime))
+    default = ManifestRow.model_fields["runtime"].default
+    finished = " or ".join(sorted((s.capitalize() for s in FINISHED_STATUSES), reverse=True))
+    return (f"Columns: {', '.join(REQUIRED)} (required); runtime ({runtimes}; default {default}), image, "
+            f"{', '.join(c for c in (*_OPTIONAL_INT, *_OPTIONAL_STR) if c not in ('runtime', 'image'))} (optional); "
+            f"any other column is kept as it is. status: {finished} is a verdict (the row is skipped); empty, "
+            "Error or anything else is tested. command and probe_url may use {port}, {devices} and {attempt}.")
 
 
 def _invalid(message: str) -> FleetforgeError:

@@ -4,18 +4,18 @@
   arguments), but no shell ever runs it: an unquoted shell operator (`;`, `&&`, `|`, `>`, ...) is
   refused, and the program must be on the allowlist. It runs in the one sandbox (activities/sandbox:
   an LLM may have written it): its own PID namespace, a read-only filesystem but a scratch folder (its
-  cwd), no secrets, not root; it shares the host's network, since its server must answer on
-  127.0.0.1. The row's slot reaches it as `PORT` and `CUDA_VISIBLE_DEVICES`. Pass = exit 0 before the deadline, then the row's probe URL (if any)
-  answers 2xx.
+  cwd), the folders the fleet shares (`--share`, read-only), no secrets, not root; it shares the host's
+  network, since its server must answer on 127.0.0.1. The row's slot reaches it as `PORT` and
+  `CUDA_VISIBLE_DEVICES`. Pass (ProcessMode): a server on `$PORT` probed like a container while the
+  command runs, or, in self-test mode, exit 0 before the deadline and the row's probe URL (if any)
+  answering 2xx (SERVES at most). A command that fails on a path the sandbox hides is our Error.
 * DockerRunner: a `docker run` re-parsed against the policy and the row's slot, rendered with our
   deterministic name and `fleetforge.run` label. The slot's port must be free before the container
-  starts; health and probe go to that port only, and the server that answers must be the row's own:
-  `/v1/models` lists the row's model, or the listening socket belongs to the row's container.
-  Then the fixed prompt set (activities/containers/evidence.py) through `POST /v1/completions` (the
-  legacy completions endpoint, not chat: it needs no chat template, so base and chat models answer it
-  alike), graded into a tier (BOOTS, SERVES, SENSIBLE, MATCHES), or the row's probe URL (SERVES). The container is
-  always removed (`docker rm -f`), also on cancellation and timeout; every wait beats, so a
-  cancellation reaches the activity within its heartbeat timeout.
+  starts; health and probe go to that port only, and the server that answers must list the row's model
+  (probe.py, identity.py): another model listed by the row's own container is MISMATCH, by a stranger's
+  server IDENTITY. Then the fixed prompt set, graded into a tier (BOOTS, SERVES, SENSIBLE, MATCHES), or
+  the row's probe URL (SERVES). The container is always removed (`docker rm -f`), also on cancellation
+  and timeout; every wait beats, so a cancellation reaches the activity within its heartbeat timeout.
 * ScriptRunner: the original `test_models.sh <model> <command>` contract (0 pass, 1 fail, 2 timeout). The
   script is the operator's own harness (it drives docker itself), so it runs unconfined; the command
   reaches it as one argument, as data.
@@ -34,41 +34,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import os
+import re
 import shlex
 import shutil
 import signal
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from activities.containers._marker import TAG_VAR, Intent, RowMarker, StartIntents
 from activities.containers._ports import listening_pids, port_taken
-from activities.containers.evidence import MAX_TOKENS, PROMPTS, SENSIBLE_LATENCY_S, UNPROVABLE, degenerate, meets, shortfall, tier_of
+from activities.containers.evidence import UNPROVABLE, meets, shortfall, tier_of
 from activities.containers.offline_writer import writer_policy
-from activities.sandbox import Child, Limits, SandboxPolicy, scrub, spawn_child
 from activities.containers.policy import check_command, container_name, declared_ports, render_argv, run_labels
+from activities.containers.probe import HEARTBEAT_S, MISMATCH, Heartbeat, probe_get, probe_server
 from activities.containers.taxonomy import DAEMON_LOST, daemon_unreachable
+from activities.sandbox import Child, Limits, SandboxPolicy, hidden_by, scrub, shareable, spawn_child
 from activities.storage import ArtifactStore
 from contracts.errors import Err, FleetforgeError
-from contracts.fleet import CommandPolicy, DockerRunSpec, Evidence, HardwareProfile, Slot, TestPhase, Tier
-from contracts.fleet_job import RunTestRequest, TestOutcome
+from contracts.fleet import CommandPolicy, DockerRunSpec, Evidence, HardwareProfile, Slot, TestPhase
+from contracts.fleet_job import ProcessMode, RunTestRequest, TestOutcome
 
-Heartbeat = Callable[[str], None]
 DEFAULT_PROGRAMS: tuple[str, ...] = ("python", "python3")
 TAIL_CHARS = 4000
-HEARTBEAT_S = 2.0
 EXIT_POLL_S = 0.05
 """Longest pause between heartbeats while a runner waits (a quarter of the CONTAINER heartbeat timeout, or less)."""
-COMPLETION_TIMEOUT_S = 60.0
-"""A first completion may compile kernels or warm caches: generous, and the wait heartbeats."""
-T = TypeVar("T")
 
 
 class Runner(Protocol):
@@ -177,17 +171,24 @@ async def _run_argv(argv: Sequence[str], timeout_s: float, heartbeat: Heartbeat,
     return (None if timed_out else proc.returncode), text
 
 
+Serve = Callable[[Child, asyncio.Event], Awaitable[None]]
+"""Watches a running command (a server it should start); the event is set once the command has exited."""
+
+
 async def _run_confined(argv: Sequence[str], timeout_s: float, heartbeat: Heartbeat, what: str,
                         cwd: Path | None = None, env: Mapping[str, str] | None = None,
-                        on_start: Callable[[int], None] | None = None) -> tuple[int | None, str]:
+                        on_start: Callable[[int], None] | None = None, shares: Sequence[Path] = (),
+                        serve: Serve | None = None) -> tuple[int | None, str]:
     """`_run_argv`'s contract for a command an LLM may have written: in the sandbox, a fresh scratch folder
-    as cwd (`cwd` is not used), the host's network shared (the server answers on 127.0.0.1)."""
+    as cwd (`cwd` is not used), `shares` readable, the host's network shared (the server answers on
+    127.0.0.1). With `serve`, it runs beside the command and the run ends when it returns (the command is
+    killed then; the exit code is None unless the command had exited)."""
     def start() -> Child:
         """Scratch folder, spawn and `on_start` in one worker thread (fsync'ing a marker never blocks the
         event loop); nothing is left behind when any of them fails."""
         scratch = Path(tempfile.mkdtemp(prefix="ff-row-"))
         try:
-            child = spawn_child(argv, scratch=scratch, policy=SandboxPolicy(network=True),
+            child = spawn_child(argv, scratch=scratch, policy=SandboxPolicy(network=True, readable=tuple(shares)),
                                 limits=Limits(timeout_s=timeout_s, memory_bytes=0), env=dict(env or {}))
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -218,12 +219,14 @@ async def _run_confined(argv: Sequence[str], timeout_s: float, heartbeat: Heartb
     deadline = time.monotonic() + timeout_s
     beat = time.monotonic() + HEARTBEAT_S
     timed_out = False
+    gone = asyncio.Event()
+    watcher = asyncio.ensure_future(serve(child, gone)) if serve is not None else None
     try:
         with _exit_event(child.pid) as exited:
             # the first look once it exited or after one interval: most tests end before, and a look at a
             # running child (Child.poll) scans /proc for its namespace
-            await _until(exited, min(EXIT_POLL_S, timeout_s))
-            while (code := child.poll()) is None:
+            await _until(exited, min(EXIT_POLL_S, timeout_s), watcher)
+            while (code := child.poll()) is None and not (watcher and watcher.done()):
                 now = time.monotonic()
                 if now >= deadline:
                     timed_out = True
@@ -231,9 +234,18 @@ async def _run_confined(argv: Sequence[str], timeout_s: float, heartbeat: Heartb
                 if now >= beat:
                     heartbeat(f"{what}: running")
                     beat = now + HEARTBEAT_S
-                await _until(exited, min(EXIT_POLL_S, deadline - now))
+                await _until(exited, min(EXIT_POLL_S, deadline - now), watcher)
+            if watcher is not None and code is not None and not watcher.done():  # exited while it was watched
+                gone.set()
+                await asyncio.wait({watcher}, timeout=max(0.0, deadline - time.monotonic()))
     finally:
+        if watcher is not None and not watcher.done():
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
         text = await asyncio.shield(asyncio.to_thread(end, child))
+    if watcher is not None and watcher.done() and not watcher.cancelled() and watcher.exception() is not None:
+        raise watcher.exception()  # type: ignore[misc]
     return (None if timed_out else code), text
 
 
@@ -257,40 +269,17 @@ def _exit_event(pid: int) -> Iterator[asyncio.Event]:
         os.close(fd)
 
 
-async def _until(event: asyncio.Event, timeout_s: float) -> None:
-    """Wait until `event` is set or `timeout_s` passed, whichever comes first."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), max(timeout_s, 0))
-
-
-def _http(url: str, timeout_s: float, payload: dict | None = None) -> tuple[int, str]:
-    """(HTTP status or 0 when unreachable, body or error text): a GET, or a JSON POST of `payload`."""
-    if not url.startswith(("http://", "https://")):
-        return 0, f"probe URL {url!r} must be http(s)"
-    data = None if payload is None else json.dumps(payload).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+async def _until(event: asyncio.Event, timeout_s: float, task: asyncio.Future | None = None) -> None:
+    """Wait until `event` is set, `task` is done or `timeout_s` passed, whichever comes first."""
+    if task is None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), max(timeout_s, 0))
+        return
+    waiter = asyncio.ensure_future(event.wait())
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 (scheme checked above)
-            return resp.status, resp.read(65536).decode("utf-8", "replace")
-    except urllib.error.HTTPError as e:
-        return e.code, f"HTTP {e.code} from {url}: {e.read(300).decode('utf-8', 'replace').strip()}"
-    except (urllib.error.URLError, OSError, TimeoutError) as e:
-        return 0, f"{'POST' if data else 'GET'} {url} failed: {getattr(e, 'reason', e)}"
-
-
-async def _beating(aw: Awaitable[T], heartbeat: Heartbeat, what: str) -> T:
-    """Await `aw`, heartbeating every HEARTBEAT_S meanwhile (a slow probe must not look like a dead worker)."""
-    task = asyncio.ensure_future(aw)
-    try:
-        while not (await asyncio.wait({task}, timeout=HEARTBEAT_S))[0]:
-            heartbeat(what)
-        return task.result()
+        await asyncio.wait({waiter, task}, timeout=max(timeout_s, 0), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        task.cancel()
-
-
-async def _probe_get(url: str, heartbeat: Heartbeat, timeout_s: float = 10.0) -> tuple[int, str]:
-    return await _beating(asyncio.to_thread(_http, url, timeout_s), heartbeat, f"probing {url}")
+        waiter.cancel()
 
 
 class _Base:
@@ -335,10 +324,12 @@ class _Marked(_Base):
         self.marker_dir = marker_dir
 
     async def _run_marked(self, req: RunTestRequest, argv: Sequence[str], timeout_s: float, heartbeat: Heartbeat,
-                          cwd: Path | None = None) -> tuple[int | None, str, int]:
-        """(exit code or None on timeout, output, test runs including interrupted earlier ones)."""
+                          cwd: Path | None = None, **options: object) -> tuple[int | None, str, int]:
+        """(exit code or None on timeout, output, test runs including interrupted earlier ones); `options` go
+        to `run_argv` (the sandbox's shares and server watch)."""
         if self.marker_dir is None:
-            code, out = await self.run_argv(argv, timeout_s, heartbeat, f"row {req.row}", cwd=cwd, env=slot_env(req.slot))
+            code, out = await self.run_argv(argv, timeout_s, heartbeat, f"row {req.row}", cwd=cwd, env=slot_env(req.slot),
+                                            **options)
             return code, out, 1
         marker = RowMarker(self.marker_dir, req.fleet_id, req.row)
         async with marker.held(heartbeat):
@@ -350,40 +341,147 @@ class _Marked(_Base):
                 code, out = await self.run_argv(argv, timeout_s, heartbeat, f"row {req.row}", cwd=cwd,
                                                 env={**slot_env(req.slot), TAG_VAR: tag},
                                                 on_start=(lambda pid: marker.started(pid, req.attempt, tag))
-                                                if self.records_pid else None)
+                                                if self.records_pid else None, **options)
             finally:
                 marker.finished()
         what = f"{killed} still running and killed first" if killed else "none still running"
         return code, _rerun_note(len(leftovers), what) + out, 1 + len(leftovers)
 
 
+_ABS_PATH = re.compile(r"(?<![\w.~:/-])(/[\w.@+=%,-]+(?:/[\w.@+=%,-]+)*)")
+_MISSING = re.compile(r"no such file|can't open|cannot open|not found|does not exist|permission denied|"
+                      r"FileNotFoundError|ENOENT|EACCES", re.IGNORECASE)
+"""A log line that says something was not there or not readable: only the paths it names are suspects."""
+HIDDEN = "[fleetforge] hidden by the sandbox:"
+"""The log line's start when a failed command named a path its sandbox hides (the taxonomy reads it)."""
+
+
+def hidden_path(log: str, shares: Sequence[Path]) -> str:
+    """The HIDDEN line for the first path that the failed command's output says it could not find or read,
+    that exists on this host but that its sandbox hides (the host's /tmp, the worker's home, ...), or "":
+    then the command failed on our sandbox, not on its model, and the remedy names the folder to share."""
+    for line in log.splitlines():
+        if not _MISSING.search(line):
+            continue
+        for path in dict.fromkeys(m.rstrip(".,") for m in _ABS_PATH.findall(line)):
+            root = hidden_by(path, shares)
+            if root is None:
+                continue
+            folder = path if os.path.isdir(path) else os.path.dirname(path)
+            try:
+                shareable([folder])
+            except FleetforgeError as e:  # not a folder that can be shared as it is: say why
+                return f"{HIDDEN} {path}: the command does not see {root}, and {e.message}"
+            return (f"{HIDDEN} {path}: rerun with --share {folder} (the command sees its scratch dir, read-only "
+                    f"system paths and shared folders, not {root})")
+    return ""
+
+
+EXITED_UNSERVED = ("[fleetforge] the command exited (code 0) before a server answered on port {port}: a server "
+                   "keeps running while it is probed (--process-mode self-test: a command that tests itself and exits)")
+
+
+def _probe_line(problem: str) -> str:
+    """The log line for what kept a healthy server from passing (the taxonomy reads its start)."""
+    if not problem:
+        return ""
+    return f"\n{problem}" if problem.startswith((UNPROVABLE, DAEMON_LOST, MISMATCH)) else f"\n[fleetforge] probe: {problem}"
+
+
 class ProcessRunner(_Marked):
+    """The row's command in the sandbox, by its mode (ProcessMode): a server on the slot's port that is probed
+    like a container and then stopped, or a self-test whose exit code (and the row's probe URL) is the
+    verdict, SERVES at most. A failure on a path the sandbox hides is our Error (HIDDEN), never the model's No."""
+
     run_argv = staticmethod(_run_confined)  # the command may be an LLM's: the sandbox
     records_pid = False
     """The tag alone finds a sandboxed run, always: bubblewrap's own argv carries it (`--setenv`), which the
     command cannot change, and killing bubblewrap's init ends the whole namespace. So no pid record: it
     cost a second durable write per row, a quarter of the runner's CPU (bench_fleet)."""
 
-    def __init__(self, store: ArtifactStore, programs: Sequence[str] = DEFAULT_PROGRAMS, *, marker_dir: Path | None = None):
+    def __init__(self, store: ArtifactStore, programs: Sequence[str] = DEFAULT_PROGRAMS, *, marker_dir: Path | None = None,
+                 health_path: str = "/health", poll_s: float = 0.5):
         super().__init__(store, marker_dir)
         self.programs = tuple(programs)
+        self.health_path = health_path
+        self.poll_s = poll_s
 
     async def run(self, req: RunTestRequest, heartbeat: Heartbeat) -> TestOutcome:
         argv = process_argv(req.command, self.programs)  # checked again: never trust the caller
+        shares = shareable(req.shares)
+        if req.process_mode is ProcessMode.SELF_TEST:
+            return await self._self_test(req, argv, shares, heartbeat)
+        return await self._server(req, argv, shares, heartbeat)
+
+    async def _self_test(self, req: RunTestRequest, argv: Sequence[str], shares: Sequence[Path],
+                         heartbeat: Heartbeat) -> TestOutcome:
         started = time.monotonic()
-        code, log, runs = await self._run_marked(req, argv, req.timeout_s, heartbeat)
+        code, log, runs = await self._run_marked(req, argv, req.timeout_s, heartbeat, shares=shares)
         if code is None:
             return await self._outcome(req, started, log + f"\n[fleetforge] did not finish within {req.timeout_s:g}s "
                                        "(--test-timeout); killed", passed=False, phase=TestPhase.TIMEOUT, test_runs=runs)
         if code != 0:
+            if hidden := hidden_path(log, shares):
+                return await self._outcome(req, started, f"{log}\n{hidden}", passed=False, phase=TestPhase.HIDDEN,
+                                           exit_code=code, test_runs=runs)
             return await self._outcome(req, started, log, passed=False, phase=TestPhase.START, exit_code=code,
                                        test_runs=runs)
+        check = "exit 0 (self-test)"
         if req.probe_url:
-            status, body = await _probe_get(req.probe_url, heartbeat)
+            status, body = await probe_get(req.probe_url, heartbeat)
             if not 200 <= status < 300:
                 return await self._outcome(req, started, log + f"\n[fleetforge] probe: {body}", passed=False,
                                            phase=TestPhase.PROBE, test_runs=runs)
-        return await self._outcome(req, started, log, passed=True, phase=TestPhase.PROBE, exit_code=0, test_runs=runs)
+            check += f"; GET {req.probe_url} -> {status}"
+        return await self._outcome(req, started, log, passed=True, phase=TestPhase.PROBE, exit_code=0, test_runs=runs,
+                                   evidence=Evidence(healthy=True, own_test=True, check=check))
+
+    async def _server(self, req: RunTestRequest, argv: Sequence[str], shares: Sequence[Path],
+                      heartbeat: Heartbeat) -> TestOutcome:
+        """The command must serve the row's model on the slot's port (GET /health 2xx) while it runs; then
+        probe.probe_server judges it, its processes owning the port, and the command is stopped."""
+        slot = req.slot or Slot(port=8000)  # no slot (a direct call): the port a server is told by default
+        started = time.monotonic()
+        if await asyncio.to_thread(port_taken, slot.port):
+            return await self._outcome(req, started, f"[fleetforge] address already in use: 127.0.0.1:{slot.port}, this "
+                                       "row's port, is held by another process before the command started",
+                                       passed=False, phase=TestPhase.START)
+        found: list[tuple[TestPhase, str, Evidence]] = []
+        url = f"http://127.0.0.1:{slot.port}{self.health_path}"
+
+        async def serve(child: Child, gone: asyncio.Event) -> None:
+            while not gone.is_set():
+                status, _ = await probe_get(url, heartbeat, timeout_s=5.0)
+                if 200 <= status < 300:
+                    found.append(await probe_server(
+                        slot.port, req, argv[1:],
+                        lambda: self._owns_port(child, slot.port), "the row's command", heartbeat))
+                    return
+                heartbeat(f"waiting for {url}")
+                await _until(gone, self.poll_s)
+
+        code, log, runs = await self._run_marked(req, argv, req.timeout_s, heartbeat, shares=shares, serve=serve)
+        if found:
+            phase, problem, evidence = found[0]
+            passed = phase is TestPhase.PROBE and meets(tier_of(evidence), req.require_tier)
+            return await self._outcome(req, started, log + ("" if passed else _probe_line(problem)), passed=passed,
+                                       phase=phase, exit_code=0 if passed else None, test_runs=runs, evidence=evidence)
+        if hidden := hidden_path(log, shares):
+            return await self._outcome(req, started, f"{log}\n{hidden}", passed=False, phase=TestPhase.HIDDEN,
+                                       exit_code=code, test_runs=runs)
+        if code is None:
+            return await self._outcome(req, started, log + f"\n[fleetforge] not healthy within {req.timeout_s:g}s "
+                                       f"(--test-timeout) on port {slot.port}", passed=False, phase=TestPhase.HEALTH,
+                                       test_runs=runs)
+        if code == 0:
+            return await self._outcome(req, started, log + f"\n{EXITED_UNSERVED.format(port=slot.port)}", passed=False,
+                                       phase=TestPhase.HEALTH, test_runs=runs)
+        return await self._outcome(req, started, log, passed=False, phase=TestPhase.START, exit_code=code, test_runs=runs)
+
+    @staticmethod
+    async def _owns_port(child: Child, port: int) -> bool:
+        """The socket listening on `port` belongs to a process of the command's sandbox (False when unknown)."""
+        return bool(await asyncio.to_thread(lambda: listening_pids(port, child.pids())))
 
 
 DAEMON_PATIENCE_S = 60.0
@@ -463,7 +561,7 @@ class DockerRunner(_Base):
                 phase, exit_code, lost = await self._wait_healthy(name, slot.port, started + req.timeout_s, heartbeat)
                 problem = ""
                 if phase is TestPhase.PROBE:
-                    phase, problem, evidence = await self._probe(name, slot.port, req, heartbeat)
+                    phase, problem, evidence = await self._probe(name, slot.port, spec, req, heartbeat)
                 logs = await self._docker_logs(name, heartbeat)
                 passed = phase is TestPhase.PROBE and meets(tier_of(evidence), req.require_tier)
                 if passed:
@@ -472,8 +570,7 @@ class DockerRunner(_Base):
                     problem = f"{DAEMON_LOST} ({(lost or logs).strip().splitlines()[-1][:160]})"
                 if phase is TestPhase.HEALTH:
                     logs += f"\n[fleetforge] not healthy within {req.timeout_s:g}s (--test-timeout) on port {slot.port}"
-                if problem:
-                    logs += f"\n{problem}" if problem.startswith((UNPROVABLE, DAEMON_LOST)) else f"\n[fleetforge] probe: {problem}"
+                logs += _probe_line(problem)
         finally:
             await asyncio.shield(self._remove(name, heartbeat))  # also on cancel/timeout
         note, runs = await self._runs(labels, earlier, runs, heartbeat, ours)
@@ -543,72 +640,12 @@ class DockerRunner(_Base):
         if code == 0 and out.split():
             await self._docker("rm", "-f", *out.split(), timeout_s=60.0, heartbeat=heartbeat)
 
-    async def _probe(self, name: str, port: int, req: RunTestRequest,
+    async def _probe(self, name: str, port: int, spec: DockerRunSpec, req: RunTestRequest,
                      heartbeat: Heartbeat) -> tuple[TestPhase, str, Evidence]:
-        """(phase, what keeps it below the required tier or "", evidence) of the healthy server: it must be
-        the row's own (IDENTITY otherwise); then the row's probe URL must answer a GET with 2xx (its own test:
-        SERVES at most), or the model must answer the fixed prompt set (evidence.PROMPTS, greedy)."""
-        server = f"http://127.0.0.1:{port}"
-        status, body = await _probe_get(f"{server}/v1/models", heartbeat)
-        models = _model_ids(body) if 200 <= status < 300 else []
-        owns = req.model_name in models or await self._owns_port(name, port, heartbeat)
-        if not owns:
-            listed = f"lists {models}" if models else f"lists no model ({body[:120]})"
-            return TestPhase.IDENTITY, (f"the server on port {port} {listed}, not {req.model_name!r}, and its "
-                                        f"listening socket is not provably container {name}'s"), Evidence(healthy=True)
-        if req.probe_url:
-            status, body = await _probe_get(req.probe_url, heartbeat)
-            evidence = Evidence(healthy=True, lists_model=bool(models), own_test=200 <= status < 300)
-            if not evidence.own_test:
-                return TestPhase.PROBE, f"GET {req.probe_url}: {body[:300]}", evidence
-            if meets(tier_of(evidence), req.require_tier):
-                return TestPhase.PROBE, "", evidence
-            return TestPhase.PROBE, f"{UNPROVABLE}: {shortfall(evidence, Tier.SERVES, req.require_tier, True)[1]}", evidence
-        if not models:
-            return TestPhase.PROBE, f"GET /v1/models lists no model: {body[:300]}", Evidence(
-                healthy=True, note="GET /v1/models lists no model")
-        model = req.model_name if req.model_name in models else models[0]
-        evidence = await self._ask_prompts(server, model, req.reference, heartbeat)
-        tier = tier_of(evidence)
-        if meets(tier, req.require_tier):
-            return TestPhase.PROBE, "", evidence
-        unprovable, why = shortfall(evidence, tier, req.require_tier, req.reference is not None)
-        return TestPhase.PROBE, f"{UNPROVABLE}: {why}" if unprovable else f"POST /v1/completions (model {model}): {why}", evidence
-
-    async def _ask_prompts(self, server: str, model: str, reference: str | None, heartbeat: Heartbeat) -> Evidence:
-        """Send the fixed prompt set (greedy, MAX_TOKENS each) and grade the answers; a server that does not
-        answer at all (connection refused, timeout) is asked nothing further."""
-        url = f"{server}/v1/completions"
-        answered = errors = sensible = 0
-        slowest, note, first = 0.0, "", None
-        for prompt in PROMPTS:
-            t0 = time.monotonic()
-            status, body = await _beating(asyncio.to_thread(
-                _http, url, COMPLETION_TIMEOUT_S, {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS,
-                                                   "temperature": 0}), heartbeat, f"probing {url}")
-            took = time.monotonic() - t0
-            slowest = max(slowest, took)
-            text = _completion_text(body) if 200 <= status < 300 else None
-            if first is None:
-                first = text
-            if text is None:
-                errors += 1
-                note = note or f"{prompt!r}: {body[:160]}"
-                if status == 0:
-                    break
-                continue
-            answered += 1
-            why = degenerate(text) or (f"took {took:.1f}s > {SENSIBLE_LATENCY_S:g}s" if took > SENSIBLE_LATENCY_S else "")
-            if why:
-                note = note or f"{prompt!r}: {why}"
-            else:
-                sensible += 1
-        matched = None if reference is None else (first is not None and first.strip() == reference.strip())
-        if matched is False and not note:
-            # the whole answer (16 tokens): a person copies it into the row's `reference` cell
-            note = f"greedy answer {(first or '').strip()[:300]!r} is not the reference {reference.strip()[:60]!r}"
-        return Evidence(healthy=True, lists_model=True, requests=answered + errors, answered=answered, errors=errors,
-                        sensible=sensible, slowest_s=round(slowest, 3), matched=matched, note=note)
+        """probe.probe_server on the row's container: its command's arguments (the model it loads, the names it
+        serves it under), its processes as the port's owner."""
+        return await probe_server(port, req, spec.args,
+                                  lambda: self._owns_port(name, port, heartbeat), f"container {name}", heartbeat)
 
     async def _owns_port(self, name: str, port: int, heartbeat: Heartbeat) -> bool:
         """The socket listening on `port` belongs to a process of container `name` (False when unknown)."""
@@ -631,7 +668,7 @@ class DockerRunner(_Base):
                 return TestPhase.START, int(parts[1]) if len(parts) > 1 and parts[1].lstrip("-").isdigit() else None, lost
             if code != 0 and daemon_unreachable(state):
                 lost = lost or state
-            status, _ = await _probe_get(url, heartbeat, timeout_s=5.0)
+            status, _ = await probe_get(url, heartbeat, timeout_s=5.0)
             if 200 <= status < 300:
                 return TestPhase.PROBE, None, lost
             heartbeat(f"waiting for {url}")
@@ -668,32 +705,6 @@ def _kill_docker_clients(names: Sequence[str]) -> list[int]:
     return killed
 
 
-def _json(body: str) -> object:
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None
-
-
-def _model_ids(body: str) -> list[str]:
-    """The model ids of an OpenAI `/v1/models` answer."""
-    data = _json(body)
-    models = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(models, list):
-        return []
-    return [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str)]
-
-
-def _completion_text(body: str) -> str | None:
-    """The first choice's text of an OpenAI completion answer (None: not a completion)."""
-    data = _json(body)
-    choices = data.get("choices") if isinstance(data, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return None
-    text = choices[0].get("text")
-    return text if isinstance(text, str) else ""
-
-
 class ScriptRunner(_Marked):
     """`<script> <model> <command>`; the log is the script's output plus `<log_dir>/<model>.log` if written."""
 
@@ -714,7 +725,8 @@ class ScriptRunner(_Marked):
         log_file = self.log_dir / (req.model_name.replace("/", "_") + ".log")
         log = out + (log_file.read_text("utf-8", "replace") if log_file.is_file() else "")
         if code == self.EXIT_PASS:
-            return await self._outcome(req, started, log, passed=True, phase=TestPhase.PROBE, exit_code=0, test_runs=runs)
+            return await self._outcome(req, started, log, passed=True, phase=TestPhase.PROBE, exit_code=0, test_runs=runs,
+                                       evidence=Evidence(healthy=True, own_test=True, check="the test script exited 0"))
         if code in (None, self.EXIT_TIMEOUT):
             return await self._outcome(req, started, log + "\n[fleetforge] the test timed out", passed=False,
                                        phase=TestPhase.TIMEOUT, test_runs=runs)

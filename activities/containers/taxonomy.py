@@ -72,6 +72,9 @@ ENGINE_RULES: tuple[Rule, ...] = (
           r"OCI runtime (?:create|exec) failed[^\n]*(?:executable file not found|no such file or directory|"
           r"permission denied)", r"OCI runtime attempted to invoke a command that was not found",
           r"executable file not found in \$PATH"),
+    _rule(C.NO_COMMAND, R.HUMAN, f"the image runs nothing by default: give the row a `command` that starts its "
+          f"server, {RERUN}",
+          r"Error response from daemon: No command specified"),
     _rule(C.TIER_UNPROVABLE, R.HUMAN, f"the required tier cannot be shown for this row: give it a reference answer "
           f"or lower --require-tier, {RERUN}", r"\[fleetforge\] tier unprovable"),
     _rule(C.DOCKER_ENGINE, R.NEW_COMMAND, "the docker engine refused the command's options",
@@ -112,6 +115,9 @@ RULES: tuple[Rule, ...] = (
           r"insufficient memory for the KV cache", r"KV cache is needed, which is larger than the available KV cache"),
     _rule(C.PORT_IN_USE, R.HUMAN, f"port in use: another process holds this row's port; stop it or change port_range, {RERUN}",
           r"address already in use", r"port is already allocated", r"Address in use"),
+    _rule(C.NOT_HEALTHY, R.NEW_COMMAND, "the command exited before it served on its port: a server keeps running "
+          "while it is probed; a command that tests itself and exits needs --process-mode self-test",
+          r"\[fleetforge\] the command exited \(code 0\) before a server answered"),
 )
 
 _MAX_SEQ = re.compile(r"max seq len \((\d+)\)")
@@ -130,6 +136,12 @@ _EXIT_REASONS = {
 def daemon_unreachable(text: str) -> bool:
     """The docker CLI's answer says the daemon is not there (stopped, restarting, wrong socket)."""
     return bool(_UNREACHABLE.pattern.search(text))
+
+
+def _last_marker(log: str, start: str) -> str:
+    """The runner's own last line that starts with `start`, without it (the command's output comes before)."""
+    line = next((ln for ln in reversed(log.splitlines()) if ln.startswith(start)), "")
+    return line.removeprefix(start).strip()[:400]
 
 
 def _first_line(text: str, pattern: re.Pattern[str]) -> str:
@@ -162,6 +174,12 @@ def classify(exit_code: int | None, log_tail: str, phase: TestPhase | str) -> Cl
     if phase is TestPhase.POLICY:
         line = log.strip().splitlines()[0][:160] if log.strip() else "command rejected by policy"
         return Classification(category=C.POLICY_REJECTED, remedy=R.NEW_COMMAND, reason=line)
+    if phase is TestPhase.HIDDEN:  # our sandbox, never the model: what to share is in the runner's line
+        line = _last_marker(log, "[fleetforge] hidden by the sandbox:")
+        return Classification(category=C.SANDBOX_HIDDEN, remedy=R.HUMAN, reason=f"{line}, {RERUN}")
+    if phase is TestPhase.MISMATCH:
+        line = _last_marker(log, "[fleetforge] model mismatch:")
+        return Classification(category=C.MODEL_MISMATCH, remedy=R.NEW_COMMAND, reason=f"{line}; {RETEST}")
     if phase is TestPhase.IDENTITY:
         line = next((ln for ln in reversed(log.splitlines()) if "probe:" in ln), "").split("probe:", 1)[-1].strip()
         return Classification(category=C.FOREIGN_SERVER, remedy=R.HUMAN, reason=(

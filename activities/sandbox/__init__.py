@@ -9,9 +9,11 @@ from activities.sandbox.child import (
     configure,
     confinement_note,
     exit_description,
+    hidden_by,
     log_lines,
     mode,
     proc_stat,
+    shareable,
     spawn_child,
     unavailable,
     wait_children,
@@ -20,4 +22,5 @@ from activities.sandbox.paths import safe_join
 from activities.sandbox.scrub import scrub
 
 __all__ = ["Child", "Limits", "SandboxMode", "SandboxPolicy", "configure", "confinement_note", "exit_description",
-           "log_lines", "mode", "proc_stat", "safe_join", "scrub", "spawn_child", "unavailable", "wait_children"]
+           "hidden_by", "log_lines", "mode", "proc_stat", "safe_join", "scrub", "shareable", "spawn_child", "unavailable",
+           "wait_children"]

@@ -83,6 +83,9 @@ class SandboxPolicy:
     gpu: bool = False
     writable: tuple[Path, ...] = ()
     """Paths besides the scratch dir the child may write (the converter's run workspace)."""
+    readable: tuple[Path, ...] = ()
+    """Folders the child may read even where it would not see them (the process runner's `--share DIR`):
+    bound read-only at the same path. Checked with `shareable` first: never a place kept from every child."""
 
 
 @dataclass
@@ -126,6 +129,51 @@ def hidden_paths() -> list[Path]:
     if Path("/var/run").is_dir() and not Path("/var/run").is_symlink():
         paths.append(Path("/var/run"))
     return [p for p in dict.fromkeys(paths) if p.is_dir()]
+
+
+def never_shown() -> list[Path]:
+    """What no child may see even when asked (`--share`): the configured paths (state dir, artifact store),
+    /run and /var/run (the docker socket)."""
+    return [*_CONFIG.hidden, Path("/run"), Path("/var/run").resolve()]
+
+
+def shareable(paths: Sequence[str | Path]) -> tuple[Path, ...]:
+    """The folders a caller asks a child to read (SandboxPolicy.readable), resolved; BAD_INPUT naming the
+    first that is not an existing folder others may read, is the root, the temp dir or a folder above it
+    (every child's scratch dir), or holds or lies in a place no child sees (never_shown)."""
+    out: list[Path] = []
+    temp = Path(tempfile.gettempdir()).resolve()
+    for raw in paths:
+        path = Path(raw)
+        if not path.is_absolute():
+            raise FleetforgeError(Err.BAD_INPUT, f"--share {raw}: give an absolute folder path")
+        path = path.resolve()
+        if not path.is_dir():
+            raise FleetforgeError(Err.BAD_INPUT, f"--share {raw}: no such folder on the worker")
+        if path == Path("/") or path == temp or path in temp.parents:
+            raise FleetforgeError(Err.BAD_INPUT, f"--share {raw}: would show every other test's scratch dir; "
+                                  f"share the folder the command needs (e.g. {temp}/NAME)")
+        if hidden := next((h for h in never_shown() if _under(path, [h]) or _under(h, [path])), None):
+            raise FleetforgeError(Err.BAD_INPUT, f"--share {raw}: {hidden} is never shown to a command (the "
+                                  "worker's state, artifacts or sockets); copy what it needs to another folder")
+        if path.stat().st_mode & 0o005 != 0o005:
+            raise FleetforgeError(Err.BAD_INPUT, f"--share {raw}: others may not read it (mode "
+                                  f"{path.stat().st_mode & 0o777:o}); the command runs as an unprivileged user of "
+                                  f"its own: chmod o+rx {path}")
+        out.append(path)
+    return tuple(dict.fromkeys(out))
+
+
+def hidden_by(path: str | Path, readable: Sequence[Path] = ()) -> Path | None:
+    """The folder that hides `path`, which exists on this host, from a child that may read `readable`: the
+    host's /tmp (a child has a private one), a hidden path (hidden_paths); None when the child sees it
+    or it does not exist here. By the path's text, as the child would look it up."""
+    norm = Path(os.path.normpath(path))
+    if not norm.is_absolute() or not norm.exists() or _under(norm, [*readable, *runtime_paths()]):
+        return None
+    if root := next((h for h in hidden_paths() if _under(norm, [h])), None):
+        return root
+    return Path("/tmp") if _under(norm, [Path("/tmp")]) and norm != Path("/tmp") else None
 
 
 def runtime_paths() -> list[Path]:
@@ -176,6 +224,9 @@ def bwrap_argv(command: Sequence[str], *, scratch: Path, policy: SandboxPolicy, 
         if _under(path, hidden):
             argv += _traversable_parents(path, [*hidden, *tmp])
             argv += ["--ro-bind", str(path), str(path)]
+    for path in policy.readable:
+        argv += _traversable_parents(path, [*hidden, *tmp])
+        argv += ["--ro-bind", str(path), str(path)]
     if policy.gpu:
         for dev in sorted(glob.glob("/dev/nvidia*")):
             argv += ["--dev-bind", dev, dev]
@@ -302,6 +353,10 @@ class Child:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def pids(self) -> list[int]:
+        """Host pids of the child's processes: bubblewrap's and everything below it (who holds a socket)."""
+        return [self.proc.pid, *_descendants(self.proc.pid)]
 
     def poll(self) -> int | None:
         """The exit code, negative for a signal (bubblewrap reports a signalled child as 128 + N)."""

@@ -9,12 +9,15 @@ from typing import Annotated, Optional
 import typer
 from pydantic import BaseModel
 
+from activities.containers.manifest import columns_help
 from client import out
 from client.cli.app import JsonOpt, WaitOpt, app, client_for, follow, run_sync, settings
 from client.cli.options import Opts, with_options
 from client.cli.render import show_result
 from client.job_options import FLEET_TEST
-from client.fleet import WriteBack, check_manifest, host_checked_profile, load_hardware, read_manifest
+from client.fleet import (
+    WriteBack, check_manifest, check_process_options, host_checked_profile, load_hardware, read_manifest,
+)
 from client.jobs import JobCancelled
 from client.sdk import FleetforgeClient
 from contracts.errors import Err, FleetforgeError
@@ -38,7 +41,7 @@ async def write_back(fc: FleetforgeClient, job_id: str, csv_file: Path, force: b
 @app.command("fleet-test")
 @with_options(FLEET_TEST)
 def fleet_test(
-    csv_file: Annotated[Path, typer.Argument(metavar="MODELS.csv", help="Manifest: model_name,status,note,... columns.")],
+    csv_file: Annotated[Path, typer.Argument(metavar="MODELS.csv", help=f"Manifest CSV. {columns_help()}")],
     opts: Opts = {},
     hardware: Annotated[Optional[Path], typer.Option("--hardware", metavar="FILE.yaml", help="Hardware profile YAML.")] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", metavar="JOB_ID", help="Follow an existing fleet-test job instead of starting one; writes its finished rows back.")] = None,
@@ -52,6 +55,7 @@ def fleet_test(
     if resume is None:  # a bad CSV is exit 2 before anything connects or starts, and the file is not touched
         csv_text = read_manifest(csv_file)
         check_manifest(csv_text, opts["runner"])
+        opts["share"] = check_process_options(opts["runner"], opts["share"], opts["process_mode"])
     profile = load_hardware(hardware) if hardware is not None else None
     if resume is None:  # the host as it is: its GPUs, and nothing that asks for more (exit 2 before any row starts)
         profile = host_checked_profile(csv_text, profile, str(hardware or "the profile"), opts["require_tier"], show=lambda p: out.hint(

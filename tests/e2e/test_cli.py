@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from examples.tiny_model import build_tiny_cnn
-from tests.helpers import free_ports, wait_until
+from tests.helpers import SELF_TESTS_CLI, free_ports, wait_until
 
 FLEETFORGE = str(Path(sys.executable).parent / "fleetforge")
 
@@ -253,7 +253,7 @@ def fleet_of_two(stack: Stack, tmp_path: Path) -> tuple[str, str]:
     """A process-runner fleet of two rows that pass; (fleet workflow id, its first row's id)."""
     csv = tmp_path / "models.csv"
     csv.write_text('model_name,status,note,command\nfirst,,,"python -c ""print(1)"""\nsecond,,,"python -c ""print(2)"""\n')
-    done = ff("fleet-test", str(csv), "--runner", "process", "--concurrency", "2", "--wait", "--json", env=stack.env,
+    done = ff("fleet-test", str(csv), *SELF_TESTS_CLI, "--concurrency", "2", "--wait", "--json", env=stack.env,
               timeout=120)
     assert done.returncode == 0, done.stderr
     fleet_id = json.loads(done.stdout)["fleet_id"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.e2e.test_cli import Stack, assert_one_line_error, ff
 from tests.e2e.test_cli import model, stack  # noqa: F401  (module fixtures)
-from tests.helpers import wait_until
+from tests.helpers import SELF_TESTS_CLI, wait_until
 
 
 def test_convert_wait_json_compiles_the_tiny_model_for_sm8550_int8_then_reruns_it_at_fp16(stack: Stack, model: Path,  # noqa: F811
@@ -184,7 +184,7 @@ def test_fleet_test_process_runner_writes_verdicts_back_keeping_columns(stack: S
         for owner, name, command in [("team-a", "org/pass-0", PASS), ("team-b", "org/fail-1", FAIL),
                                      ("team-c", "org/pass-2", PASS)]:
             w.writerow([owner, name, "", "", command])
-    done = ff("fleet-test", str(csv_path), "--runner", "process", "--concurrency", "2", "--max-attempts", "1",
+    done = ff("fleet-test", str(csv_path), *SELF_TESTS_CLI, "--concurrency", "2", "--max-attempts", "1",
               "--wait", "--json", env=stack.env, timeout=120)
 
     assert done.returncode == 1, done.stderr  # one row failed: exit 1 (a fleet gates CI), verdicts still written

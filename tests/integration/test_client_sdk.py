@@ -24,7 +24,7 @@ from contracts.errors import Err, FleetforgeError
 from contracts.inspect import InspectRequest, InspectResult
 from contracts.settings import Settings
 from examples.tiny_model import build_tiny_cnn
-from tests.helpers import assert_eventually
+from tests.helpers import SELF_TESTS, assert_eventually
 from worker import QUEUE_KINDS, build_registry, build_workers, running_workers
 
 
@@ -223,11 +223,10 @@ async def test_a_failing_kernel_job_raises_job_failed_carrying_its_result(ff, wo
 async def test_fleet_rows_are_listed_by_how_they_ended_without_a_status_attribute(ff, workers_running):
     """A row carries no FleetforgeStatus (one visibility write fewer per row of thousands): `list --rows
     --status` and a row's status come from its execution status."""
-    from contracts.fleet_job import RunnerKind
     from workflows._visibility import STATUS
 
     csv = "model_name,status,note,command\nok,,,\"python -c \"\"print(1)\"\"\"\nbad,,,\"python -c \"\"raise SystemExit(3)\"\"\"\n"
-    handle = await ff.start_fleet_test(csv, runner=RunnerKind.PROCESS, concurrency=2, max_attempts=1)
+    handle = await ff.start_fleet_test(csv, **SELF_TESTS, concurrency=2, max_attempts=1)
     with pytest.raises(JobFailed):
         await handle.result()
     fleet_id = handle.id.split("/", 1)[1]
@@ -248,10 +247,8 @@ async def test_fleet_rows_are_listed_by_how_they_ended_without_a_status_attribut
 
 
 async def test_a_fleet_is_one_job_in_the_list_across_continue_as_new_and_its_rows_are_reachable(ff, workers_running):
-    from contracts.fleet_job import RunnerKind
-
     csv = "model_name,status,note,command\n" + "".join(f"m{i},,,\"python -c \"\"print({i})\"\"\"\n" for i in range(3))
-    handle = await ff.start_fleet_test(csv, runner=RunnerKind.PROCESS, concurrency=1, continue_every=1)
+    handle = await ff.start_fleet_test(csv, **SELF_TESTS, concurrency=1, continue_every=1)
     result = await handle.result()
     assert result.runs >= 3, "the fleet must have continued as new for this test to mean anything"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import time
 import uuid
@@ -164,3 +165,24 @@ async def test_a_daemon_restart_is_waited_out_and_a_daemon_that_stays_away_fails
     t0 = time.monotonic()
     out = await runner.run(request(2), lambda _: None)
     assert not out.passed and time.monotonic() - t0 < 1.5, "an outage older than the patience is not waited again"
+
+
+def test_an_image_that_runs_nothing_by_default_is_an_error_asking_for_the_rows_command(tmp_path: Path):
+    """Issue 40: a row without a command whose image has no CMD was `DOCKER_ENGINE` ("the docker engine refused
+    the container"); it is NO_COMMAND, and the note says to give the row a command."""
+    image = f"fleetforge-test/no-cmd:{uuid.uuid4().hex[:6]}"
+    (tmp_path / "bin").mkdir()
+    shutil.copy2("/bin/busybox", tmp_path / "bin" / "busybox")
+    tar = subprocess.Popen(["tar", "-C", str(tmp_path), "-c", "."], stdout=subprocess.PIPE)
+    subprocess.run(["docker", "import", "-", image], stdin=tar.stdout, check=True, capture_output=True, timeout=120)
+    tar.wait(timeout=60)
+    try:
+        code, text = _refusal(["docker", "run", "--detach", "--network", "none", "--name", f"ff-nocmd-{uuid.uuid4().hex[:6]}",
+                               "--label", "fleetforge.run=e-nocmd", image])
+    finally:
+        subprocess.run("docker ps -aq --filter label=fleetforge.run=e-nocmd | xargs -r docker rm -f", shell=True,
+                       capture_output=True, timeout=60)
+        subprocess.run(["docker", "rmi", image], capture_output=True, timeout=60)
+    c = classify(code, text + "\n" + DOCKER_REFUSED.format(code=code), TestPhase.START)
+    assert c.category is _entry("image without a default command").category, (text, c)
+    assert "give the row a `command`" in c.reason and row_status(False, c.category.value) is RowStatus.ERROR

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from temporalio.service import RPCError
 
-from tests.helpers import assert_eventually
+from tests.helpers import SELF_TESTS_CLI, assert_eventually
 from tests.reliability.worker_process import WorkerProcess
 
 FLEETFORGE = str(Path(sys.executable).parent / "fleetforge")
@@ -36,7 +36,7 @@ async def test_fleet_test_resume_reattaches_and_writes_the_verdicts_back(tempora
     worker = WorkerProcess(temporal_env.client, tmp_path / "state")
     env = {**worker.env, "FLEETFORGE_LLM": "offline"}
 
-    started = await asyncio.to_thread(ff, "fleet-test", str(csv_path), "--runner", "process", "--max-attempts", "1",
+    started = await asyncio.to_thread(ff, "fleet-test", str(csv_path), *SELF_TESTS_CLI, "--max-attempts", "1",
                                       "--json", env=env)
     assert started.returncode == 0, started.stderr
     wid = json.loads(started.stdout)["workflow_id"]
@@ -92,7 +92,7 @@ async def test_hostile_csvs_exit_2_before_anything_starts_and_the_file_is_untouc
     for case, (data, message) in HOSTILE.items():
         path = tmp_path / f"{case.replace(' ', '-')}.csv"
         path.write_bytes(data)
-        done = await asyncio.to_thread(ff, "fleet-test", str(path), "--runner", "process", "--wait", env=worker.env)
+        done = await asyncio.to_thread(ff, "fleet-test", str(path), *SELF_TESTS_CLI, "--wait", env=worker.env)
         assert done.returncode == 2, (case, done.stderr)
         assert message in done.stderr and done.stderr.count("\n") == 1, (case, done.stderr)
         assert path.read_bytes() == data, f"{case}: the file is byte-identical"
@@ -106,7 +106,7 @@ async def test_resume_with_another_csv_is_refused_and_the_file_is_unchanged(temp
     ours, other = tmp_path / "ours.csv", tmp_path / "unrelated.csv"
     process_csv(ours, [("org/a", "", OK)])
     before = process_csv(other, [(f"org/other-{i}", "", OK) for i in range(5)])
-    started = await asyncio.to_thread(ff, "fleet-test", str(ours), "--runner", "process", "--json", env=worker.env)
+    started = await asyncio.to_thread(ff, "fleet-test", str(ours), *SELF_TESTS_CLI, "--json", env=worker.env)
     wid = json.loads(started.stdout)["workflow_id"]
     async with worker:
         await asyncio.to_thread(ff, "fleet-test", str(ours), "--resume", wid, "--wait", env=worker.env)
@@ -126,7 +126,7 @@ async def test_rows_appended_during_the_run_survive_the_write_back_and_error_row
     path = tmp_path / "models.csv"
     process_csv(path, [("org/ok", "", OK), ("org/refused", "", "bash -c id"), ("org/crash", "", 'python -c "raise SystemExit(3)"')],
                 eol="\r\n")
-    started = await asyncio.to_thread(ff, "fleet-test", str(path), "--runner", "process", "--max-attempts", "1",
+    started = await asyncio.to_thread(ff, "fleet-test", str(path), *SELF_TESTS_CLI, "--max-attempts", "1",
                                       "--json", env=worker.env)
     wid = json.loads(started.stdout)["workflow_id"]
     appended = b'org/late,,,"python -c ""print(2)""",team-x\r\n'
@@ -145,7 +145,7 @@ async def test_rows_appended_during_the_run_survive_the_write_back_and_error_row
         assert path.read_bytes().endswith(appended) and path.read_bytes().count(b"\r\n") == 5
         assert path.with_name("models.csv.bak").read_bytes() == grown, "the previous version is kept"
 
-        again = await asyncio.to_thread(ff, "fleet-test", str(path), "--runner", "process", "--max-attempts", "1",
+        again = await asyncio.to_thread(ff, "fleet-test", str(path), *SELF_TESTS_CLI, "--max-attempts", "1",
                                         "--wait", "--json", env=worker.env)
     result = json.loads(again.stdout)
     assert (result["total"], result["skipped"], result["passed"], result["errors"]) == (4, 2, 1, 1), result
@@ -161,7 +161,7 @@ async def test_a_cancelled_fleets_finished_rows_reach_the_csv_on_resume_and_a_re
     n = 10
     process_csv(path, [(f"org/m-{i}", "", 'python -c "import time; time.sleep(1.5)"') for i in range(n)])
     async with worker:
-        started = await asyncio.to_thread(ff, "fleet-test", str(path), "--runner", "process", "--concurrency", "1",
+        started = await asyncio.to_thread(ff, "fleet-test", str(path), *SELF_TESTS_CLI, "--concurrency", "1",
                                           "--json", env=worker.env)
         wid = json.loads(started.stdout)["workflow_id"]
         handle = temporal_env.client.get_workflow_handle(wid)
@@ -177,7 +177,7 @@ async def test_a_cancelled_fleets_finished_rows_reach_the_csv_on_resume_and_a_re
         assert 4 <= len(finished) < n and {r["status"] for r in finished} == {"Yes"}
         assert [r["model_name"] for r in finished] == [f"org/m-{i}" for i in range(len(finished))]
 
-        rerun = await asyncio.to_thread(ff, "fleet-test", str(path), "--runner", "process", "--wait", "--json",
+        rerun = await asyncio.to_thread(ff, "fleet-test", str(path), *SELF_TESTS_CLI, "--wait", "--json",
                                         env=worker.env)
     assert rerun.returncode == 0, rerun.stderr
     result = json.loads(rerun.stdout)
@@ -193,7 +193,7 @@ async def test_require_approval_approve_refuse_and_the_test_timeout_from_the_cli
     slow = 'python -c "import time; time.sleep(60)"'
     process_csv(path, [("org/slow", "", slow), ("org/nope", "", OK)])
     async with worker:
-        started = await asyncio.to_thread(ff, "fleet-test", str(path), "--runner", "process", "--require-approval",
+        started = await asyncio.to_thread(ff, "fleet-test", str(path), *SELF_TESTS_CLI, "--require-approval",
                                           "--test-timeout", "2", "--max-attempts", "1", "--json", env=worker.env)
         assert started.returncode == 0, started.stderr
         fleet = json.loads(started.stdout)["workflow_id"].removeprefix("fleet-test/")

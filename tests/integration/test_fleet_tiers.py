@@ -24,7 +24,20 @@ from tests.helpers import free_ports
 
 pytestmark = pytest.mark.docker
 
-TIERS_IMAGE = "fleetforge-test/tiers:1"
+TIERS_IMAGE = "fleetforge-test/tiers:2"
+START_SH = r"""#!/bin/sh
+# Names what it serves the way vLLM does: --served-model-name NAME, else --model NAME, else $MODEL_NAME.
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --served-model-name) SERVED="$2"; shift ;;
+    --model) MODEL_NAME="$2"; shift ;;
+  esac
+  shift
+done
+MODEL_NAME="${SERVED:-$MODEL_NAME}"
+export MODEL_NAME
+exec nc -ll -p "${PORT:-8000}" -e /bin/sh /srv/serve.sh
+"""
 SERVER_SH = r"""#!/bin/sh
 # One HTTP request (nc -ll -e runs this per connection). MODE: sensible | notfound | garbage.
 read -r method path _
@@ -67,21 +80,24 @@ def tiers_image(docker_image: str, tmp_path_factory: pytest.TempPathFactory) -> 
         (root / "bin" / applet).symlink_to("busybox")
     (root / "srv").mkdir()
     (root / "srv" / "serve.sh").write_text(SERVER_SH)
+    (root / "srv" / "start.sh").write_text(START_SH)
     tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
     imported = subprocess.run(
-        ["docker", "import", "--change", 'CMD ["/bin/sh", "-c", "exec nc -ll -p ${PORT:-8000} -e /bin/sh /srv/serve.sh"]',
-         "-", TIERS_IMAGE], stdin=tar.stdout, capture_output=True, text=True, timeout=120)
+        ["docker", "import", "--change", 'CMD ["/bin/sh", "/srv/start.sh"]', "-", TIERS_IMAGE],
+        stdin=tar.stdout, capture_output=True, text=True, timeout=120)
     tar.wait(timeout=60)
     assert imported.returncode == 0, imported.stderr
     return TIERS_IMAGE
 
 
 async def _test(tmp_path: Path, image: str, mode: str, *, require: Tier = Tier.BOOTS,
-                reference: str | None = None) -> TestOutcome:
+                reference: str | None = None, model: str = "org/m", serves: str = "org/m", args: str = "") -> TestOutcome:
+    """The row `model`'s test, its container serving as `serves` (MODEL_NAME) with `args` after the image."""
     fleet = f"tier-{uuid.uuid4().hex[:6]}"
     port = free_ports()[0]
-    req = RunTestRequest(fleet_id=fleet, row=0, model_name="org/m", attempt=1, runner=RunnerKind.DOCKER, timeout_s=30,
-                         command=f"docker run --network host -e PORT={port} -e MODE={mode} -e MODEL_NAME=org/m {image}",
+    req = RunTestRequest(fleet_id=fleet, row=0, model_name=model, attempt=1, runner=RunnerKind.DOCKER, timeout_s=30,
+                         command=f"docker run --network host -e PORT={port} -e MODE={mode} -e MODEL_NAME={serves} "
+                                 f"{image} {args}".strip(),
                          hardware=HardwareProfile(gpu_count=0), slot=Slot(port=port), require_tier=require,
                          reference=reference)
     out = await DockerRunner(FileStore(tmp_path / "a"), poll_s=0.2, marker_dir=tmp_path / "m").run(req, print)
@@ -116,3 +132,45 @@ async def test_require_tier_decides_yes_and_whose_shortfall_it_is(tmp_path: Path
     assert status(unprovable) is RowStatus.ERROR, "no reference: the model was not shown wrong"
     assert classify(unprovable.exit_code, unprovable.log_tail, unprovable.phase).category is ErrorCategory.TIER_UNPROVABLE
     assert status(await _test(tmp_path, tiers_image, "sensible", require=Tier.MATCHES, reference="Paris.")) is RowStatus.YES
+
+
+def _status(out: TestOutcome) -> tuple[RowStatus, ErrorCategory | None]:
+    if out.passed:
+        return RowStatus.YES, None
+    category = classify(out.exit_code, out.log_tail, out.phase).category
+    return row_status(False, category.value), category
+
+
+async def test_a_server_listing_another_model_is_never_yes_and_the_same_image_serving_the_row_is(
+        tmp_path: Path, tiers_image: str):
+    """Issue 40's false Yes: a container (the row's own: it holds the port) whose GET /v1/models lists
+    `someone/else` was `Yes | SENSIBLE` for the row `acme/liar-1b`. It is the model's No, MODEL_MISMATCH, with
+    the ids seen and nothing asked of it; the same image serving the row's model is Yes at the tier its answers
+    earn, its prompts asked of the row's model id."""
+    liar = await _test(tmp_path, tiers_image, "sensible", require=Tier.SERVES, model="acme/liar-1b", serves="someone/else")
+    assert _status(liar) == (RowStatus.NO, ErrorCategory.MODEL_MISMATCH), liar.log_tail
+    assert liar.tier is Tier.BOOTS and liar.evidence is not None and liar.evidence.requests == 0
+    assert liar.evidence.line() == "healthy; lists someone/else, not its model"
+    reason = classify(liar.exit_code, liar.log_tail, liar.phase).reason
+    assert reason.startswith("the row's server lists ['someone/else'], not 'acme/liar-1b': its command deployed "
+                             "another model"), reason
+    assert "POST /v1/completions" not in liar.log_tail, "nothing is asked of another model"
+
+    honest = await _test(tmp_path, tiers_image, "sensible", require=Tier.SERVES, model="acme/liar-1b", serves="acme/liar-1b")
+    assert _status(honest) == (RowStatus.YES, None) and honest.tier is Tier.SENSIBLE, honest.log_tail
+    assert honest.evidence is not None and honest.evidence.line() == (
+        "healthy; lists its model as acme/liar-1b; asked acme/liar-1b 3 prompts: 3/3 answered, 0 errors, 3 sensible, "
+        f"slowest {honest.evidence.slowest_s:.1f}s")
+    garbage = await _test(tmp_path, tiers_image, "garbage", require=Tier.SERVES, model="acme/liar-1b", serves="acme/liar-1b")
+    assert _status(garbage) == (RowStatus.YES, None) and garbage.tier is Tier.SERVES, "the tier its answers earn"
+
+
+async def test_a_served_model_name_counts_only_for_a_command_that_loads_the_rows_model(tmp_path: Path, tiers_image: str):
+    alias = await _test(tmp_path, tiers_image, "sensible", require=Tier.SERVES, model="acme/m",
+                        args="/bin/sh /srv/start.sh --model acme/m --served-model-name m-chat")
+    assert _status(alias) == (RowStatus.YES, None), alias.log_tail
+    assert alias.evidence is not None and alias.evidence.asked == "m-chat", "asked by the name its server knows"
+    relabelled = await _test(tmp_path, tiers_image, "sensible", require=Tier.SERVES, model="acme/m",
+                             args="/bin/sh /srv/start.sh --model someone/else --served-model-name acme/m")
+    assert _status(relabelled) == (RowStatus.NO, ErrorCategory.MODEL_MISMATCH), relabelled.log_tail
+    assert "(its command loads someone/else)" in relabelled.log_tail

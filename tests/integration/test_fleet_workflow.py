@@ -29,7 +29,7 @@ from contracts.fleet_job import (
 )
 from contracts.settings import Settings
 from tests.doubles.recording_runner import RecordingRunner
-from tests.helpers import assert_eventually, fresh_queues, new_worker, job_outcome, outcome_of
+from tests.helpers import SELF_TESTS, assert_eventually, fresh_queues, job_outcome, new_worker, outcome_of
 from workflows._visibility import MODEL, STATUS, start_attributes
 from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
 
@@ -65,7 +65,7 @@ async def run_fleet(client: Client, store: ArtifactStore, settings: Settings, cs
         ref = upload_manifest(store, csv_text)
         wid = wid or f"fleet/{uuid.uuid4().hex[:8]}"
         handle = await client.start_workflow(
-            FleetTestWorkflow.run, FleetTestRequest(manifest=ref, queues=queues, **{"runner": RunnerKind.PROCESS, **kw}),
+            FleetTestWorkflow.run, FleetTestRequest(manifest=ref, queues=queues, **{**SELF_TESTS, **kw}),
             id=wid, task_queue=queues.workflows, search_attributes=start_attributes(JobKind.FLEET_TEST))
         result = await outcome_of(handle, FleetTestResult)
         progress = await handle.query(FleetTestWorkflow.progress)
@@ -149,11 +149,11 @@ async def test_model_test_retries_with_history_and_reports_attempts(temporal_env
     async with new_worker(temporal_env.client, workflows=[ModelTestWorkflow], activities=acts.all(), task_queue=queues.workflows):
         oom = await job_outcome(
             temporal_env.client, ModelTestWorkflow.run, result_type=ModelTestResult,
-            request=ModelTestRequest(fleet_id="t", manifest=ref, row=0, runner=RunnerKind.PROCESS, max_attempts=3, queues=queues),
+            request=ModelTestRequest(fleet_id="t", manifest=ref, row=0, **SELF_TESTS, max_attempts=3, queues=queues),
             id=f"fleet/t/{uuid.uuid4().hex[:6]}", task_queue=queues.workflows)
         gated = await job_outcome(
             temporal_env.client, ModelTestWorkflow.run, result_type=ModelTestResult,
-            request=ModelTestRequest(fleet_id="t", manifest=ref, row=1, runner=RunnerKind.PROCESS, max_attempts=3, queues=queues),
+            request=ModelTestRequest(fleet_id="t", manifest=ref, row=1, **SELF_TESTS, max_attempts=3, queues=queues),
             id=f"fleet/t/{uuid.uuid4().hex[:6]}", task_queue=queues.workflows)
     assert not oom.passed and oom.model_name == "org/oom"
     assert [a.category for a in oom.attempts] == [ErrorCategory.CUDA_OOM] * 3, "retried up to max_attempts"
@@ -211,7 +211,7 @@ async def test_approval_is_a_durable_wait_with_a_validated_update(temporal_env, 
     client = temporal_env.client
     async with new_worker(client, workflows=[ModelTestWorkflow], activities=acts.all(), task_queue=queues.workflows):
         handle = await client.start_workflow(
-            ModelTestWorkflow.run, ModelTestRequest(fleet_id="appr", manifest=ref, row=0, runner=RunnerKind.PROCESS,
+            ModelTestWorkflow.run, ModelTestRequest(fleet_id="appr", manifest=ref, row=0, **SELF_TESTS,
                                                     require_approval=True, queues=queues),
             id=f"fleet/appr/{uuid.uuid4().hex[:6]}", task_queue=queues.workflows,
             search_attributes=start_attributes(JobKind.MODEL_TEST))
@@ -263,7 +263,7 @@ async def test_a_fleet_over_four_runs_continues_as_new_reports_progress_and_reco
         wid = f"fleet/{uuid.uuid4().hex[:8]}"
         handle = await client.start_workflow(
             FleetTestWorkflow.run, FleetTestRequest(manifest=upload_manifest(file_store, manifest(rows)), queues=queues,
-                                                    runner=RunnerKind.PROCESS, concurrency=32, max_attempts=1,
+                                                    **SELF_TESTS, concurrency=32, max_attempts=1,
                                                     continue_every=every, hardware=HardwareProfile(gpu_count=0)),
             id=wid, task_queue=queues.workflows, search_attributes=start_attributes(JobKind.FLEET_TEST))
 
@@ -326,7 +326,7 @@ async def test_pause_stops_new_children_and_resume_finishes_the_fleet(temporal_e
         ref = upload_manifest(file_store, manifest(rows))
         fleet_id = uuid.uuid4().hex[:8]
         handle = await client.start_workflow(
-            FleetTestWorkflow.run, FleetTestRequest(manifest=ref, queues=queues, runner=RunnerKind.PROCESS, concurrency=1),
+            FleetTestWorkflow.run, FleetTestRequest(manifest=ref, queues=queues, **SELF_TESTS, concurrency=1),
             id=f"fleet/{fleet_id}", task_queue=queues.workflows, search_attributes=start_attributes(JobKind.FLEET_TEST))
         await handle.signal(FleetTestWorkflow.pause)
 
@@ -350,7 +350,7 @@ async def test_invalid_manifest_fails_the_fleet_with_manifest_invalid(temporal_e
     async with new_worker(temporal_env.client, workflows=[FleetTestWorkflow, ModelTestWorkflow], activities=acts.all(),
                           task_queue=queues.workflows):
         result = await job_outcome(
-            temporal_env.client, FleetTestWorkflow.run, FleetTestRequest(manifest=ref, queues=queues, runner=RunnerKind.PROCESS),
+            temporal_env.client, FleetTestWorkflow.run, FleetTestRequest(manifest=ref, queues=queues, **SELF_TESTS),
             result_type=FleetTestResult,
             id=f"fleet/{uuid.uuid4().hex[:8]}", task_queue=queues.workflows)
     assert result.status is JobStatus.FAILED and result.csv is None

@@ -23,7 +23,7 @@ from client.sdk import FleetforgeClient
 from contracts.settings import Settings
 from examples.tiny_model import build_tiny_cnn
 from tests.doubles.openai_server import ScriptedOpenAIServer, json_reply, text_stream
-from tests.helpers import assert_eventually
+from tests.helpers import SELF_TESTS, assert_eventually
 from worker import build_registry, build_workers, running_workers
 
 pytest.importorskip("onnxruntime_qnn")
@@ -118,7 +118,7 @@ async def test_a_fleets_events_follow_it_across_continue_as_new_each_row_once_in
     from contracts.common import JobKind
     from contracts.events import EventKind
     from contracts.fleet import HardwareProfile
-    from contracts.fleet_job import FleetTestRequest, FleetTestResult, RunnerKind
+    from contracts.fleet_job import FleetTestRequest, FleetTestResult
     from tests.helpers import fresh_queues, new_worker
     from tests.integration.test_fleet_workflow import manifest
     from workflows._visibility import start_attributes
@@ -134,7 +134,7 @@ async def test_a_fleets_events_follow_it_across_continue_as_new_each_row_once_in
         wid = f"fleet-test/events-{uuid.uuid4().hex[:8]}"
         await temporal_env.client.start_workflow(
             FleetTestWorkflow.run, FleetTestRequest(manifest=upload_manifest(store, manifest(rows)), queues=queues,
-                                                    runner=RunnerKind.PROCESS, concurrency=1, max_attempts=1,
+                                                    **SELF_TESTS, concurrency=1, max_attempts=1,
                                                     continue_every=2, hardware=HardwareProfile(gpu_count=0)),
             id=wid, task_queue=queues.workflows, search_attributes=start_attributes(JobKind.FLEET_TEST))
         handle = await FleetforgeClient(temporal_env.client, settings, store).job(wid)

@@ -24,14 +24,17 @@ from activities.containers.taxonomy import classify
 from activities.storage import FileStore
 from contracts.errors import Err, FleetforgeError
 from contracts.fleet import ErrorCategory, HardwareProfile, Slot, TestPhase
-from contracts.fleet_job import RunnerKind, RunTestRequest
+from contracts.fleet_job import ProcessMode, RunnerKind, RunTestRequest
 from tests.conftest import fleet_containers
 from tests.helpers import assert_eventually, free_ports, proc_bytes
 
 
 def request(command: str, runner: RunnerKind = RunnerKind.PROCESS, **kw) -> RunTestRequest:
+    """A test of `command`; the process runner's in self-test mode (its exit code is the verdict), which is what
+    these lifecycle tests (deadline, markers, sandbox) run: its server mode is tested in test_process_runner.py."""
+    mode = ProcessMode.SELF_TEST if runner is RunnerKind.PROCESS else ProcessMode.SERVER
     return RunTestRequest(**{"fleet_id": "t", "row": 0, "model_name": "org/m", "attempt": 1, "command": command,
-                             "runner": runner, "hardware": HardwareProfile(gpu_count=0), **kw})
+                             "runner": runner, "hardware": HardwareProfile(gpu_count=0), "process_mode": mode, **kw})
 
 
 @pytest.fixture
@@ -345,9 +348,10 @@ async def test_docker_runner_reports_a_rerun_when_it_replaces_a_stale_container(
 
 @pytest.mark.docker
 async def test_docker_runner_probes_only_the_rows_port_and_only_its_own_server(tmp_path: Path, docker_image: str):
-    """Three rows: a busy slot port is PORT_IN_USE before anything starts; a server that lists another
-    model name passes only because its container provably owns the port; a foreign server that answers
-    on the row's port while the row's own container never serves is FOREIGN_SERVER, never a pass."""
+    """Three rows: a busy slot port is PORT_IN_USE before anything starts; the row's own container (it
+    provably holds the port) listing another model name is MODEL_MISMATCH, the model's No, never a pass (owning
+    the port says whose server it is, not which model it serves); a foreign server that answers on the row's
+    port while the row's own container never serves is FOREIGN_SERVER, never a pass."""
     fleet = f"t-{uuid.uuid4().hex[:6]}"
     busy_port, alias_port, foreign_port = free_ports(3)
     runner = DockerRunner(FileStore(tmp_path / "a"), poll_s=0.2)
@@ -386,7 +390,10 @@ async def test_docker_runner_probes_only_the_rows_port_and_only_its_own_server(t
 
     assert not busy.passed and classify(busy.exit_code, busy.log_tail, busy.phase).category is ErrorCategory.PORT_IN_USE
     assert "GET /" not in busy.log_tail, "the container never started"
-    assert alias.passed, alias.log_tail
+    assert not alias.passed and alias.phase is TestPhase.MISMATCH, alias.log_tail
+    mismatch = classify(alias.exit_code, alias.log_tail, alias.phase)
+    assert mismatch.category is ErrorCategory.MODEL_MISMATCH and "lists ['served-alias'], not 'org/m'" in mismatch.reason
+    assert alias.evidence is not None and alias.evidence.owner and alias.evidence.listed == ("served-alias",)
     assert not stranger.passed and stranger.phase is TestPhase.IDENTITY, stranger.log_tail
     verdict = classify(stranger.exit_code, stranger.log_tail, stranger.phase)
     assert verdict.category is ErrorCategory.FOREIGN_SERVER and "lists ['org/other'], not 'org/m'" in verdict.reason

@@ -24,7 +24,7 @@ from contracts.common import JobStatus
 from contracts.fleet import HardwareProfile
 from contracts.fleet_job import FleetTestRequest, RunnerKind
 from tests.conftest import fleet_containers
-from tests.helpers import assert_eventually, free_port_range
+from tests.helpers import SELF_TESTS, assert_eventually, free_port_range
 from tests.reliability.worker_process import WorkerProcess, running_activity
 from workflows.fleet import FleetTestWorkflow
 
@@ -158,7 +158,7 @@ async def test_a_process_test_interrupted_by_a_worker_kill_is_stopped_then_rerun
     try:
         handle = await client.start_workflow(
             FleetTestWorkflow.run,
-            FleetTestRequest(manifest=upload_manifest(store, buf.getvalue()), runner=RunnerKind.PROCESS, concurrency=1,
+            FleetTestRequest(manifest=upload_manifest(store, buf.getvalue()), **SELF_TESTS, concurrency=1,
                              max_attempts=1, hardware=HardwareProfile(gpu_count=0), queues=worker.queues),
             id=wid, task_queue=worker.queues.workflows)  # one row at a time: only the first is interrupted
         await assert_eventually(lambda: runs.starts == 1, timeout=60, message="the first run of the test started")

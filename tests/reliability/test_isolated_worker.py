@@ -15,11 +15,11 @@ import pytest
 from client.sdk import FleetforgeClient
 from contracts.common import JobStatus
 from contracts.errors import Err
-from contracts.fleet_job import RunnerKind
 from contracts.models import ModelRef
 from contracts.settings import Settings
 from examples.tiny_model import build_tiny_cnn
 from tests.conftest import make_bucket
+from tests.helpers import SELF_TESTS
 from tests.reliability.worker_process import WorkerProcess
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -93,7 +93,7 @@ async def test_every_job_kind_with_local_inputs_ends_with_its_verdict_on_a_worke
                                          output="onnx_qdq")
         inspect = await fc.start_inspect("exported/net.onnx")
         kernel = await fc.start_kernel("relu.py")
-        fleet = await fc.start_fleet_test(Path("models.csv"), runner=RunnerKind.PROCESS, concurrency=1)
+        fleet = await fc.start_fleet_test(Path("models.csv"), **SELF_TESTS, concurrency=1)
 
         converted = await convert.outcome()
         assert converted.status is JobStatus.COMPLETED, converted.failure

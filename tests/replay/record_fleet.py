@@ -35,7 +35,7 @@ from contracts.fleet_job import ApprovalRequest, FleetTestRequest, ModelTestRequ
 from contracts.settings import Settings
 from tests.doubles.openai_server import ScriptedOpenAIServer, json_reply
 from tests.doubles.recording_runner import RecordingRunner
-from tests.helpers import assert_eventually, fresh_queues, new_worker
+from tests.helpers import SELF_TESTS, assert_eventually, fresh_queues, new_worker
 from workflows._visibility import SEARCH_ATTRIBUTES, start_attributes
 from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
 
@@ -77,7 +77,7 @@ async def record(env: WorkflowEnvironment, tmp: Path, label: str) -> None:
             fleet_id = f"replay-{uuid.uuid4().hex[:6]}"
             fleet = f"fleet/{fleet_id}"
             handle = await client.start_workflow(
-                FleetTestWorkflow.run, FleetTestRequest(manifest=upload_manifest(store, rows), runner=RunnerKind.PROCESS,
+                FleetTestWorkflow.run, FleetTestRequest(manifest=upload_manifest(store, rows), **SELF_TESTS,
                                                         concurrency=2, max_attempts=3, continue_every=2, queues=queues,
                                                         fleet_id=fleet_id),
                 id=fleet, task_queue=queues.workflows, search_attributes=start_attributes(JobKind.FLEET_TEST))
@@ -106,7 +106,7 @@ async def record(env: WorkflowEnvironment, tmp: Path, label: str) -> None:
             ref = upload_manifest(store, manifest([("org/appr", 'python -c "print({attempt})"')]))
             row = await client.start_workflow(
                 ModelTestWorkflow.run, ModelTestRequest(fleet_id="replay-appr", manifest=ref, row=0,
-                                                        runner=RunnerKind.PROCESS, require_approval=True, queues=queues),
+                                                        **SELF_TESTS, require_approval=True, queues=queues),
                 id=approval_row, task_queue=queues.workflows)
             for attempt, approved in ((1, False), (2, True)):
                 await assert_eventually(lambda: _waiting(row, attempt), timeout=60, message=f"attempt {attempt} waiting")
@@ -127,7 +127,7 @@ async def record_direct(env: WorkflowEnvironment, tmp: Path, label: str) -> None
                           activities=acts.all()):
         fleet = f"fleet-test/direct-{uuid.uuid4().hex[:6]}"
         handle = await client.start_workflow(
-            FleetTestWorkflow.run, FleetTestRequest(manifest=upload_manifest(store, rows), runner=RunnerKind.PROCESS,
+            FleetTestWorkflow.run, FleetTestRequest(manifest=upload_manifest(store, rows), **SELF_TESTS,
                                                     concurrency=1, continue_every=2, queues=queues),
             id=fleet, task_queue=queues.workflows, search_attributes=start_attributes(JobKind.FLEET_TEST))
         await handle.result()

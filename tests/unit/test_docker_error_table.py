@@ -75,6 +75,9 @@ TABLE: tuple[Entry, ...] = (
           "Cannot connect to Podman. Please verify your connection to the Linux system using `podman system "
           "connection list`, or try `podman machine init` and `podman machine start` to manage a new Linux VM",
           C.DOCKER_UNREACHABLE, "start it"),
+    Entry("image without a default command", "captured: docker run IMAGE (imported without CMD, no command)", 125,
+          "docker: Error response from daemon: No command specified\n\nRun 'docker run --help' for more information",
+          C.NO_COMMAND, "`command`"),
     Entry("invalid option value", "captured: docker run --shm-size 1x IMAGE", 125,
           "invalid argument \"1x\" for \"--shm-size\" flag: invalid suffix: 'x'", C.DOCKER_ENGINE, "options"),
     Entry("memory limit below the engine's minimum", "captured: docker run --memory 1k IMAGE", 125,

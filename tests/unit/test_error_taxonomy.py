@@ -155,3 +155,28 @@ def test_a_busy_slot_port_says_what_to_do_first() -> None:
     c = classify(None, "[fleetforge] address already in use: 127.0.0.1:9000, this row's port, is held", P.START)
     assert c.category is C.PORT_IN_USE and c.remedy is R.HUMAN
     assert c.reason.startswith("port in use: another process holds this row's port; stop it or change port_range")
+
+
+def test_the_rows_own_server_listing_another_model_is_the_models_mismatch_with_the_ids_seen() -> None:
+    """The command deployed the wrong thing: the model's No, what it lists and what to do, even when the
+    command printed a line that looks like ours before (the runner's own line comes last)."""
+    log = ("[fleetforge] model mismatch: fake\nserving\n[fleetforge] model mismatch: the row's server lists "
+           "['someone/else'], not 'acme/liar-1b': its command deployed another model (serve acme/liar-1b, or name "
+           "its weights --served-model-name acme/liar-1b)")
+    c = classify(None, log, P.MISMATCH)
+    assert c.category is C.MODEL_MISMATCH and c.remedy is R.NEW_COMMAND
+    assert c.reason.startswith("the row's server lists ['someone/else'], not 'acme/liar-1b'"), c.reason
+
+
+def test_a_path_our_sandbox_hides_is_our_error_naming_the_path_and_the_share() -> None:
+    log = ("python3: can't open file '/tmp/x/fake_llm.py': [Errno 2] No such file or directory\n"
+           "[fleetforge] hidden by the sandbox: /tmp/x/fake_llm.py: rerun with --share /tmp/x (the command sees ...)")
+    c = classify(2, log, P.HIDDEN)
+    assert c.category is C.SANDBOX_HIDDEN and c.remedy is R.HUMAN
+    assert c.reason.startswith("/tmp/x/fake_llm.py: rerun with --share /tmp/x"), c.reason
+
+
+def test_a_server_command_that_exits_before_serving_is_not_healthy_and_names_self_test() -> None:
+    log = "hello\n[fleetforge] the command exited (code 0) before a server answered on port 8001: a server keeps ..."
+    c = classify(None, log, P.HEALTH)
+    assert c.category is C.NOT_HEALTHY and "--process-mode self-test" in c.reason

@@ -67,6 +67,7 @@ def test_refused_commands_spend_the_attempt_budget():
     ("POLICY_REJECTED", RowStatus.ERROR), ("NO_COMMAND", RowStatus.ERROR), ("RUNNER_UNAVAILABLE", RowStatus.ERROR),
     ("TRANSIENT", RowStatus.ERROR), ("AUTH", RowStatus.ERROR), ("IMAGE_NOT_FOUND", RowStatus.ERROR),
     ("PORT_IN_USE", RowStatus.ERROR), ("FOREIGN_SERVER", RowStatus.ERROR), ("UNKNOWN", RowStatus.ERROR),
+    ("MODEL_MISMATCH", RowStatus.NO), ("SANDBOX_HIDDEN", RowStatus.ERROR),
     ("SOMETHING_NEW", RowStatus.ERROR),
 ])
 def test_no_is_the_models_failure_and_error_is_ours(category, status):
@@ -77,7 +78,8 @@ def test_no_is_the_models_failure_and_error_is_ours(category, status):
 def test_every_category_is_either_the_models_or_the_harness():
     model = set(ErrorCategory) - HARNESS_CATEGORIES
     assert model == {ErrorCategory.CUDA_OOM, ErrorCategory.UNSUPPORTED_ARCH, ErrorCategory.TRUST_REMOTE_CODE,
-                     ErrorCategory.NOT_HEALTHY, ErrorCategory.CRASHED, ErrorCategory.PROBE_FAILED, ErrorCategory.TIMEOUT}
+                     ErrorCategory.NOT_HEALTHY, ErrorCategory.CRASHED, ErrorCategory.PROBE_FAILED, ErrorCategory.TIMEOUT,
+                     ErrorCategory.MODEL_MISMATCH}
 
 
 @pytest.mark.parametrize("code, category", [

@@ -164,3 +164,14 @@ def test_proc_stat_reads_a_process_state_and_parent_and_none_once_it_is_gone():
     child = subprocess.Popen(["true"])
     child.wait()
     assert proc_stat(child.pid) is None, "a reaped process has no stat"
+
+
+def test_shared_folders_are_bound_read_only_over_the_private_tmp_and_the_hidden_home():
+    """`--share`: a folder under the host's /tmp or the hidden home is bound read-only at its own path, after
+    the tmpfs that hides it, with parents the child can pass; the scratch dir stays the only writable bind."""
+    shares = (Path("/tmp/work/models"), Path("/root/data"))
+    args = argv(SandboxPolicy(network=True, readable=shares))
+    assert pairs(args, "--ro-bind")[-2:] == ["/tmp/work/models", "/root/data"]
+    for share in shares:
+        assert args.index("--tmpfs", 0) < args.index(str(share)), "hidden first, then shared over it"
+    assert "/tmp/work" in pairs(args, "--dir") and pairs(args, "--bind") == [str(SCRATCH)]
