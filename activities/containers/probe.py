@@ -113,8 +113,7 @@ async def probe_server(port: int, req: RunTestRequest, args: Sequence[str], owns
             return TestPhase.IDENTITY, (f"the server on port {port} {what}, not {req.model_name!r}, and its listening "
                                         f"socket is not provably {owner}'s"), seen
         if not req.probe_url:
-            return TestPhase.PROBE, f"GET /v1/models lists no model: {body[:300]}", seen.model_copy(
-                update={"owner": True, "note": "GET /v1/models lists no model"})
+            return TestPhase.PROBE, f"GET /v1/models lists no model: {body[:300]}", seen.model_copy(update={"owner": True})
     if req.probe_url:
         status, body = await probe_get(req.probe_url, heartbeat)
         evidence = seen.model_copy(update={"lists_model": asked is not None, "asked": asked or "", "owner": owned,
