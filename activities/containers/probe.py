@@ -23,6 +23,8 @@ Heartbeat = Callable[[str], None]
 HEARTBEAT_S = 2.0
 COMPLETION_TIMEOUT_S = 60.0
 """A first completion may compile kernels or warm caches: generous, and the wait heartbeats."""
+PROBE_BUDGET_S = len(PROMPTS) * COMPLETION_TIMEOUT_S + 30.0
+"""The longest `probe_server` takes once the server is healthy (the test's own time is for becoming healthy)."""
 MISMATCH = "[fleetforge] model mismatch:"
 """The log line's start when the row's own server lists other models (the taxonomy reads it: MODEL_MISMATCH)."""
 T = TypeVar("T")

@@ -51,7 +51,7 @@ from activities.containers._ports import listening_pids, port_taken
 from activities.containers.evidence import UNPROVABLE, meets, shortfall, tier_of
 from activities.containers.offline_writer import writer_policy
 from activities.containers.policy import check_command, container_name, declared_ports, render_argv, run_labels
-from activities.containers.probe import HEARTBEAT_S, MISMATCH, Heartbeat, probe_get, probe_server
+from activities.containers.probe import HEARTBEAT_S, MISMATCH, PROBE_BUDGET_S, Heartbeat, probe_get, probe_server
 from activities.containers.taxonomy import DAEMON_LOST, daemon_unreachable
 from activities.sandbox import Child, Limits, SandboxPolicy, hidden_by, scrub, shareable, spawn_child
 from activities.storage import ArtifactStore
@@ -450,7 +450,9 @@ class ProcessRunner(_Marked):
         url = f"http://127.0.0.1:{slot.port}{self.health_path}"
 
         async def serve(child: Child, gone: asyncio.Event) -> None:
-            while not gone.is_set():
+            """Healthy within --test-timeout, then probed (PROBE_BUDGET_S more at most), like a container."""
+            healthy_by = time.monotonic() + req.timeout_s
+            while not gone.is_set() and time.monotonic() < healthy_by:
                 status, _ = await probe_get(url, heartbeat, timeout_s=5.0)
                 if 200 <= status < 300:
                     found.append(await probe_server(
@@ -460,7 +462,8 @@ class ProcessRunner(_Marked):
                 heartbeat(f"waiting for {url}")
                 await _until(gone, self.poll_s)
 
-        code, log, runs = await self._run_marked(req, argv, req.timeout_s, heartbeat, shares=shares, serve=serve)
+        code, log, runs = await self._run_marked(req, argv, req.timeout_s + PROBE_BUDGET_S, heartbeat, shares=shares,
+                                                 serve=serve)
         if found:
             phase, problem, evidence = found[0]
             passed = phase is TestPhase.PROBE and meets(tier_of(evidence), req.require_tier)
