@@ -40,7 +40,7 @@ def manifest(image: str) -> str:
     w.writerow(["model_name", "status", "note", "command"])
     for i in range(ROWS):
         delay = 4 if i < SLOW else 0
-        w.writerow([f"org/m-{i}", "", "", f"docker run --network host -e PORT={{port}} -e DELAY={delay} {image}"])
+        w.writerow([f"org/m-{i}", "", "", f"docker run --network host -e PORT={{port}} -e DELAY={delay} -e MODEL_NAME=org/m-{i} {image}"])
     return buf.getvalue()
 
 
