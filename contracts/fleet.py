@@ -234,8 +234,9 @@ class Evidence(BaseModel, frozen=True):
             elif self.check:
                 parts.append(f"own test: {self.check}")
             if self.requests:
-                parts.append(f"asked {self.asked or 'its model'} {self.requests} prompts: {self.answered}/{self.requests} "
-                             f"answered, {self.errors} errors, {self.sensible} sensible, slowest {self.slowest_s:.1f}s")
+                whom = "it" if self.lists_model and self.asked else (self.asked or "its model")
+                parts.append(f"asked {whom} {self.requests} prompts: {self.answered}/{self.requests} answered, "
+                             f"{self.errors} errors, {self.sensible} sensible, slowest {self.slowest_s:.1f}s")
             if self.matched is not None:
                 parts.append("matches the reference" if self.matched else "differs from the reference")
         return "; ".join(parts) + (f" ({self.note})" if self.note else "")

@@ -159,7 +159,7 @@ async def test_a_server_listing_another_model_is_never_yes_and_the_same_image_se
     honest = await _test(tmp_path, tiers_image, "sensible", require=Tier.SERVES, model="acme/liar-1b", serves="acme/liar-1b")
     assert _status(honest) == (RowStatus.YES, None) and honest.tier is Tier.SENSIBLE, honest.log_tail
     assert honest.evidence is not None and honest.evidence.line() == (
-        "healthy; lists its model as acme/liar-1b; asked acme/liar-1b 3 prompts: 3/3 answered, 0 errors, 3 sensible, "
+        "healthy; lists its model as acme/liar-1b; asked it 3 prompts: 3/3 answered, 0 errors, 3 sensible, "
         f"slowest {honest.evidence.slowest_s:.1f}s")
     garbage = await _test(tmp_path, tiers_image, "garbage", require=Tier.SERVES, model="acme/liar-1b", serves="acme/liar-1b")
     assert _status(garbage) == (RowStatus.YES, None) and garbage.tier is Tier.SERVES, "the tier its answers earn"

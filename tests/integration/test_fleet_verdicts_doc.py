@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import re
 import shlex
 import shutil
@@ -114,3 +115,22 @@ async def test_each_example_of_the_page_leaves_the_csv_the_page_shows(temporal_e
                 else:
                     (work / step.what).write_text(step.body)
     assert ran, f"example {name} runs nothing"
+
+
+def test_the_pages_curl_asks_a_server_for_what_a_reference_cell_takes(tmp_path: Path):
+    """The page's `curl` (how to read a model's greedy answer) run as written against the stand-in server of
+    the model it names, on a free port instead of 8000: its choices[0].text is the answer to copy."""
+    [block] = [b for b in re.findall(r"```bash\n(.*?)```", DOC.read_text(), re.DOTALL) if b.startswith("curl ")]
+    model = re.search(r'"model": "([^"]+)"', block)[1]
+    port = free_port_range(1)[0]
+    server = subprocess.Popen([sys.executable, model_server.__file__, "--model", model, "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert server.stdout is not None and "serving" in server.stdout.readline(), "the stand-in server started"
+        done = subprocess.run(["bash", "-c", block.replace("127.0.0.1:8000", f"127.0.0.1:{port}")],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        server.kill()
+        server.wait()
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["choices"][0]["text"] == model_server.ANSWERS["capital of France"]

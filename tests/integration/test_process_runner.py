@@ -48,7 +48,7 @@ async def test_a_long_running_server_on_port_is_yes_at_the_tier_its_answers_earn
     served = await run(tmp_path, f"{SERVER} --model acme/m")
     assert verdict(served) == (RowStatus.YES, None) and served.tier is Tier.SENSIBLE, served.log_tail
     assert served.evidence is not None and served.evidence.line().startswith(
-        "healthy; lists its model as acme/m; asked acme/m 3 prompts: 3/3 answered, 0 errors, 3 sensible")
+        "healthy; lists its model as acme/m; asked it 3 prompts: 3/3 answered, 0 errors, 3 sensible")
     assert "POST /v1/completions" in served.log_tail, "the server's own log is the row's log"
     matches = await run(tmp_path, f"{SERVER} --model acme/m", require=Tier.MATCHES, reference="Paris.")
     assert verdict(matches) == (RowStatus.YES, None) and matches.tier is Tier.MATCHES

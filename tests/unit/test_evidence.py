@@ -92,7 +92,7 @@ def test_the_models_a_command_loads_are_repository_ids_not_paths():
 @pytest.mark.parametrize("evidence, line", [
     (Evidence(healthy=True, lists_model=True, listed=("acme/m",), asked="acme/m", requests=N, answered=N, sensible=N,
               slowest_s=0.21),
-     "healthy; lists its model as acme/m; asked acme/m 3 prompts: 3/3 answered, 0 errors, 3 sensible, slowest 0.2s"),
+     "healthy; lists its model as acme/m; asked it 3 prompts: 3/3 answered, 0 errors, 3 sensible, slowest 0.2s"),
     (Evidence(healthy=True, listed=("someone/else",), owner=True),
      "healthy; lists someone/else, not its model"),
     (Evidence(healthy=True, owner=True, own_test=True, check="GET http://127.0.0.1:8000/ok -> 200"),
