@@ -202,6 +202,41 @@ class OffloadReport(BaseModel, frozen=True):
         return self.context_nodes > 0 and self.cpu_nodes == 0
 
 
+class SensitiveLayer(BaseModel, frozen=True):
+    """A layer kept at 16-bit activations in an otherwise 8-bit model, and why."""
+
+    node: str
+    op_type: str
+    tensor: str
+    """Its output activation (quantized at 16 bits)."""
+    cosine_gain: float
+    """What quantizing this layer's output in float instead of 8 bits gave back alone (mean per-sample
+    cosine of the worst output to the fp32 model, on the calibration samples): its share of the error."""
+
+
+class MixedPrecisionReport(BaseModel, frozen=True):
+    """The mixed-precision search's choice (activities/toolchains/mixed_precision.py): the fewest most
+    sensitive layers at 16 bits whose model reached the target on the calibration samples."""
+
+    layers_total: int
+    """Layers whose activation precision could be chosen (compute nodes with quantized outputs)."""
+    sixteen_bit: list[SensitiveLayer] = Field(default_factory=list)
+    """The layers at 16-bit activations, most sensitive first."""
+    cosine_int8: float
+    """The gate's figure of the all-8-bit model on the calibration samples (CPU, fake quantization)."""
+    cosine_mixed: float
+    """The same figure with `sixteen_bit` at 16 bits."""
+    target: float
+    """What the search aimed at (between the gate's threshold and 1: a margin for the HTP and unseen samples)."""
+    samples: int
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def share(self) -> float:
+        """Share of the layers at 16 bits."""
+        return len(self.sixteen_bit) / self.layers_total if self.layers_total else 0.0
+
+
 class EvaluationReport(BaseModel, frozen=True):
     """The converted model against the fp32 original on the same inputs (calibration data when
     given, else seeded synthetic inputs that respect each input's dtype and role)."""
@@ -288,6 +323,8 @@ class ConversionResult(BaseModel):
     """The accuracy gate's verdict and figures (None: a run from before the gate, or no output to judge)."""
     offload: OffloadReport | None = None
     """For a QNN context binary: which nodes run inside it and which ops fell back to the CPU."""
+    mixed_precision: MixedPrecisionReport | None = None
+    """The layers an int8 build keeps at 16-bit activations to meet the gate, and why (None: none)."""
     questions: list[str] = Field(default_factory=list)
     failure: Failure | None = None
     attempts: list[AttemptRecord] = Field(default_factory=list)
@@ -367,6 +404,8 @@ class StepResult(BaseModel, frozen=True):
     seconds: float = 0.0
     offload: OffloadReport | None = None
     """For a QNN context binary step: which nodes run inside the binary."""
+    mixed_precision: MixedPrecisionReport | None = None
+    """For a quantizer that searched for the layers to keep at 16 bits: which, and why."""
     confinement: str = ""
     """Empty when the tool's child ran in the sandbox; the operator's opt-out (FLEETFORGE_SANDBOX=off) otherwise."""
 
@@ -497,6 +536,8 @@ class ConversionReport(BaseModel, frozen=True):
     toolchain: dict[str, str] = Field(default_factory=dict)
     evaluation: EvaluationReport | None = None
     accuracy: AccuracyVerdict | None = None
+    mixed_precision: MixedPrecisionReport | None = None
+    """The layers kept at 16-bit activations in an int8 build, and why."""
     warnings: list[str] = Field(default_factory=list)
 
 

@@ -31,8 +31,8 @@ with workflow.unsafe.imports_passed_through():
     from contracts.events import EventKind, JobEvent
     from contracts.convert_job import (
         AccuracyVerdict, AttemptRecord, CalibrationRequest, CompileRequest, ConversionProgress, ConversionRequest,
-        ConversionResult, EvaluateRequest, EvaluationReport, ExecuteStepRequest, OffloadReport, PlanFeedback,
-        PlannerToolRequest, PlanRequest, ProvideInput, RecordFailureRequest, RerunRequest, StepResult,
+        ConversionResult, EvaluateRequest, EvaluationReport, ExecuteStepRequest, MixedPrecisionReport, OffloadReport,
+        PlanFeedback, PlannerToolRequest, PlanRequest, ProvideInput, RecordFailureRequest, RerunRequest, StepResult,
         ArtifactReport, ConversionReport, ReportRequest, ReportResult,
     )
     from contracts.messages import ChatRequest, ChatResult, Message, ToolResultBlock
@@ -231,6 +231,9 @@ class ConverterWorkflow:
 
     def _offload(self) -> OffloadReport | None:
         return next((s.offload for s in reversed(self._steps) if s.offload is not None), None)
+
+    def _mixed_precision(self) -> MixedPrecisionReport | None:
+        return next((s.mixed_precision for s in reversed(self._steps) if s.mixed_precision is not None), None)
 
     # ---- queries and updates ----------------------------------------------------------------
 
@@ -534,7 +537,7 @@ class ConverterWorkflow:
             run_id=ctx.run_id, model=self._model.name if self._model else req.model, target_soc=req.target_soc,
             requested_precision=req.precision, delivered_precision=self._delivered(),
             artifacts=[ArtifactReport(name=a.name or a.uri, sha256=a.sha256, size=a.size, role="") for a in artifacts],
-            evaluation=self._evaluation, accuracy=self._accuracy,
+            evaluation=self._evaluation, accuracy=self._accuracy, mixed_precision=self._mixed_precision(),
             warnings=self._planner_warnings + self._warnings + self._remedy_warnings() + self._sandbox_warnings())
         sources = {str(s.params["output"]): str(s.params["model"]) for s in self._ran
                    if s.tool_name == "ortqnn.context_binary" and "output" in s.params and "model" in s.params}
@@ -594,7 +597,8 @@ class ConverterWorkflow:
             executed_steps=[s.step_id for s in self._steps if not s.cached],
             warnings=self._planner_warnings + self._warnings + self._remedy_warnings() + self._sandbox_warnings(), tokens=self._tokens(),
             transcripts=[c.transcript for c in self._llm_calls], evaluation=self._evaluation,
-            accuracy=self._accuracy, offload=self._offload(), planner=self._provenance,
+            accuracy=self._accuracy, offload=self._offload(), mixed_precision=self._mixed_precision(),
+            planner=self._provenance,
             finished_at=workflow.now(), requested_precision=self._request.precision,
             delivered_precision=self._delivered(), report=self._report.report if self._report else None,
             **kw,  # type: ignore[arg-type]
@@ -632,6 +636,7 @@ class ConverterWorkflow:
             "accuracy": accuracy_row(self._accuracy, self._evaluation),
             "precision": precision_row(self._request.precision if self._req else None, self._delivered()),
             "offload": offload_row(self._offload()),
+            "16-bit layers": mixed_row(self._mixed_precision()),
             "evaluation": evaluation_facts(self._evaluation),
             "accuracy per output": accuracy_rows(self._evaluation) if self._evaluation else [],
             "op placement": placement_rows(self._report.report) if self._report else [],
@@ -670,6 +675,14 @@ def precision_row(requested: Precision | None, delivered: Precision | None) -> s
     if delivered is None or requested is None:
         return ""
     return delivered.value if delivered == requested else f"requested {requested.value}, delivered {delivered.value}"
+
+
+def mixed_row(mixed: MixedPrecisionReport | None) -> str:
+    """The Web UI's mixed-precision cell: how many layers at 16 bits, which (most sensitive first)."""
+    if mixed is None:
+        return ""
+    return (f"{len(mixed.sixteen_bit)} of {mixed.layers_total} ({mixed.share:.0%}): "
+            + ", ".join(f"{layer.node} ({layer.op_type})" for layer in mixed.sixteen_bit))
 
 
 def offload_row(offload: OffloadReport | None) -> str:

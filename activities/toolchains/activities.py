@@ -33,7 +33,7 @@ from contracts.common import ArtifactRef
 from contracts.convert import CompiledStep, CompileResult, ConversionPlan
 from contracts.convert_job import (
     CalibrationRef, CalibrationRequest, CompileRequest, EvaluateRequest, EvaluationReport, ExecuteStepRequest,
-    OffloadReport, PlannerToolRequest, PlannerToolResult, PlanRequest, RecordFailureRequest, ReportRequest, ReportResult,
+    MixedPrecisionReport, OffloadReport, PlannerToolRequest, PlannerToolResult, PlanRequest, RecordFailureRequest, ReportRequest, ReportResult,
     RerunRequest, StepResult,
 )
 from activities import sandbox
@@ -57,6 +57,7 @@ class StepCacheEntry(BaseModel, frozen=True):
     tool_version: str
     outputs: dict[str, ArtifactRef]
     offload: OffloadReport | None = None
+    mixed_precision: MixedPrecisionReport | None = None
     toolchain: dict[str, str] = {}
 
 
@@ -254,6 +255,8 @@ class ToolchainActivities:
             return cached
         seconds, details, files = self._run(ws, step)
         offload = OffloadReport.model_validate(details["offload"]) if isinstance(details.get("offload"), dict) else None
+        mixed = details.get("mixed_precision")
+        mixed = MixedPrecisionReport.model_validate(mixed) if isinstance(mixed, dict) else None
         log = f"logs/{step.step_id}.exec_result.json"
         ws.write_json(log, {"step_id": step.step_id, "tool": step.tool_name, "version": step.tool_version,
                             "cached": False, "cache_key": key, "outputs": files, "seconds": seconds, "details": details,
@@ -261,11 +264,11 @@ class ToolchainActivities:
         index = ws.push(files + [log])
         outputs = {rel: index[rel] for rel in files}
         entry = StepCacheEntry(key=key, tool_name=step.tool_name, tool_version=step.tool_version, outputs=outputs,
-                               offload=offload, toolchain=_relevant(step, self.toolchain))
+                               offload=offload, mixed_precision=mixed, toolchain=_relevant(step, self.toolchain))
         self.store.put_doc(cache_doc_key(key), entry.model_dump_json(indent=1).encode())
         unconfined = sandbox.confinement_note() if sandbox.mode() is SandboxMode.OFF else ""
         return StepResult(step_id=step.step_id, tool_name=step.tool_name, cached=False, cache_key=key,
-                          outputs=outputs, seconds=seconds, offload=offload, confinement=unconfined)
+                          outputs=outputs, seconds=seconds, offload=offload, mixed_precision=mixed, confinement=unconfined)
 
     def _evaluate(self, req: EvaluateRequest) -> EvaluationReport:
         from activities.toolchains.evaluate import EvalParams, evaluation_cache_key
@@ -309,7 +312,8 @@ class ToolchainActivities:
                             "cached": True, "cache_key": key, "outputs": sorted(entry.outputs), "toolchain": entry.toolchain})
         index = ws.push(sorted(entry.outputs) + [log])
         return StepResult(step_id=step.step_id, tool_name=step.tool_name, cached=True, cache_key=key,
-                          outputs={rel: index[rel] for rel in sorted(entry.outputs)}, offload=entry.offload)
+                          outputs={rel: index[rel] for rel in sorted(entry.outputs)}, offload=entry.offload,
+                          mixed_precision=entry.mixed_precision)
 
     def _run(self, ws: Workspace, step: CompiledStep) -> tuple[float, dict, list[str]]:
         """Run the tool (in a child process); on failure record logs/<step>.error.json and raise a coded

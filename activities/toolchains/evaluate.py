@@ -206,7 +206,7 @@ def output_figures(name: str, ref: list[Any], cand: list[Any]) -> OutputFigures:
     import numpy as np
 
     pooled = _figures(name, np.concatenate([x.ravel() for x in ref]), np.concatenate([y.ravel() for y in cand]))
-    per_sample = np.array([_cosine(x.ravel(), y.ravel()) for x, y in zip(ref, cand)])
+    per_sample = np.array([sample_cosine(x.ravel(), y.ravel()) for x, y in zip(ref, cand)])
     top1 = None
     if ref and _is_classifier(ref[0].shape):
         top1 = float(np.mean([int(np.argmax(x)) == int(np.argmax(y)) for x, y in zip(ref, cand)]))
@@ -244,7 +244,7 @@ def _figures(name: str, x: Any, y: Any) -> OutputFigures:
                          sqnr_db=sqnr_db(x, y), nonfinite_mismatches=mismatches)
 
 
-def _cosine(x: Any, y: Any) -> float:
+def sample_cosine(x: Any, y: Any) -> float:
     """One sample's cosine (NaN/Inf positions left out; an all-zero pair within tolerance is 1)."""
     import numpy as np
 

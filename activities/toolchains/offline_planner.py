@@ -9,10 +9,11 @@ Accuracy remedies: when the converted model misses the accuracy threshold (or le
 CPU), the workflow asks again with the figures (`PlanFeedback`). The planner then applies its next
 remedy on top of the ones already tried, in the order of REMEDIES: the failing outputs' last nodes
 kept in float (the cheapest: the rest stays int8; a softmax whose values sit below one 8-bit step
-needs no more), 16-bit activations (int8 → w8a16), more calibration samples with per-channel
-weights. A float build for the HTP below the gate gets the exact graph passes registered for
-ACCURACY_BELOW_THRESHOLD instead (rewrites around a backend defect: flatten_matmul_input). With no
-remedy left the workflow ends with the gate's own code (next_remedy says so without asking the
+needs no more), the fewest most sensitive layers at 16-bit activations (mixed precision: the model
+stays int8), 16-bit activations everywhere (int8 → w8a16, with the user's consent), more calibration
+samples with per-channel weights. A float build for the HTP below the gate gets the exact graph passes
+registered for ACCURACY_BELOW_THRESHOLD instead (rewrites around backend defects: avgpool_exclude_pad,
+flatten_matmul_input). With no remedy left the workflow ends with the gate's own code (next_remedy says so without asking the
 planner).
 """
 
@@ -40,14 +41,16 @@ SYNTHETIC_SEED = 0
 MORE_SAMPLES_FACTOR = 4
 MAX_SAMPLES = 64
 
-W8A16, FLOAT_OUTPUTS, MORE_CALIBRATION = "w8a16", "float_outputs", "more_calibration"
-REMEDIES = (FLOAT_OUTPUTS, W8A16, MORE_CALIBRATION)
-"""The offline planner's accuracy remedies, tried in this order (each on top of the earlier ones)."""
+W8A16, FLOAT_OUTPUTS, MORE_CALIBRATION, MIXED = "w8a16", "float_outputs", "more_calibration", "mixed_precision"
+REMEDIES = (FLOAT_OUTPUTS, MIXED, W8A16, MORE_CALIBRATION)
+"""The offline planner's accuracy remedies, tried in this order (each on top of the earlier ones): the
+fewest layers at 16 bits before a whole-model w8a16."""
 PASS_PREFIX = "pass:"
 """A graph-surgery remedy: "pass:NAME[+NAME...]" (activities/toolchains/graph_passes.py), chosen when a
 placement or compile failure names an op or a code a registered pass fixes."""
 REMEDY_WORDS = {
     W8A16: "16-bit activations (w8a16)",
+    MIXED: "the most sensitive layers at 16-bit activations (mixed precision)",
     FLOAT_OUTPUTS: "the failing outputs kept in float",
     MORE_CALIBRATION: "more calibration samples with per-channel weights",
 }
@@ -121,7 +124,8 @@ def plan_offline(request: ConversionRequest, model: ModelRef, registry: ToolRegi
             remedies.append(step)
             if step == FLOAT_OUTPUTS:
                 float_outputs = failing_outputs(remedy)
-    b = _Builder(registry, f"input/{model.filename}", _stem(model.filename), request.preset, remedies, float_outputs)
+    b = _Builder(registry, f"input/{model.filename}", _stem(model.filename), request.preset, remedies, float_outputs,
+                 remedy.min_cosine if remedy else None)
     source_model = _export_and_passes(b, request, model)
     if request.output in QNN_OUTPUTS:
         candidate = _plan_qnn(b, request)
@@ -170,6 +174,8 @@ def next_remedy(request: ConversionRequest, feedback: PlanFeedback) -> str | Non
                 and request.precision_fallback):  # without the user's consent the gate only proposes it
             return r
         if r == FLOAT_OUTPUTS and qnn_quantizer and failing_outputs(feedback):
+            return r
+        if r == MIXED and precision is Precision.INT8 and request.output in QNN_OUTPUTS:
             return r
         if r == MORE_CALIBRATION and not request.calibration:
             return r
@@ -254,7 +260,7 @@ def _export_and_passes(b: "_Builder", request: ConversionRequest, model: ModelRe
 
 class _Builder:
     def __init__(self, registry: ToolRegistry, source: str, stem: str, preset: str = "balanced",
-                 remedies: list[str] | None = None, float_outputs: list[str] | None = None):
+                 remedies: list[str] | None = None, float_outputs: list[str] | None = None, min_cosine: float | None = None):
         self.registry = registry
         self.preset = preset
         self.source = source
@@ -266,6 +272,8 @@ class _Builder:
         self.warnings: list[str] = []
         self.remedies = list(remedies or [])
         self.float_outputs = list(float_outputs or [])
+        self.min_cosine = min_cosine
+        """The gate's threshold the remedies aim at (the mixed-precision search)."""
 
     def precision(self, request: ConversionRequest) -> Precision:
         """What is built: the request's precision, raised to w8a16 by that remedy."""
@@ -375,6 +383,10 @@ def _quantize(b: _Builder, request: ConversionRequest, tool: str) -> str:
         required["precision"] = precision.value
         if b.float_outputs:
             optional["float_outputs"] = list(b.float_outputs)
+        if MIXED in b.remedies and precision is Precision.INT8:
+            optional["mixed_precision"] = True
+            if b.min_cosine is not None:
+                optional["min_cosine"] = b.min_cosine
     b.add("quantize", tool, required, optional)
     return out
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from activities.sandbox import safe_join
 from activities.toolchains.isolate import DEFAULT_LIMITS, ChildLimits, run_isolated
@@ -47,6 +47,21 @@ class QuantizeQdqParams(BaseModel, frozen=True):
     float_outputs: list[str] = []
     """Graph outputs whose producing nodes stay in float (not quantized)."""
     seed: int = 0
+    sixteen_bit: list[str] = []
+    """int8: nodes whose output activations are quantized at 16 bits (onnxruntime makes them, their
+    producers' conversions and their consumers 16-bit ops)."""
+    mixed_precision: bool = False
+    """int8: find the fewest most sensitive layers to keep at 16 bits so the model reaches `min_cosine` on
+    the calibration samples (activities/toolchains/mixed_precision.py), added to `sixteen_bit`."""
+    min_cosine: float = 0.95
+    """The accuracy gate's threshold the mixed-precision search aims above."""
+
+    @model_validator(mode="after")
+    def _mixed_is_int8(self) -> "QuantizeQdqParams":
+        if (self.mixed_precision or self.sixteen_bit) and self.precision != "int8":
+            raise ValueError(f"sixteen_bit / mixed_precision choose 16-bit layers of an int8 model; {self.precision} "
+                             "is not int8")
+        return self
 
 
 class ContextBinaryParams(BaseModel, frozen=True):
@@ -138,8 +153,7 @@ def producers(model: Path, outputs: list[str]) -> list[str]:
 
 
 def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
-    from onnxruntime.quantization import QuantType, quantize
-    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+    from onnxruntime.quantization import QuantType
 
     from activities.toolchains.feeds import calibration_feeds
 
@@ -157,14 +171,18 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
     prepared = prepare(src, dst)
     activation = QuantType.QUInt16 if params.precision == "w8a16" else QuantType.QUInt8
     t0 = time.monotonic()
+    mixed = None
     try:
-        config = get_qnn_qdq_config(str(prepared), calibration_reader(feeds), activation_type=activation,
-                                    weight_type=QuantType.QUInt8, per_channel=params.per_channel,
-                                    nodes_to_exclude=producers(prepared, params.float_outputs) or None)
-        # quantize every op HTP takes quantized, also one whose input is not quantized yet (pooling, Tan,
-        # GatherElements, ...): the default skips them, leaving float ops in an "int8" graph
-        config.extra_options["ForceQuantizeNoInputCheck"] = True
-        quantize(str(prepared), str(dst), config)
+        sixteen = _output_tensors(prepared, params.sixteen_bit)
+        _quantize(prepared, dst, feeds, params, activation, sixteen)
+        if params.mixed_precision:
+            import onnx
+
+            from activities.toolchains.mixed_precision import search
+
+            mixed = search(onnx.load(str(prepared)), onnx.load(str(dst)), feeds, params.min_cosine)
+            sixteen += [layer.tensor for layer in mixed.sixteen_bit if layer.tensor not in sixteen]
+            _quantize(prepared, dst, feeds, params, activation, sixteen)
     except FleetforgeError:
         raise
     except Exception as e:
@@ -179,8 +197,42 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
         raise FleetforgeError(Err.NOTHING_TO_QUANTIZE, f"the quantizer found nothing to quantize in {params.model} "
                               f"(ops: {', '.join(_op_types(quantized))}){kept}")
     details = {"activation_type": activation.name, "calibration": "data" if params.calibration_data else "synthetic",
-               "calibration_samples": len(feeds), "float_outputs": list(params.float_outputs)}
+               "calibration_samples": len(feeds), "float_outputs": list(params.float_outputs),
+               "sixteen_bit": list(params.sixteen_bit)}
+    if mixed is not None:
+        details["mixed_precision"] = mixed.model_dump(mode="json")
     return StepOutput(outputs=[params.output], seconds=time.monotonic() - t0, details=details)
+
+
+def _quantize(prepared: Path, dst: Path, feeds: list[dict[str, Any]], params: QuantizeQdqParams, activation: Any,
+              sixteen_bit: list[str]) -> None:
+    """One QDQ quantization of the prepared model into `dst`, with these activations at 16 bits."""
+    from onnxruntime.quantization import QuantType, quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    overrides = {t: [{"quant_type": QuantType.QUInt16}] for t in sixteen_bit}
+    config = get_qnn_qdq_config(str(prepared), calibration_reader(feeds), activation_type=activation,
+                                weight_type=QuantType.QUInt8, per_channel=params.per_channel,
+                                init_overrides=overrides or None,
+                                nodes_to_exclude=producers(prepared, params.float_outputs) or None)
+    # quantize every op HTP takes quantized, also one whose input is not quantized yet (pooling, Tan,
+    # GatherElements, ...): the default skips them, leaving float ops in an "int8" graph
+    config.extra_options["ForceQuantizeNoInputCheck"] = True
+    quantize(str(prepared), str(dst), config)
+
+
+def _output_tensors(model: Path, nodes: list[str]) -> list[str]:
+    """The output activations of the named nodes (BAD_INPUT naming a node the model lacks)."""
+    import onnx
+
+    if not nodes:
+        return []
+    m = onnx.load(str(model), load_external_data=False)
+    outputs = {n.name: n.output[0] for n in m.graph.node if n.name and n.output}
+    missing = [n for n in nodes if n not in outputs]
+    if missing:
+        raise FleetforgeError(Err.BAD_INPUT, f"sixteen_bit names no node of {model.name}: {missing}")
+    return [outputs[n] for n in nodes]
 
 
 GRAPH_FINALIZATION_MODE = {"fast": "1", "max": "3"}

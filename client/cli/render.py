@@ -83,6 +83,17 @@ def precision_line(result: ConversionResult) -> str | None:
     return f"precision: {got.value}" + (f" (requested {req.value})" if got != req else " (as requested)")
 
 
+def mixed_line(result: ConversionResult) -> str | None:
+    """The layers an int8 build keeps at 16-bit activations, and why (None: none)."""
+    from activities.toolchains.report import mixed_words
+
+    mixed = getattr(result, "mixed_precision", None)
+    if mixed is None:
+        return None
+    layers = ", ".join(f"{layer.node} ({layer.op_type}, {layer.cosine_gain:+.4f})" for layer in mixed.sixteen_bit)
+    return f"mixed precision: {mixed_words(mixed)}; most sensitive first (cosine gained alone): {layers}"
+
+
 def offload_line(result: ConversionResult) -> str | None:
     o = result.offload
     if o is None:
@@ -102,7 +113,7 @@ def show_convert(result: ConversionResult, ui_url: str) -> None:
     ev = result.evaluation
     if ev is not None:
         out.line(f"evaluation: {ev.candidate} against {ev.reference}, {ev.samples} {ev.inputs} samples on {ev.candidate_provider}")
-    for text in (accuracy_line(result), precision_line(result), offload_line(result)):
+    for text in (accuracy_line(result), precision_line(result), mixed_line(result), offload_line(result)):
         if text:
             out.line(text)
     if result.report is not None:

@@ -14,7 +14,9 @@ from activities.toolchains.evaluate import EvalParams, evaluate, output_figures
 from activities.toolchains.feeds import (
     feeds_from, ingest_split, overlap, sample_key, split_held_out, synthetic_feeds, write_npz,
 )
-from activities.toolchains.offline_planner import FLOAT_OUTPUTS, MORE_CALIBRATION, W8A16, failing_outputs, next_remedy, plan_offline
+from activities.toolchains.offline_planner import (
+    FLOAT_OUTPUTS, MIXED, MORE_CALIBRATION, W8A16, failing_outputs, next_remedy, plan_offline,
+)
 from activities.toolchains.registry import default_registry
 from contracts.common import ArtifactRef
 from contracts.convert import CompiledStep, CompileResult, OutputKind, Precision
@@ -200,8 +202,10 @@ def test_int8_below_the_gate_proposes_w8a16_but_never_applies_it_without_consent
     assert isinstance(allowed, Replan) and "--precision-fallback" not in allowed.failure.message
     # the offline planner's remedy ladder skips w8a16 unless the request allows it
     fb = PlanFeedback(kind="accuracy", remedies=[FLOAT_OUTPUTS], evaluation=figures(0.9, "held_out"), min_cosine=0.95)
+    assert next_remedy(INT8, fb) == MIXED, "a few layers at 16 bits keep the delivered precision int8"
+    fb = fb.model_copy(update={"remedies": [FLOAT_OUTPUTS, MIXED]})
     assert next_remedy(INT8, fb) == MORE_CALIBRATION
-    spent = fb.model_copy(update={"remedies": [FLOAT_OUTPUTS, MORE_CALIBRATION]})
+    spent = fb.model_copy(update={"remedies": [FLOAT_OUTPUTS, MIXED, MORE_CALIBRATION]})
     assert next_remedy(INT8, spent) is None, "no consent: w8a16 is never the next remedy"
     assert next_remedy(INT8.model_copy(update={"precision_fallback": True}), fb) == W8A16
 

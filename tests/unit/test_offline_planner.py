@@ -125,7 +125,7 @@ def test_impossible_requests_raise_a_coded_error(kw: dict, fmt: ModelFormat, cod
 
 from contracts.convert_job import EvaluationReport, OutputFigures, PlanFeedback  # noqa: E402
 from activities.toolchains.offline_planner import (  # noqa: E402
-    FLOAT_OUTPUTS, MORE_CALIBRATION, W8A16, next_remedy, plan_remedies, request_problems,
+    FLOAT_OUTPUTS, MIXED, MORE_CALIBRATION, W8A16, next_remedy, plan_remedies, request_problems,
 )
 
 
@@ -143,18 +143,23 @@ INT8_CTX = dict(target_soc="sm8550", precision=Precision.INT8)
 
 def test_the_remedies_come_in_order_and_stop_when_spent():
     r = req(precision_fallback=True, **INT8_CTX)
-    assert next_remedy(req(**INT8_CTX), below(FLOAT_OUTPUTS)) == MORE_CALIBRATION, "w8a16 only with the user's consent"
-    assert next_remedy(req(**INT8_CTX), below(FLOAT_OUTPUTS, MORE_CALIBRATION)) is None
+    assert next_remedy(req(**INT8_CTX), below(FLOAT_OUTPUTS)) == MIXED, "a few 16-bit layers keep the model int8"
+    assert next_remedy(req(**INT8_CTX), below(FLOAT_OUTPUTS, MIXED)) == MORE_CALIBRATION, "w8a16 only with consent"
+    assert next_remedy(req(**INT8_CTX), below(FLOAT_OUTPUTS, MIXED, MORE_CALIBRATION)) is None
     assert next_remedy(r, below()) == FLOAT_OUTPUTS
-    assert next_remedy(r, below(FLOAT_OUTPUTS)) == W8A16
-    assert next_remedy(r, below(FLOAT_OUTPUTS, W8A16)) == MORE_CALIBRATION
-    assert next_remedy(r, below(FLOAT_OUTPUTS, W8A16, MORE_CALIBRATION)) is None
+    assert next_remedy(r, below(FLOAT_OUTPUTS)) == MIXED, "the fewest 16-bit layers before a whole-model w8a16"
+    assert next_remedy(r, below(FLOAT_OUTPUTS, MIXED)) == W8A16
+    assert next_remedy(r, below(FLOAT_OUTPUTS, MIXED, W8A16)) == MORE_CALIBRATION
+    assert next_remedy(r, below(FLOAT_OUTPUTS, MIXED, W8A16, MORE_CALIBRATION)) is None
+    assert next_remedy(req(precision=Precision.W8A16, target_soc="sm8550"), below(FLOAT_OUTPUTS)) != MIXED, \
+        "w8a16 has every activation at 16 bits already"
     fp16 = req(target_soc="sm8550", precision=Precision.FP16)
     assert next_remedy(fp16, below()) == "pass:avgpool_exclude_pad+flatten_matmul_input", \
         "fp16: the exact rewrites around backend defects"
     assert next_remedy(fp16, below("pass:avgpool_exclude_pad+flatten_matmul_input")) is None, "then fp16 has nothing to give"
     assert next_remedy(req(output=OutputKind.ORT, precision=Precision.FP16), below()) is None, "no HTP, no HTP defect"
-    assert next_remedy(req(calibration="input/c.npz", precision_fallback=True, **INT8_CTX), below(FLOAT_OUTPUTS, W8A16)) is None, \
+    assert next_remedy(req(calibration="input/c.npz", precision_fallback=True, **INT8_CTX),
+                       below(FLOAT_OUTPUTS, MIXED, W8A16)) is None, \
         "real calibration data: more synthetic samples would not help"
     assert next_remedy(r, below(kind="offload")) is None, "nodes on the CPU: a precision change keeps them there"
 
@@ -195,16 +200,24 @@ def test_each_remedy_changes_the_plan_and_the_plan_says_which(ws: Path):
     assert plan_remedies(first) == ([FLOAT_OUTPUTS], ["prob"], []) and first.intent["precision"] == "int8"
 
     fb = below(FLOAT_OUTPUTS).model_copy(update={"float_outputs": ["prob"]})
+    mixed = plan_offline(r, model_ref(), default_registry(), remedy=fb)
+    quant, ctx = mixed.steps
+    assert quant.required_args["precision"] == "int8" and quant.optional_args["mixed_precision"] is True
+    assert quant.optional_args["min_cosine"] == 0.95 and quant.optional_args["float_outputs"] == ["prob"]
+    assert plan_remedies(mixed)[0] == [FLOAT_OUTPUTS, MIXED] and mixed.intent["precision"] == "int8"
+
+    fb = below(FLOAT_OUTPUTS, MIXED).model_copy(update={"float_outputs": ["prob"]})
     second = plan_offline(r, model_ref(), default_registry(), remedy=fb)
     quant, ctx = second.steps
     assert quant.required_args["precision"] == "w8a16" and ctx.optional_args["precision"] == "w8a16"
+    assert "mixed_precision" not in quant.optional_args, "w8a16 has every activation at 16 bits"
     assert ctx.required_args["output"] == "converted/tiny_w8a16_sm8550_ctx.onnx", "named for what it is"
     assert quant.optional_args["float_outputs"] == ["prob"], "earlier remedies stay applied"
     assert second.intent["requested_precision"] == "int8" and second.intent["precision"] == "w8a16"
 
-    third = plan_offline(r, model_ref(), default_registry(), remedy=below(FLOAT_OUTPUTS, W8A16))
+    third = plan_offline(r, model_ref(), default_registry(), remedy=below(FLOAT_OUTPUTS, MIXED, W8A16))
     assert third.steps[0].optional_args["calibration_samples"] == 32 and third.steps[0].optional_args["per_channel"] is True
-    for plan in (first, second, third):
+    for plan in (first, mixed, second, third):
         assert compile_plan(plan, default_registry(), ws).ok
 
 
@@ -231,10 +244,10 @@ def test_impossible_combinations_are_named_before_anything_runs(kw: dict, fragme
 
 def test_a_remedy_that_could_not_run_is_dropped_and_not_tried_again():
     r = req(precision_fallback=True, **INT8_CTX)
-    fb = below().model_copy(update={"failed": [FLOAT_OUTPUTS],
+    fb = below().model_copy(update={"failed": [FLOAT_OUTPUTS, MIXED],
                                     "float_outputs": ["prob"]})
     assert next_remedy(r, fb) == W8A16
     plan = plan_offline(r, model_ref(), default_registry(), remedy=fb)
     quant = plan.steps[0]
     assert quant.required_args["precision"] == "w8a16" and "float_outputs" not in quant.optional_args
-    assert plan_remedies(plan) == ([W8A16], [], [FLOAT_OUTPUTS])
+    assert plan_remedies(plan) == ([W8A16], [], [FLOAT_OUTPUTS, MIXED])
