@@ -560,6 +560,25 @@ def flatten_matmul_input(model: Any, ctx: PassContext) -> int:
     return _replace_nodes(model, replacements)
 
 
+COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean"})
+
+
+@graph_pass("constant_second", pattern="Add/Mul (or another commutative op) whose first input is a constant and whose "
+            "second is computed -> the same op with its inputs swapped", fixes_codes=(Err.EXECUTOR_ERROR,))
+def constant_second(model: Any, ctx: PassContext) -> int:
+    """The HTP backend at fp16 fails to finalize a graph (QNN_COMMON_ERROR_MEM_ALLOC) on a constant times a
+    computed tensor when the constant comes first: LLaMA's RMSNorm `weight * hidden` as torch exports it.
+    Addition and multiplication commute exactly in IEEE arithmetic, so the swap changes no value."""
+    consts = set(_constants(model)) | {i.name for i in model.graph.initializer}
+    done = 0
+    for n in model.graph.node:
+        if (n.op_type in COMMUTATIVE and n.domain in ("", "ai.onnx") and len(n.input) == 2 and n.input[0] in consts
+                and n.input[1] not in consts):
+            n.input[0], n.input[1] = n.input[1], n.input[0]
+            done += 1
+    return done
+
+
 # ---- the tool step --------------------------------------------------------------------------------
 
 

@@ -370,6 +370,31 @@ def test_flatten_matmul_input_leaves_a_projection_after_a_leading_axes_reshape_b
     assert_untouched("flatten_matmul_input", export(Mlp(), (torch.from_numpy(X8),), tmp_path / "mlp.onnx", input_names=["x"]))
 
 
+def test_constant_second_lets_the_htp_compile_llamas_rmsnorm_at_fp16_with_the_same_numbers(tmp_path: Path):
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(16)
+    with torch.no_grad():
+        norm.weight.copy_(torch.linspace(0.5, 1.5, 16))
+    x = np.random.default_rng(6).standard_normal((1, 8, 16)).astype(np.float32)
+    model = export(norm, (torch.from_numpy(x),), tmp_path / "rms.onnx", input_names=["x"])
+    count, fixed = apply("constant_second", model)
+    assert count >= 1 and transformers is not None
+    np.testing.assert_array_equal(run(fixed, {"x": x})[0], run(model, {"x": x})[0])  # a * b == b * a exactly
+    pytest.importorskip("onnxruntime_qnn")
+    from activities.toolchains.ort_qnn import context_provider_options, qnn_session
+
+    with pytest.raises(Exception, match="MEM_ALLOC"):
+        qnn_session(model.SerializeToString(), context_provider_options("SM8550", "fp16"))
+    htp = qnn_session(fixed.SerializeToString(), context_provider_options("SM8550", "fp16")).run(None, {"x": x})[0]
+    assert cosine(htp, run(model, {"x": x})[0]) > 0.9999
+
+
+def test_constant_second_leaves_a_graph_whose_constants_come_second_byte_identical(tmp_path: Path):
+    assert_untouched("constant_second", export(Mlp(), (torch.from_numpy(X8),), tmp_path / "mlp.onnx", input_names=["x"]))
+
+
 def test_the_step_copies_its_input_byte_for_byte_when_no_pass_matches(tmp_path: Path):
     export(Mlp(), (torch.from_numpy(X8),), tmp_path / "m.onnx", input_names=["x"])
     out = run_passes(tmp_path, GraphPassesParams(model="m.onnx", output="out/m.onnx", passes=list(PASSES)))
@@ -381,6 +406,7 @@ def test_every_pass_says_what_it_fixes_and_the_planners_lookup_finds_it():
     assert passes_for(["Erf"]) == ["gelu_fusion"] and passes_for(["AveragePool"]) == ["avgpool_to_global"]
     assert passes_for([], ["QUANT_SCALE_INVALID"]) == ["clamp_mask_constants"]
     assert passes_for([], ["ACCURACY_BELOW_THRESHOLD"]) == ["avgpool_exclude_pad", "flatten_matmul_input"]
+    assert passes_for([], ["EXECUTOR_ERROR"]) == ["constant_second"]
     assert passes_for(["Conv", "Det"]) == []
     assert all(p.pattern and p.name for p in PASSES.values())
 
