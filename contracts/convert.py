@@ -15,6 +15,8 @@ class Precision(StrEnum):
     FP16 = "fp16"
     INT8 = "int8"
     W8A16 = "w8a16"
+    W4A16 = "w4a16"
+    """4-bit per-channel weights for the MatMuls (a transformer decoder's), 16-bit activations."""
 
 
 class OutputKind(StrEnum):

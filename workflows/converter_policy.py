@@ -28,7 +28,7 @@ NOT_REPLANNABLE = frozenset({Err.TOOLCHAIN_UNAVAILABLE, Err.STORE_UNAVAILABLE, E
 """Execution failures a different plan cannot fix."""
 
 CONTEXT_OUTPUTS = frozenset({OutputKind.QNN_CONTEXT_BINARY, OutputKind.DLC})
-QUANTIZED = frozenset({Precision.INT8, Precision.W8A16})
+QUANTIZED = frozenset({Precision.INT8, Precision.W8A16, Precision.W4A16})
 REAL_INPUTS = frozenset({"held_out", "eval_data"})
 """Evaluation inputs that are the user's data the candidate never calibrated on."""
 EVAL_SEED = 1234
@@ -40,7 +40,7 @@ MIN_GRADED_SAMPLES = 8
 reads the lowest per-sample cosine, so a model that misses the threshold on one input in four still
 passes n graded samples with probability (3/4)^n: 56 % at 2, 10 % at 8, 0.01 % at the default 32."""
 WIDER = {Precision.INT8: (Precision.W8A16, Precision.FP16, Precision.FP32), Precision.W8A16: (Precision.FP16, Precision.FP32),
-         Precision.FP16: (Precision.FP32,)}
+         Precision.W4A16: (Precision.W8A16, Precision.FP16, Precision.FP32), Precision.FP16: (Precision.FP32,)}
 
 
 @dataclass(frozen=True)
@@ -316,6 +316,9 @@ def failure_hint(code: str, request: ConversionRequest, delivered: Precision | N
     if precision is None:
         return ""
     quantized = precision in QUANTIZED
+    if code == Err.NOT_FULLY_OFFLOADED and precision is Precision.W4A16:
+        return ("the HTP of this QNN SDK leaves 4-bit MatMuls on the CPU (the message names the ops and the share): use "
+                "--precision w8a16 for a fully offloaded decoder, or --output onnx_qdq to ship the 4-bit QDQ model")
     if code != Err.ACCURACY_BELOW_THRESHOLD:
         return (QUANTIZED_HINTS if quantized else FLOAT_HINTS).get(code, "")
     accept = "or accept the result as it is with --min-cosine below its figure (0: lossy)"
@@ -324,7 +327,8 @@ def failure_hint(code: str, request: ConversionRequest, delivered: Precision | N
                  if request.output in CONTEXT_OUTPUTS else "convert with --precision fp32")
         return f"fp16 cannot hold what this model computes closely enough: {where}, {accept}"
     wider = {Precision.INT8: "16-bit activations: --precision w8a16 (or allow it with --precision-fallback)",
-             Precision.W8A16: "float math: --precision fp16"}.get(precision, "")
+             Precision.W8A16: "float math: --precision fp16",
+             Precision.W4A16: "8-bit weights: --precision w8a16 (or allow it with --precision-fallback)"}.get(precision, "")
     data = "" if request.calibration or request.eval_data else \
         "give real inputs with --calibration FILE.npz (synthetic calibration misses real ranges); "
     return f"{data}{'try ' + wider + ', ' if wider else ''}{accept}"
@@ -376,7 +380,7 @@ def delivered_precision(steps: list[CompiledStep], requested: Precision | None) 
             found.append(Precision.W8A16 if value == "16" else Precision.INT8)
     quantized = [p for p in found if p in QUANTIZED]
     if quantized:
-        return Precision.W8A16 if Precision.W8A16 in quantized else Precision.INT8
+        return next(p for p in (Precision.W4A16, Precision.W8A16, Precision.INT8) if p in quantized)
     if found:
         return Precision.FP16 if Precision.FP16 in found and requested is not Precision.FP32 else found[0]
     return requested

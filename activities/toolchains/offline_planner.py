@@ -35,7 +35,7 @@ from contracts.models import ModelFormat, ModelRef
 
 QNN_OUTPUTS = frozenset({OutputKind.QNN_CONTEXT_BINARY, OutputKind.DLC})
 """Outputs compiled for one SoC (the planner must know which)."""
-QUANTIZED = frozenset({Precision.INT8, Precision.W8A16})
+QUANTIZED = frozenset({Precision.INT8, Precision.W8A16, Precision.W4A16})
 SYNTHETIC_SAMPLES = 8
 SYNTHETIC_SEED = 0
 MORE_SAMPLES_FACTOR = 4
@@ -73,10 +73,10 @@ def request_problems(request: ConversionRequest) -> list[str]:
     """Combinations no plan can satisfy (the CLI refuses them with exit 2 before a job starts)."""
     out: list[str] = []
     p = request.precision
-    if request.output is OutputKind.ORT and p is Precision.W8A16:
-        out.append("--output ort supports fp32, fp16 or int8, not w8a16 (use --output qnn_context_binary or onnx_qdq)")
+    if request.output is OutputKind.ORT and p in (Precision.W8A16, Precision.W4A16):
+        out.append(f"--output ort supports fp32, fp16 or int8, not {p.value} (use --output qnn_context_binary or onnx_qdq)")
     if request.output is OutputKind.ONNX_QDQ and p is not None and p not in QUANTIZED:
-        out.append(f"--output onnx_qdq needs --precision int8 or w8a16, not {p.value}")
+        out.append(f"--output onnx_qdq needs --precision int8, w8a16 or w4a16, not {p.value}")
     if request.toolchain is Toolchain.ONNX and request.output in QNN_OUTPUTS:
         out.append(f"the onnx toolchain cannot build {request.output.value}; use --toolchain auto or ort-qnn")
     return out
@@ -170,8 +170,8 @@ def next_remedy(request: ConversionRequest, feedback: PlanFeedback) -> str | Non
     for r in REMEDIES:
         if r in tried:
             continue
-        if (r == W8A16 and precision is Precision.INT8 and request.output in QNN_OUTPUTS | {OutputKind.ONNX_QDQ}
-                and request.precision_fallback):  # without the user's consent the gate only proposes it
+        if (r == W8A16 and precision in (Precision.INT8, Precision.W4A16) and request.precision_fallback
+                and request.output in QNN_OUTPUTS | {OutputKind.ONNX_QDQ}):  # without consent the gate only proposes it
             return r
         if r == FLOAT_OUTPUTS and qnn_quantizer and failing_outputs(feedback):
             return r
@@ -278,7 +278,8 @@ class _Builder:
     def precision(self, request: ConversionRequest) -> Precision:
         """What is built: the request's precision, raised to w8a16 by that remedy."""
         assert request.precision is not None
-        return Precision.W8A16 if W8A16 in self.remedies and request.precision is Precision.INT8 else request.precision
+        raised = W8A16 in self.remedies and request.precision in (Precision.INT8, Precision.W4A16)
+        return Precision.W8A16 if raised else request.precision
 
     def has_arg(self, tool: str, arg: str) -> bool:
         spec = self.registry.get(tool)
@@ -361,10 +362,10 @@ def _precision_stage(b: _Builder, request: ConversionRequest, output: OutputKind
         return b.model
     if output is OutputKind.ONNX_QDQ:
         if precision not in QUANTIZED:
-            raise FleetforgeError(Err.BAD_INPUT, f"onnx_qdq output needs int8 or w8a16 precision, not {precision.value}")
+            raise FleetforgeError(Err.BAD_INPUT, f"onnx_qdq output needs int8, w8a16 or w4a16 precision, not {precision.value}")
         return _quantize(b, request, "onnx.quantize_static" if precision is Precision.INT8 else "ortqnn.quantize_qdq")
-    if precision is Precision.W8A16:
-        raise FleetforgeError(Err.BAD_INPUT, "ort output supports fp32, fp16 or int8, not w8a16")
+    if precision in (Precision.W8A16, Precision.W4A16):
+        raise FleetforgeError(Err.BAD_INPUT, f"ort output supports fp32, fp16 or int8, not {precision.value}")
     if precision is Precision.FP16:
         out = f"converted/{b.stem}_fp16.onnx"
         b.add("fp16", "onnx.fp16", {"model": b.model, "output": out})

@@ -1,7 +1,7 @@
 """The `ort-qnn` toolchain: real QNN HTP context binaries compiled on x86 with onnxruntime-qnn.
 
-* `quantize_qdq`: QDQ quantization configured for QNN (`get_qnn_qdq_config` + `quantize`): int8 or
-  w8a16 (16-bit activations), calibrated on the run's calibration data or a seeded synthetic set
+* `quantize_qdq`: QDQ quantization configured for QNN (`get_qnn_qdq_config` + `quantize`): int8, w8a16
+  (16-bit activations) or w4a16 (4-bit per-channel MatMul weights, 16-bit activations), calibrated on the run's calibration data or a seeded synthetic set
   that respects each input's role (activities/toolchains/feeds.py); outputs can stay in float.
 * `context_binary`: an ORT session with the QNN plugin EP and `ep.context_enable=1` writes an
   EPContext model `<out>.onnx` plus the HTP context binary `<out>_qnn.bin` for one SoC
@@ -37,8 +37,10 @@ class QuantizeQdqParams(BaseModel, frozen=True):
 
     model: str
     output: str
-    precision: Literal["int8", "w8a16"]
-    """int8: 8-bit weights and activations; w8a16: 8-bit weights, 16-bit activations (QUInt16)."""
+    precision: Literal["int8", "w8a16", "w4a16"]
+    """int8: 8-bit weights and activations; w8a16: 8-bit weights, 16-bit activations (QUInt16); w4a16: the
+    MatMuls' constant weights 4-bit per output channel (QDQ int4, symmetric), other weights 8-bit, 16-bit
+    activations (AI Hub's and Olive's recipe for on-device LLMs)."""
     per_channel: bool = False
     calibration_samples: int = 8
     """Synthetic samples (ignored with calibration_data: every sample of the data is used)."""
@@ -70,7 +72,7 @@ class ContextBinaryParams(BaseModel, frozen=True):
     model: str
     soc: str
     output: str
-    precision: Literal["fp16", "int8", "w8a16"] = "fp16"
+    precision: Literal["fp16", "int8", "w8a16", "w4a16"] = "fp16"
     graph_optimization: Literal["default", "fast", "max"] = "default"
     dump_dlc: bool = False
     dlc_dir: str | None = None
@@ -169,7 +171,7 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
     from activities.toolchains.qdq_prep import prepare
 
     prepared = prepare(src, dst)
-    activation = QuantType.QUInt16 if params.precision == "w8a16" else QuantType.QUInt8
+    activation = QuantType.QUInt8 if params.precision == "int8" else QuantType.QUInt16
     t0 = time.monotonic()
     mixed = None
     try:
@@ -199,6 +201,9 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
     details = {"activation_type": activation.name, "calibration": "data" if params.calibration_data else "synthetic",
                "calibration_samples": len(feeds), "float_outputs": list(params.float_outputs),
                "sixteen_bit": list(params.sixteen_bit)}
+    if params.precision == "w4a16":
+        int4 = {i.name for i in quantized.graph.initializer if i.data_type in (21, 22)}  # UINT4, INT4
+        details["int4_weights"] = sum(n.op_type == "DequantizeLinear" and n.input[0] in int4 for n in quantized.graph.node)
     if mixed is not None:
         details["mixed_precision"] = mixed.model_dump(mode="json")
     return StepOutput(outputs=[params.output], seconds=time.monotonic() - t0, details=details)
@@ -211,6 +216,8 @@ def _quantize(prepared: Path, dst: Path, feeds: list[dict[str, Any]], params: Qu
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
     overrides = {t: [{"quant_type": QuantType.QUInt16}] for t in sixteen_bit}
+    if params.precision == "w4a16":
+        overrides |= {w: [{"quant_type": QuantType.QInt4, "axis": 1, "symmetric": True}] for w in matmul_weights(prepared)}
     config = get_qnn_qdq_config(str(prepared), calibration_reader(feeds), activation_type=activation,
                                 weight_type=QuantType.QUInt8, per_channel=params.per_channel,
                                 init_overrides=overrides or None,
@@ -219,6 +226,17 @@ def _quantize(prepared: Path, dst: Path, feeds: list[dict[str, Any]], params: Qu
     # GatherElements, ...): the default skips them, leaving float ops in an "int8" graph
     config.extra_options["ForceQuantizeNoInputCheck"] = True
     quantize(str(prepared), str(dst), config)
+
+
+def matmul_weights(model: Path) -> list[str]:
+    """The constant 2-D second inputs of the model's MatMuls (a decoder's projections: what w4a16 stores in
+    4 bits, per output channel: axis 1 of [K, N])."""
+    import onnx
+
+    m = onnx.load(str(model), load_external_data=False)
+    inits = {i.name: i for i in m.graph.initializer}
+    return sorted({n.input[1] for n in m.graph.node if n.op_type == "MatMul" and n.input[1] in inits
+                   and len(inits[n.input[1]].dims) == 2})
 
 
 def _output_tensors(model: Path, nodes: list[str]) -> list[str]:
@@ -287,7 +305,7 @@ def _context_binary(root: Path, params: ContextBinaryParams) -> StepOutput:
         stale.unlink(missing_ok=True)  # ORT refuses to overwrite an existing context model
     t0 = time.monotonic()
     model_bytes, source = _model_bytes(src, params.model)
-    if params.precision in ("int8", "w8a16") and not any(n.op_type == "QuantizeLinear" for n in source.graph.node):
+    if params.precision != "fp16" and not any(n.op_type == "QuantizeLinear" for n in source.graph.node):
         raise FleetforgeError(Err.BAD_INPUT, f"precision {params.precision} needs a QDQ model; {params.model} has no "
                               "QuantizeLinear node: add an ortqnn.quantize_qdq step before this one")
     log = out.with_name(out.stem + ".compile.log")

@@ -76,7 +76,7 @@ def test_registry_lists_versioned_specs_by_toolchain() -> None:
             "ortqnn.quantize_qdq", "ortqnn.context_binary"} <= names
     assert {t.name for t in list_tools(Toolchain.ORT_QNN)} == {"ortqnn.quantize_qdq", "ortqnn.context_binary"}
     spec = get_tool_spec("ortqnn.context_binary")
-    assert spec.version == "1.0" and spec.arg("precision").enum_values == ["fp16", "int8", "w8a16"]
+    assert spec.version == "1.0" and spec.arg("precision").enum_values == ["fp16", "int8", "w8a16", "w4a16"]
     assert spec.arg("dump_dlc").type == "bool" and spec.arg("dlc_dir").requires == {"dump_dlc": True}
     with pytest.raises(FleetforgeError) as e:
         get_tool_spec("qairt.nope")

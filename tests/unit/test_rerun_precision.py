@@ -95,7 +95,7 @@ def test_an_llm_plan_is_rewired_by_its_paths_and_dependencies():
 
 
 @pytest.mark.parametrize(("plan", "value", "why"), [
-    (offline("int8", QDQ), "fp16", "onnx_qdq output needs int8 or w8a16"),
+    (offline("int8", QDQ), "fp16", "onnx_qdq output needs int8, w8a16 or w4a16"),
     (offline("int8", ORT), "w8a16", "ort output supports fp32, fp16 or int8"),
     (offline("int8"), "fp8", "unknown precision"),
     (offline("int8").model_copy(update={"intent": {}}), "fp16", "does not record its precision"),
