@@ -1,4 +1,4 @@
-"""Thirteen real architectures from transformers' model classes, built from small configs with seeded
+"""Twenty real architectures from transformers' model classes, built from small configs with seeded
 weights (no downloads), and their inputs: what `bench/sweep_foreign.py` converts and
 `bench/recheck_foreign.py` re-checks.
 
@@ -17,6 +17,7 @@ judged on inputs shaped like its calibration data only:
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,11 @@ class Arch:
     classifier: bool = False
     trained: bool = False
     """Trained briefly on labelled natural images (train_classifier) after the seeded init."""
+    opset: int | None = None
+    """The export's opset (None: the exporter's default, 20 for torch 2.13's dynamo exporter). Below 20 an
+    exact GELU comes out as an Erf chain."""
+    torchscript: bool = False
+    """Exported by the TorchScript exporter (`dynamo=False`): shape arithmetic computed in the graph."""
 
 
 def _wrap(model: Any, names: list[str], pick: str | int = 0) -> Any:
@@ -138,6 +144,36 @@ def _whisper_encoder() -> Any:
     return _wrap(WhisperEncoder(cfg), ["input_features"])
 
 
+def _poolformer() -> Any:
+    import transformers as t
+    cfg = t.PoolFormerConfig(num_channels=3, hidden_sizes=[16, 32], depths=[1, 1], num_encoder_blocks=2, patch_sizes=[4, 3],
+                             strides=[4, 2], padding=[2, 1], pool_size=3, num_labels=10)
+    return _wrap(t.PoolFormerForImageClassification(cfg), ["pixel_values"])
+
+
+def _segformer() -> Any:
+    import transformers as t
+    cfg = t.SegformerConfig(num_channels=3, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+                            patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[4, 4], num_labels=10)
+    return _wrap(t.SegformerForImageClassification(cfg), ["pixel_values"])
+
+
+def _data2vec_audio() -> Any:
+    import transformers as t
+    cfg = t.Data2VecAudioConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                                conv_dim=[32] * 7, num_conv_pos_embeddings=5, num_conv_pos_embedding_groups=4,
+                                conv_pos_kernel_size=5)
+    return _wrap(t.Data2VecAudioModel(cfg), ["input_values"])
+
+
+def _llama() -> Any:
+    import transformers as t
+    cfg = t.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64, use_cache=False,
+                        attn_implementation="eager")  # RMSNorm, rotary positions, grouped-query attention
+    return _wrap(t.LlamaForCausalLM(cfg), ["input_ids", "attention_mask"])
+
+
 def _wav2vec2() -> Any:
     import transformers as t
     cfg = t.Wav2Vec2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
@@ -153,6 +189,12 @@ ARCHS: dict[str, Arch] = {a.name: a for a in [
         ("mobilevit", _mobilevit), ("efficientnet", _efficientnet))),
     Arch("yolos", "image", _yolos, trained=True), Arch("whisper_encoder", "mel", _whisper_encoder),
     Arch("wav2vec2", "audio", _wav2vec2),
+    # the failing patterns of issue 39, built the same way: count_include_pad=0 pooling (PoolFormer), exact GELU
+    # as Erf chains (opset 17) before LayerNorm and Softmax, TorchScript's computed Pad amounts, a decoder
+    Arch("poolformer", "image", _poolformer, classifier=True, trained=True),
+    *(Arch(f"{name}_ts17", "image", build, classifier=True, trained=True, opset=17, torchscript=True) for name, build in (
+        ("vit", _vit), ("mobilevit", _mobilevit), ("efficientnet", _efficientnet), ("segformer", _segformer))),
+    Arch("data2vec_audio17", "audio", _data2vec_audio, opset=17), Arch("llama", "text", _llama),
 ]}
 FAMILIES = {"image": ("natural", "noise"), "text": ("text", "uniform"), "audio": ("speech", "noise"),
             "mel": ("speech", "noise")}
@@ -327,7 +369,10 @@ def export(arch: Arch, path: Path, seed: int = 0) -> Path:
     example = inputs(arch, FAMILIES[arch.modality][0], 1, seed=seed)
     args = tuple(torch.from_numpy(example[n][0]) for n in input_names(arch))
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.onnx.export(module, args, str(path), input_names=input_names(arch))
+    options: dict[str, Any] = {"opset_version": arch.opset} if arch.opset else {}
+    with warnings.catch_warnings():  # the TorchScript exporter's deprecation and tracer warnings
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, args, str(path), input_names=input_names(arch), dynamo=not arch.torchscript, **options)
     stability_file(path).write_text(json.dumps({"noise_1pct_min_cosine": noise_stability(module, arch, seed)}))
     return path
 
