@@ -46,6 +46,8 @@ class Arch:
     exact GELU comes out as an Erf chain."""
     torchscript: bool = False
     """Exported by the TorchScript exporter (`dynamo=False`): shape arithmetic computed in the graph."""
+    extra_precisions: tuple[str, ...] = ()
+    """Converted at these precisions too (a decoder at w4a16), reported apart from the fp16/int8 targets."""
 
 
 def _wrap(model: Any, names: list[str], pick: str | int = 0) -> Any:
@@ -194,7 +196,7 @@ ARCHS: dict[str, Arch] = {a.name: a for a in [
     Arch("poolformer", "image", _poolformer, classifier=True, trained=True),
     *(Arch(f"{name}_ts17", "image", build, classifier=True, trained=True, opset=17, torchscript=True) for name, build in (
         ("vit", _vit), ("mobilevit", _mobilevit), ("efficientnet", _efficientnet), ("segformer", _segformer))),
-    Arch("data2vec_audio17", "audio", _data2vec_audio, opset=17), Arch("llama", "text", _llama),
+    Arch("data2vec_audio17", "audio", _data2vec_audio, opset=17), Arch("llama", "text", _llama, extra_precisions=("w4a16",)),
 ]}
 FAMILIES = {"image": ("natural", "noise"), "text": ("text", "uniform"), "audio": ("speech", "noise"),
             "mel": ("speech", "noise")}

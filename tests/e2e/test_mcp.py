@@ -129,7 +129,7 @@ def test_a_question_is_answered_by_elicitation_and_the_job_completes(session: di
         asked = passed(session[path])
         [form] = asked["asked"]
         assert "Which Snapdragon SoC" in form["message"], form
-        assert form["requestedSchema"]["properties"]["precision"]["enum"] == ["fp32", "fp16", "int8", "w8a16"]
+        assert form["requestedSchema"]["properties"]["precision"]["enum"] == ["fp32", "fp16", "int8", "w8a16", "w4a16"]
         assert asked["status"] == "COMPLETED", asked
         report = asked["result"]["report"]  # built for what the form answered
         assert (report["target_soc"], report["delivered_precision"]) == ("SM8550", "fp16"), report

@@ -72,7 +72,7 @@ def test_the_answer_form_is_provide_inputs_fields_and_its_answers_are_what_provi
     form = answer_schema()["properties"]
     assert list(form) == list(ProvideInput.model_fields), "one home for what an answer holds"
     assert form["synthetic_calibration"]["type"] == "boolean" and form["soc"]["type"] == "string"
-    assert form["precision"]["enum"] == ["fp32", "fp16", "int8", "w8a16"]
+    assert form["precision"]["enum"] == ["fp32", "fp16", "int8", "w8a16", "w4a16"]
     assert all(f["description"] for f in form.values())
     got = answers_from({"soc": "sm8550", "precision": "", "calibration": None, "synthetic_calibration": "yes",
                         "unknown": "x"})
