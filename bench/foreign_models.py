@@ -328,16 +328,26 @@ def train_classifier(module: Any, seed: int, steps: int = TRAIN_STEPS) -> float:
     return float(loss.detach())
 
 
+_BUILT: dict[tuple[Any, bool, int], Any] = {}
+"""(builder, trained, seed) -> the module: an architecture exported twice (vit and vit_ts17) is trained once."""
+
+
 def build(arch: Arch, seed: int = 0) -> Any:
-    """Seeded weights; the image models then trained briefly (train_classifier)."""
+    """Seeded weights; the image models then trained briefly (train_classifier). The same builder, training
+    and seed give the same module, so a second export of it (another exporter, another opset) reuses it."""
+    import copy
+
     import torch
 
-    torch.manual_seed(seed)
-    module = arch.build()
-    reinit(module, seed)
-    if arch.trained:
-        train_classifier(module, seed)
-    return module
+    key = (arch.build, arch.trained, seed)
+    if key not in _BUILT:
+        torch.manual_seed(seed)
+        module = arch.build()
+        reinit(module, seed)
+        if arch.trained:
+            train_classifier(module, seed)
+        _BUILT[key] = module
+    return copy.deepcopy(_BUILT[key])
 
 
 STABLE_UNDER_NOISE = 0.99

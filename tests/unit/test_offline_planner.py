@@ -233,7 +233,7 @@ def test_calibration_data_reaches_the_qnn_quantizer_and_the_evaluation(ws: Path)
 
 @pytest.mark.parametrize("kw, fragment", [
     ({"output": OutputKind.ORT, "precision": Precision.W8A16}, "not w8a16"),
-    ({"output": OutputKind.ONNX_QDQ, "precision": Precision.FP16}, "needs --precision int8 or w8a16"),
+    ({"output": OutputKind.ONNX_QDQ, "precision": Precision.FP16}, "needs --precision int8, w8a16 or w4a16"),
     ({"toolchain": Toolchain.ONNX}, "cannot build qnn_context_binary"),
 ])
 def test_impossible_combinations_are_named_before_anything_runs(kw: dict, fragment: str):
