@@ -61,6 +61,8 @@ class Err(StrEnum):
     """A PyTorch model's input shapes are not recorded (TorchScript) or dynamic: --input-shape gives them."""
     EVALUATION_NOT_HELD_OUT = "EVALUATION_NOT_HELD_OUT"
     """An evaluation sample is also a calibration sample: a gate on in-sample data proves nothing."""
+    HTP_GRAPH_REJECTED = "HTP_GRAPH_REJECTED"
+    """The QNN HTP backend took every op, then failed to finalize the graph (a pattern it cannot build)."""
     NO_MIXED_PRECISION = "NO_MIXED_PRECISION"
     """Even every layer at 16-bit activations leaves an int8 model below the gate: its 8-bit weights lost it."""
     # kernel
@@ -118,6 +120,8 @@ REMEDY: dict[Err, str] = {
     Err.NOTHING_TO_QUANTIZE: "the model has no float math the quantizer can take: convert it with --precision fp16",
     Err.CALIBRATION_INVALID: "--calibration takes an .npz (input name -> array) or a folder of them matching the model's inputs",
     Err.CALIBRATION_NEEDED: "give real inputs with --calibration FILE.npz (input name -> array) for the named inputs",
+    Err.HTP_GRAPH_REJECTED: "the HTP backend could not build the graph: the offline planner tries the graph passes for it; "
+                            "else use --output onnx_qdq / ort, or report the model",
     Err.NO_MIXED_PRECISION: "16-bit activations cannot rescue the 8-bit weights: convert with --precision fp16, or accept the result with --min-cosine",
     Err.EVALUATION_NOT_HELD_OUT: "give --eval-data with samples that are not in the calibration data, or more calibration samples so some can be held out",
     Err.WORKFLOW_CONFIG_INVALID: "fix the workflow.yaml named in the message",

@@ -564,7 +564,7 @@ COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean"})
 
 
 @graph_pass("constant_second", pattern="Add/Mul (or another commutative op) whose first input is a constant and whose "
-            "second is computed -> the same op with its inputs swapped", fixes_codes=(Err.EXECUTOR_ERROR,))
+            "second is computed -> the same op with its inputs swapped", fixes_codes=(Err.HTP_GRAPH_REJECTED,))
 def constant_second(model: Any, ctx: PassContext) -> int:
     """The HTP backend at fp16 fails to finalize a graph (QNN_COMMON_ERROR_MEM_ALLOC) on a constant times a
     computed tensor when the constant comes first: LLaMA's RMSNorm `weight * hidden` as torch exports it.

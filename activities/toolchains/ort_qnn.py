@@ -253,6 +253,8 @@ def _output_tensors(model: Path, nodes: list[str]) -> list[str]:
     return [outputs[n] for n in nodes]
 
 
+GRAPH_REJECTED = "Failed to finalize QNN graph"
+"""The HTP backend took every op, then could not build the graph (HTP_GRAPH_REJECTED)."""
 GRAPH_FINALIZATION_MODE = {"fast": "1", "max": "3"}
 """graph_optimization → the QNN EP's htp_graph_finalization_optimization_mode ("default": not set).
 Mode 1 compiles light_squeezenet int8 in ~0.5 s where the backend default takes ~45 s here."""
@@ -325,7 +327,8 @@ def _context_binary(root: Path, params: ContextBinaryParams) -> StepOutput:
         if op is not None and failing_op(str(e)) is not None:
             raise FleetforgeError(Err.UNSUPPORTED_OP, f"op {op} cannot run on the QNN HTP backend for "
                                   f"{lookup_soc(params.soc).name} at {params.precision}{where}: {_tidy(str(e), 300)}") from e
-        raise FleetforgeError(Err.EXECUTOR_ERROR, f"the QNN HTP compile of {params.model} for {params.soc} failed{where}: "
+        code = Err.HTP_GRAPH_REJECTED if GRAPH_REJECTED in str(e) else Err.EXECUTOR_ERROR
+        raise FleetforgeError(code, f"the QNN HTP compile of {params.model} for {params.soc} failed{where}: "
                               f"{_tidy(str(e), 600)}") from e
     finally:
         log.unlink(missing_ok=True)
