@@ -93,8 +93,12 @@ class VerifierReport(BaseModel, frozen=True):
 
 class TensorSpec(BaseModel, frozen=True):
     shape: list[int]
+    """The traced sizes (a symbolic trace's hints): for decisions, never written into a candidate."""
     dtype: str
     """torch dtype name without the prefix: float32, int64, ..."""
+    sizes: list[str] = Field(default_factory=list)
+    """A symbolic trace's sizes, one Python expression per dim over the symbols of `ReferenceAnalysis.symbols`
+    (`s0*s1`, `(s2//4)`, `64`); empty when every size is a constant or the trace was concrete."""
 
 
 class InputSpec(BaseModel, frozen=True):
@@ -121,6 +125,13 @@ class AtenCall(BaseModel, frozen=True):
     out: list[TensorSpec] = Field(default_factory=list)
 
 
+class SymbolSource(BaseModel, frozen=True):
+    """Where a size symbol of the trace comes from at run time: `inputs[input].shape[dim]`."""
+
+    input: int
+    dim: int
+
+
 class ReferenceAnalysis(BaseModel, frozen=True):
     """What the reference computes, read from a trace of `Model.forward` on the task's inputs
     (meta tensors: shapes and dtypes, no data), and how big the task is."""
@@ -130,6 +141,10 @@ class ReferenceAnalysis(BaseModel, frozen=True):
     calls: list[AtenCall] = Field(default_factory=list)
     outputs: list[JsonValue] = Field(default_factory=list)
     """References to what forward returns."""
+    symbols: dict[str, SymbolSource] = Field(default_factory=dict)
+    """A symbolic trace's size symbols (the forward inputs' sizes that stayed free). Sizes computed from them in
+    forward come as `{"sym": "s0*s1", "hint": 14}` arguments, and outputs carry `TensorSpec.sizes`; empty when
+    the trace was concrete (the symbolic one failed)."""
     constants: dict[str, Number] = Field(default_factory=dict)
     """The task file's module-level numeric constants (after --set)."""
     input_bytes: int = 0
@@ -198,21 +213,15 @@ class PlanOp(BaseModel, frozen=True):
 
 
 class KernelPlan(BaseModel, frozen=True):
-    """A template and its parameters, chosen from the reference's aten ops (never from its text).
-
-    elementwise: `ops` on every element of input `x` (shape unchanged).
-    rowwise: the dims `dims` of input `x` form a row; `ops` mix per-element values and per-row
-      reductions (sum, amax, amin, argmax, argmin); the last op is the output, per element or per row
-      (`keepdim` says how a per-row output is shaped).
-    matmul: `inputs[0] @ inputs[1]` with `transpose_a` / `transpose_b`, `batched` for bmm, a trailing
-      vector for matvec.
-    lowered: any other graph the lowering takes (activities.kernels.lowering): the coder lowers the traced
-      reference again, so the plan carries only its label (history stays small).
+    """The offline designer's plan: `lowered`, the traced graph lowered by the offline compiler
+    (activities.kernels.compiler); the coder lowers the traced reference again, so the plan carries only its label
+    (history stays small). The other templates and the fields after `label` are those of the retired template
+    designer, kept so recorded histories still decode.
     """
 
     template: Literal["elementwise", "rowwise", "matmul", "lowered"]
     label: str
-    """What the designer recognised, for people: `elementwise(gelu tanh)`, `rowwise dims=[1]: softmax`."""
+    """What the designer recognised, for people: `lowered: convolution → relu` (the compute ops, in order)."""
     x: int = 0
     inputs: list[int] = Field(default_factory=list)
     scalars: list[int] = Field(default_factory=list)
@@ -621,7 +630,7 @@ class KernelResult(BaseModel):
     overrides: dict[str, Number] = Field(default_factory=dict)
     """The task file's constants set with --set (the sizes this result is about)."""
     op_family: str = ""
-    """What the offline designer recognised in the traced reference (`elementwise(relu)`), or why not."""
+    """What the offline designer recognised in the traced reference (`lowered: relu`), or why not."""
     aten_ops: list[str] = Field(default_factory=list)
     """The aten ops the reference's forward ran."""
     fallbacks: list[str] = Field(default_factory=list)

@@ -3,8 +3,11 @@
 Reads what a KernelBench-format task computes without computing it: builds `Model(*get_init_inputs())`
 and `get_inputs()` on the meta device (shapes and dtypes, no memory), and traces `Model.forward` with
 `make_fx` into aten ops. Parameters and buffers are traced as named inputs (`torch.func.functional_call`),
-so a template can address them by name; a Python scalar input is traced as a sentinel value and its uses
+so a lowering can address them by name; a Python scalar input is traced as a sentinel value and its uses
 come back as references to that input (the kernel takes it at run time, not the traced constant).
+The trace is symbolic in the forward inputs' sizes (parameters keep theirs: they fix the sizes they meet), so a
+size forward computes from `x.size()` comes back as an expression over the inputs' size symbols, not the traced
+number; a forward the symbolic trace cannot take is traced with concrete sizes instead.
 Then it chooses the held-out sizes (`held_out`: the task at a second size set, traced the same way).
 Writes a ReferenceAnalysis (contracts.kernel_job) as JSON. Runs in a child (the task is user code):
 the same limits as the verifier's children.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,14 +34,66 @@ def _spec(t: Any) -> dict:
     return {"shape": [int(s) for s in t.shape], "dtype": _dtype(t.dtype)}
 
 
-def _json(value: Any, refs: dict, sentinels: dict[float, int]) -> Any:
+class _NotPrintable(Exception):
+    pass
+
+
+def _py(expr: Any) -> str:
+    """A sympy size expression as Python over the symbol names (`s0*s1` -> `(s0 * s1)`); raises _NotPrintable."""
+    name = type(expr).__name__
+    if getattr(expr, "is_Integer", False):
+        return str(int(expr))
+    if getattr(expr, "is_Symbol", False):
+        return str(expr.name)
+    args = [_py(a) for a in expr.args] if name in ("Add", "Mul", "FloorDiv", "PythonMod", "Mod", "Max", "Min") else []
+    if name == "Add":
+        return "(" + " + ".join(args) + ")"
+    if name == "Mul":
+        return "(" + " * ".join(args) + ")"
+    if name == "Pow" and getattr(expr.exp, "is_Integer", False) and int(expr.exp) > 0:
+        return f"({_py(expr.base)} ** {int(expr.exp)})"
+    if name == "FloorDiv":
+        return f"({args[0]} // {args[1]})"
+    if name in ("PythonMod", "Mod"):
+        return f"({args[0]} % {args[1]})"
+    if name in ("Max", "Min"):
+        return f"{name.lower()}({', '.join(args)})"
+    raise _NotPrintable(f"{name}: {expr}")
+
+
+class _Sizes:
+    """A symbolic trace's shape environment: size expressions as Python, with their traced values."""
+
+    def __init__(self, env: Any, symbols: dict[str, dict]):
+        self.env = env
+        self.symbols = symbols
+
+    def expr(self, s: Any) -> str:
+        e = self.env.replace(s.node.expr) if hasattr(s, "node") else s
+        text = _py(self.env.simplify(e) if hasattr(e, "free_symbols") else e)
+        unknown = set(re.findall(r"[A-Za-z_]\w*", text)) - set(self.symbols) - {"max", "min"}
+        if unknown:
+            raise _NotPrintable(f"{text} uses {sorted(unknown)}")
+        return text
+
+    def hint(self, s: Any) -> int:
+        return int(s) if isinstance(s, int) else int(s.node.hint)
+
+
+def _json(value: Any, refs: dict, sentinels: dict[float, int], sizes: _Sizes | None = None) -> Any:
     import torch
     import torch.fx
 
     if isinstance(value, torch.fx.Node):
+        val = value.meta.get("val")
+        if sizes is not None and isinstance(val, torch.SymInt):
+            text = sizes.expr(val)
+            return int(text) if text.lstrip("-").isdigit() else {"sym": text, "hint": sizes.hint(val)}
+        if sizes is not None and isinstance(val, (torch.SymFloat, torch.SymBool)):
+            return float(val.node.hint) if isinstance(val, torch.SymFloat) else bool(val.node.hint)
         return refs[value]
     if isinstance(value, (list, tuple)):
-        return [_json(v, refs, sentinels) for v in value]
+        return [_json(v, refs, sentinels, sizes) for v in value]
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
     if isinstance(value, float):
@@ -49,17 +105,112 @@ def _json(value: Any, refs: dict, sentinels: dict[float, int]) -> Any:
     return {"repr": repr(value)[:200]}
 
 
-def _outs(node: Any) -> list[dict]:
+def _outs(node: Any, sizes: _Sizes | None = None) -> list[dict]:
     import torch
 
     val = node.meta.get("val")
     vals = val if isinstance(val, (list, tuple)) else [val]
-    return [_spec(v) for v in vals if isinstance(v, torch.Tensor)]
+    if sizes is None:
+        return [_spec(v) for v in vals if isinstance(v, torch.Tensor)]
+    specs = []
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            exprs = [sizes.expr(d) if isinstance(d, torch.SymInt) else str(int(d)) for d in v.shape]
+            spec = {"shape": [sizes.hint(d) for d in v.shape], "dtype": _dtype(v.dtype)}
+            specs.append({**spec, "sizes": exprs} if any(not e.isdigit() for e in exprs) else spec)
+    return specs
 
 
-def probe(task_path: str, seed: int) -> dict:
+def _sizes_only(node: Any) -> bool:
+    """The call computes a size or a guard, no tensor."""
     import torch
+
+    val = node.meta.get("val")
+    return val is None or isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
+
+
+SKIPPED = ("aten._assert_scalar", "aten.sym_constrain_range", "aten._assert_tensor_metadata", "aten.sym_size",
+           "aten.sym_numel", "aten.sym_stride", "aten.sym_storage_offset")
+"""Calls of a symbolic trace that compute no tensor: size arithmetic (inlined into its uses) and guards."""
+
+
+def _trace(forward: Any, state: dict, tensors: list, symbolic: bool) -> tuple[Any, _Sizes | None]:
+    """(fx graph, its sizes): symbolic in the tensors' sizes, parameters static; concrete when `symbolic` is off."""
     from torch.fx.experimental.proxy_tensor import make_fx
+
+    if not symbolic:
+        return make_fx(forward)(state, tensors).graph, None
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    env = ShapeEnv(duck_shape=False)  # equal sizes stay separate symbols unless the forward equates them
+    mode = FakeTensorMode(shape_env=env)
+    params = {k: mode.from_tensor(v, static_shapes=True) for k, v in state.items()}
+    fakes = [mode.from_tensor(t, source=ConstantSource(f"input{i}"), symbolic_context=StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC] * t.dim())) for i, t in enumerate(tensors)]
+    graph = make_fx(forward, tracing_mode="symbolic")(params, fakes).graph
+    return graph, fakes
+
+
+RECURRENT = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+"""torch's recurrent layers (`torch._VF.<mode>`): traced whole, as `fleetforge.rnn`, not unrolled over time steps."""
+
+
+def _rnn_op() -> Any:
+    """`fleetforge::rnn(mode, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)`:
+    a recurrent layer as one op of the trace (its fake kernel gives the output sizes), so the sequence length
+    stays a size the candidate reads at run time."""
+    import torch
+
+    if hasattr(torch.ops.fleetforge, "rnn"):
+        return torch.ops.fleetforge.rnn
+
+    @torch.library.custom_op("fleetforge::rnn", mutates_args=(), schema=(
+        "(str mode, Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, "
+        "bool train, bool bidirectional, bool batch_first) -> Tensor[]"))
+    def rnn(mode, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):  # noqa: ANN001
+        hx_arg = hx if mode == "lstm" else hx[0]
+        out = getattr(torch._VF, mode)(input, hx_arg, params, has_biases, num_layers, dropout, train, bidirectional,
+                                       batch_first)
+        return [t.clone() for t in out]
+
+    @rnn.register_fake
+    def _(mode, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+        seq, batch = (input.shape[1], input.shape[0]) if batch_first else (input.shape[0], input.shape[1])
+        hidden = hx[0].shape[2]
+        width = hidden * (2 if bidirectional else 1)
+        out = input.new_empty((batch, seq, width) if batch_first else (seq, batch, width))
+        return [out] + [h.new_empty(h.shape) for h in hx]
+
+    return torch.ops.fleetforge.rnn
+
+
+def _recurrent_layers_whole() -> Any:
+    """A torch function mode that routes torch._VF's recurrent layers to `fleetforge.rnn` while tracing."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    op = _rnn_op()
+    vf = {getattr(torch._VF, m): m for m in RECURRENT}
+
+    class Whole(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+            mode = vf.get(func)
+            if mode is None or kwargs or len(args) != 9 or not isinstance(args[1], (list, tuple, torch.Tensor)) \
+                    or not isinstance(args[2], (list, tuple)):
+                return func(*args, **(kwargs or {}))
+            hx = list(args[1]) if isinstance(args[1], (list, tuple)) else [args[1]]
+            out = op(mode, args[0], hx, list(args[2]), *args[3:])
+            return out[0], *out[1:]
+
+    return Whole()
+
+
+def probe(task_path: str, seed: int, symbolic: bool = True) -> dict:
+    """The ReferenceAnalysis as JSON; `symbolic`: try the symbolic trace first (the held-out size sets, which only
+    need the sizes, are traced concretely)."""
+    import torch
 
     from activities.kernels._child import _load
     from activities.kernels.task_source import numeric_constants
@@ -95,17 +246,44 @@ def probe(task_path: str, seed: int) -> dict:
         args = list(traced_args)
         for i, t in zip(tensor_at, tensors):
             args[i] = t
-        return torch.func.functional_call(model, params, tuple(args))
+        with _recurrent_layers_whole():
+            return torch.func.functional_call(model, params, tuple(args))
 
+    tensors = [inputs[i] for i in tensor_at]
+    if symbolic and tensors:
+        try:
+            with torch.no_grad():
+                graph, fakes = _trace(forward, state, tensors, symbolic=True)
+            return _record(result, graph, names=list(state), tensor_at=tensor_at, sentinels=sentinels,
+                           sizes=_sizes_of(graph, fakes, tensor_at))
+        except Exception:  # noqa: BLE001 - what the symbolic trace cannot take, the concrete one may
+            pass
     try:
         with torch.no_grad():
-            graph = make_fx(forward)(state, [inputs[i] for i in tensor_at]).graph
+            graph, _ = _trace(forward, state, tensors, symbolic=False)
     except Exception as e:  # noqa: BLE001 - any failure to trace is reported, the job goes on without a template
         result["trace_error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
         return result
+    return _record(result, graph, names=list(state), tensor_at=tensor_at, sentinels=sentinels, sizes=None)
+
+
+def _sizes_of(graph: Any, fakes: list, tensor_at: list[int]) -> _Sizes:
+    """The symbols the trace left free, each with the input size it stands for."""
+    env = fakes[0].fake_mode.shape_env
+    symbols: dict[str, dict] = {}
+    for k, t in enumerate(fakes):
+        for d, s in enumerate(t.shape):
+            e = env.replace(s.node.expr) if hasattr(s, "node") else None
+            if e is not None and getattr(e, "is_Symbol", False) and str(e.name) not in symbols:
+                symbols[str(e.name)] = {"input": tensor_at[k], "dim": d}
+    return _Sizes(env, symbols)
+
+
+def _record(result: dict, graph: Any, *, names: list[str], tensor_at: list[int], sentinels: dict[float, int],
+            sizes: _Sizes | None) -> dict:
+    """The traced graph written into `result`: calls with JSON arguments, outputs, the size symbols."""
     refs: dict = {}
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    names = list(state)
     for k, node in enumerate(placeholders):
         refs[node] = {"ref": "param", "index": k, "name": names[k]} if k < len(names) \
             else {"ref": "input", "index": tensor_at[k - len(names)]}
@@ -113,17 +291,21 @@ def probe(task_path: str, seed: int) -> dict:
     for node in graph.nodes:
         if node.op == "call_function":
             op = "getitem" if node.target is operator.getitem else str(node.target)
-            calls.append({"op": op, "args": _json(list(node.args), refs, sentinels),
-                          "kwargs": {k: _json(v, refs, sentinels) for k, v in node.kwargs.items()},
-                          "out": _outs(node)})
+            if sizes is not None and (op.startswith(SKIPPED) or _sizes_only(node)):
+                continue  # size arithmetic, inlined where it is used, and guards
+            calls.append({"op": op, "args": _json(list(node.args), refs, sentinels, sizes),
+                          "kwargs": {k: _json(v, refs, sentinels, sizes) for k, v in node.kwargs.items()},
+                          "out": _outs(node, sizes)})
             refs[node] = {"ref": "node", "index": len(calls) - 1}
         elif node.op == "get_attr":
-            calls.append({"op": f"get_attr {node.target}", "out": _outs(node)})
+            calls.append({"op": f"get_attr {node.target}", "out": _outs(node, sizes)})
             refs[node] = {"ref": "node", "index": len(calls) - 1}
         elif node.op == "output":
             out = node.args[0]
-            result["outputs"] = _json(list(out) if isinstance(out, (list, tuple)) else [out], refs, sentinels)
+            result["outputs"] = _json(list(out) if isinstance(out, (list, tuple)) else [out], refs, sentinels, sizes)
     result["calls"] = calls
+    if sizes is not None:
+        result["symbols"] = sizes.symbols
     return result
 
 
@@ -141,7 +323,7 @@ def held_out_sizes(task_path: str, analysis: Any, seed: int) -> dict:
         held = path.with_name("held_out_task.py")
         held.write_text(apply_overrides(source, overrides, path.name), encoding="utf-8")
         try:
-            return ReferenceAnalysis.model_validate(probe(str(held), seed))
+            return ReferenceAnalysis.model_validate(probe(str(held), seed, symbolic=False))
         except Exception as e:  # noqa: BLE001 - a size set the task cannot take is one not to use
             return ReferenceAnalysis(trace_error=f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
 

@@ -154,7 +154,7 @@ class KernelActivities:
         source = llm_agents.source_from(text, fmt)
         if isinstance(source, Rejected):
             return CodeResult(parsed_ok=False, reason=source.reason, rejection=Rejection.UNUSABLE, call=call)
-        static = await asyncio.to_thread(static_check, source)
+        static = await asyncio.to_thread(static_check, source, req.task.task_desc)
         if not static.ok:
             return CodeResult(parsed_ok=False, reason="static check: " + "; ".join(static.reasons),
                               rejection=Rejection.STATIC, call=call)

@@ -29,12 +29,15 @@ PATCH_GUARDED_ROOTS = frozenset({"torch", "builtins", "__builtins__", "triton", 
 """Modules whose attributes a candidate may not assign (e.g. `torch.allclose = ...`)."""
 
 
-def static_check(source: str) -> StaticReport:
+def static_check(source: str, task_source: str = "") -> StaticReport:
+    """`task_source`: the task the candidate is for; the modules it imports may be imported by the candidate too
+    (a whole-model candidate carries the task's model code: a helper from einops, a transformers layer). The task
+    runs them already, in the same sandbox."""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
         return StaticReport(ok=False, reasons=[f"syntax error at line {e.lineno}: {e.msg}"])
-    reasons = _forbidden(tree)
+    reasons = _forbidden(tree, task_imports(task_source))
     reasons += _structure(tree)
     return StaticReport(ok=not reasons, reasons=reasons)
 
@@ -53,19 +56,34 @@ def _dotted(node: ast.AST) -> str:
     return "<expr>"
 
 
-def _forbidden(tree: ast.Module) -> list[str]:
+def task_imports(task_source: str) -> frozenset[str]:
+    """The top-level modules a task file imports (none when it does not parse)."""
+    try:
+        tree = ast.parse(task_source)
+    except SyntaxError:
+        return frozenset()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return frozenset(found)
+
+
+def _forbidden(tree: ast.Module, allowed: frozenset[str] = frozenset()) -> list[str]:
     reasons: list[str] = []
     for node in ast.walk(tree):
         line = getattr(node, "lineno", "?")
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if problem := _import_problem(alias.name):
+                if problem := _import_problem(alias.name, allowed):
                     reasons.append(f"line {line}: {problem}")
         elif isinstance(node, ast.ImportFrom):
             module = "." * node.level + (node.module or "")
             names = [f"{module}.{a.name}" for a in node.names] if module == "torch" or module.startswith("torch.") else []
             for name in [module, *names]:
-                if problem := _import_problem(name):
+                if problem := _import_problem(name, allowed):
                     reasons.append(f"line {line}: {problem}")
                     break
         elif isinstance(node, ast.Call):
@@ -86,8 +104,8 @@ def _forbidden(tree: ast.Module) -> list[str]:
     return reasons
 
 
-def _import_problem(name: str) -> str:
-    if name.split(".")[0] not in ALLOWED_IMPORTS:
+def _import_problem(name: str, allowed: frozenset[str] = frozenset()) -> str:
+    if name.split(".")[0] not in ALLOWED_IMPORTS | allowed:
         return (f"import '{name}' is not allowed: a kernel candidate may import only "
                 f"{', '.join(sorted(ALLOWED_IMPORTS - {'__future__'}))}")
     if any(name == m or name.startswith(m + ".") for m in FORBIDDEN_SUBMODULES):

@@ -23,6 +23,9 @@ ALLOCATION = frozenset({
 })
 """Output and scratch buffers (and their initial fill, e.g. an accumulator's zeros): a kernel needs memory
 to write into, and a constant fill computes nothing from the inputs."""
+RANDOM = frozenset({"randn", "rand", "randn_like", "rand_like", "normal_", "uniform_"})
+"""Random draws where the reference draws them (an LSTM's random initial state in forward): the same numbers
+come from the same generator only if the candidate draws at the same point; they read no input values."""
 VIEWS = frozenset({
     "view", "_unsafe_view", "_reshape_alias", "reshape", "view_as", "alias", "detach", "t", "transpose",
     "permute", "expand", "expand_as", "unsqueeze", "squeeze", "flatten", "unflatten", "slice", "select",
@@ -33,7 +36,7 @@ is a kernel's strides)."""
 CASTS_AND_COPIES = frozenset({"_to_copy", "clone", "contiguous", "copy_", "_local_scalar_dense"})
 """dtype casts (fp32 accumulation returned as fp16), contiguity (`.contiguous()` is a clone), copies into
 outputs, and reading one value (`.item()` for a launch argument): they move values, they do not compute."""
-ALLOWED = ALLOCATION | VIEWS | CASTS_AND_COPIES
+ALLOWED = ALLOCATION | RANDOM | VIEWS | CASTS_AND_COPIES
 
 MAX_REPORTED = 10
 

@@ -79,7 +79,7 @@ def verify(
     limit = time_limit or TimeLimit.fixed(timeout_s)
     ceiling = limit.ceiling_s
     t0 = time.monotonic()
-    static = static_check(candidate_source)
+    static = static_check(candidate_source, task_source)
     durations = {"static": round(time.monotonic() - t0, 4)}
     if not static.ok:
         return VerifierReport(passed=False, reason="static check: " + "; ".join(static.reasons), static=static,

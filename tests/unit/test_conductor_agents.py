@@ -166,6 +166,6 @@ async def test_no_template_is_a_typed_refusal_naming_the_aten_ops(tmp_path):
     kernels = KernelActivities(FileStore(tmp_path / "artifacts"), Settings(state_dir=tmp_path, llm="offline"))
     design = await kernels.design(DesignRequest(task=TASK, reference=stored(kernels, analyse(sort, tmp_path))))
     assert not design.parsed_ok and design.rejection is Rejection.NO_TEMPLATE
-    assert design.reason.startswith("no offline template: no lowering for sort; templates: no template for sort")
+    assert design.reason.startswith("no offline template: no lowering for sort (aten ops: ")
     assert design.reason.endswith("(aten ops: aten.sort.default); configure an LLM (FLEETFORGE_LLM_BASE_URL) to write "
                                   "this kernel")

@@ -164,3 +164,12 @@ def test_forbidden_call_inside_forward_is_found_too():
 def test_ordinary_attribute_and_subscript_assignments_are_allowed():
     src = GOOD.replace("        return y\n", "        self.cache = y\n        y[0] = 1.0\n        return y\n")
     assert static_check(src).ok
+
+
+def test_a_module_the_task_imports_may_be_imported_by_its_candidate():
+    """A whole-model candidate carries the task's model code, imports included (einops, transformers)."""
+    candidate = f"from einops import rearrange\n{GOOD}"
+    task = "import torch\nfrom einops import rearrange\nclass Model: pass\n"
+    assert static_check(candidate, task).ok
+    assert "import 'einops' is not allowed" in static_check(candidate).reasons[0]
+    assert not static_check(f"import torch.hub\n{GOOD}", "import torch.hub\n").ok, "forbidden submodules stay forbidden"

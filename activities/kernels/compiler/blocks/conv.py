@@ -1,0 +1,94 @@
+"""The convolution block: 1-3D convolution (or transposed convolution) as an implicit GEMM; sizes from the input
+and weight at run time."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from activities.kernels.compiler.blocks.common import decompose, jit
+from activities.kernels.compiler.registry import emits
+
+if TYPE_CHECKING:
+    from activities.kernels.compiler.forward import Forward
+
+
+def conv_kernel(d: int, transposed: bool) -> tuple[str, str]:
+    """(name, source): a d-dim convolution (or transposed convolution) as an implicit GEMM: rows are
+    (batch, output position), columns the output channels of one group (grid axis 2), K runs over
+    (input channel of the group, kernel offset)."""
+    sp = range(d)
+    args = ["x_ptr", "w_ptr", "b_ptr", "out_ptr", "M", "KTOT", "CI_G", "CO_G"]
+    args += [f"I{j}" for j in sp] + [f"O{j}" for j in sp] + [f"K{j}" for j in sp] + [f"S{j}" for j in sp]
+    args += [f"P{j}" for j in sp] + [f"D{j}" for j in sp] + ["xs0", "xs1"] + [f"xs{j + 2}" for j in sp]
+    args += ["ws0", "ws1"] + [f"ws{j + 2}" for j in sp] + ["os0", "os1"] + [f"os{j + 2}" for j in sp]
+    lines = ["    rm = tl.program_id(0) * BM + tl.arange(0, BM)", "    rn = tl.program_id(1) * BN + tl.arange(0, BN)",
+             "    g = tl.program_id(2)", "    mmask = rm < M", "    nmask = rn < CO_G"]
+    lines += decompose("rm", ["0"] + [f"O{j}" for j in sp], ["nb"] + [f"o{j}" for j in sp], "    ")
+    lines += ["    acc = tl.zeros((BM, BN), dtype=tl.float32)", "    for k0 in range(0, KTOT, BK):",
+              "        rk = k0 + tl.arange(0, BK)", "        kmask = rk < KTOT"]
+    lines += decompose("rk", ["0"] + [f"K{j}" for j in sp], ["ci"] + [f"q{j}" for j in sp], "        ")
+    lines.append("        ok = mmask[:, None] & kmask[None, :]")
+    for j in sp:
+        if transposed:
+            lines += [f"        t{j} = o{j}[:, None] + P{j} - q{j}[None, :] * D{j}",
+                      f"        u{j} = tl.where(t{j} >= 0, t{j}, 0)",
+                      f"        i{j} = u{j} // S{j}",
+                      f"        ok = ok & (t{j} >= 0) & (u{j} % S{j} == 0) & (i{j} < I{j})"]
+        else:
+            lines += [f"        i{j} = o{j}[:, None] * S{j} - P{j} + q{j}[None, :] * D{j}",
+                      f"        ok = ok & (i{j} >= 0) & (i{j} < I{j})"]
+    xoff = " + ".join(["nb[:, None] * xs0", "(g * CI_G + ci)[None, :] * xs1"] + [f"i{j} * xs{j + 2}" for j in sp])
+    lines.append(f"        a = tl.load(x_ptr + {xoff}, mask=ok, other=0.0)")
+    if transposed:
+        woff = " + ".join(["(g * CI_G + ci)[:, None] * ws0", "rn[None, :] * ws1"] + [f"q{j}[:, None] * ws{j + 2}" for j in sp])
+    else:
+        woff = " + ".join(["(g * CO_G + rn)[None, :] * ws0", "ci[:, None] * ws1"] + [f"q{j}[:, None] * ws{j + 2}" for j in sp])
+    lines += [f"        b = tl.load(w_ptr + {woff}, mask=kmask[:, None] & nmask[None, :], other=0.0)",
+              '        acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")',
+              "    if HAS_BIAS:",
+              "        acc += tl.load(b_ptr + g * CO_G + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]"]
+    ooff = " + ".join(["nb[:, None] * os0", "(g * CO_G + rn)[None, :] * os1"] + [f"o{j}[:, None] * os{j + 2}" for j in sp])
+    lines.append(f"    tl.store(out_ptr + {ooff}, acc, mask=mmask[:, None] & nmask[None, :])")
+    src = ("def KERNEL(" + ", ".join(args) + ", HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, "
+           "BK: tl.constexpr):\n" + "\n".join(lines) + "\n")
+    name = f"conv{d}d_{'transposed_' if transposed else ''}kernel"
+    return jit(name, src)
+
+
+LAUNCHER = '''
+
+def _conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups, BM=None, BN=None, BK=None):
+    """(out, grid, args, meta) of the implicit-GEMM convolution; output sizes from the input and weight."""
+    d = x.dim() - 2
+    NB, CI = x.shape[0], x.shape[1]
+    I, K = list(x.shape[2:]), list(w.shape[2:])
+    if transposed:
+        CO_G = w.shape[1]
+        O = [(I[j] - 1) * stride[j] - 2 * padding[j] + dilation[j] * (K[j] - 1) + output_padding[j] + 1 for j in range(d)]
+    else:
+        groups = CI // w.shape[1]
+        CO_G = w.shape[0] // groups
+        O = [(I[j] + 2 * padding[j] - dilation[j] * (K[j] - 1) - 1) // stride[j] + 1 for j in range(d)]
+    out = torch.empty((NB, CO_G * groups, *O), dtype=x.dtype, device=x.device)
+    M = NB * math.prod(O)
+    KTOT = (CI // groups) * math.prod(K)
+    cpu = x.device.type == "cpu"  # the Triton interpreter: fewer, larger tiles run faster
+    BM = BM or (max(16, min(512, triton.next_power_of_2(M))) if cpu else 64)
+    BN = BN or max(16, min(64, triton.next_power_of_2(CO_G)))
+    BK = BK or max(16, min(128 if cpu else 32, triton.next_power_of_2(KTOT)))
+    return out, (triton.cdiv(M, BM), triton.cdiv(CO_G, BN), groups), (
+        x, w, b if b is not None else w, out, M, KTOT, CI // groups, CO_G, *I, *O, *K, *stride, *padding, *dilation,
+        *x.stride(), *w.stride(), *out.stride()), {"HAS_BIAS": b is not None, "BM": BM, "BN": BN, "BK": BK}
+'''
+
+
+@emits("conv")
+def conv(fw: "Forward", v: int) -> str:
+    n = fw.nodes[v]
+    t = [fw.tensor(x) for x in n.args]
+    name = fw.kernel(conv_kernel(len(n.shape) - 2, n.attrs["transposed"]))
+    fw.launcher("_conv", LAUNCHER)
+    bias = t[2] if len(t) > 2 else "None"
+    at = n.attrs
+    return fw.launch(v, name, f"_conv({t[0]}, {t[1]}, {bias}, {at['stride']}, {at['padding']}, "
+                              f"{at['dilation']}, {at['transposed']}, {at['output_padding']}, {at['groups']})")

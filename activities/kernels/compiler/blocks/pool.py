@@ -1,0 +1,83 @@
+"""The pooling block: 1-3D max or average pooling (dilation, ceil mode, count_include_pad, divisor override),
+one output element per lane, the window walked with run-time loops."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from activities.kernels.compiler.blocks.common import decompose, jit
+from activities.kernels.compiler.registry import emits
+
+if TYPE_CHECKING:
+    from activities.kernels.compiler.forward import Forward
+
+
+def pool_kernel(d: int, kind: str) -> tuple[str, str]:
+    """(name, source): d-dim max or average pooling over (rows, spatial...) input, one output element
+    per lane; the window is walked with runtime loops."""
+    sp = range(d)
+    args = ["x_ptr", "out_ptr", "total", "xs0"] + [f"xs{j + 1}" for j in sp] + [f"I{j}" for j in sp]
+    args += [f"O{j}" for j in sp] + [f"K{j}" for j in sp] + [f"S{j}" for j in sp] + [f"P{j}" for j in sp]
+    args += [f"D{j}" for j in sp] + ["divisor"]
+    lines = ["    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = offs < total"]
+    lines += decompose("offs", ["0"] + [f"O{j}" for j in sp], ["row"] + [f"o{j}" for j in sp], "    ")
+    fill = '-float("inf")' if kind == "max" else "0.0"
+    lines.append(f"    acc = tl.full([BLOCK], {fill}, dtype=tl.float32)")
+    indent = "    "
+    for j in sp:
+        lines.append(f"{indent}for q{j} in range(0, K{j}):")
+        indent += "    "
+    cond = " & ".join(["mask"] + [f"(i{j} >= 0) & (i{j} < I{j})" for j in sp])
+    lines += [f"{indent}i{j} = o{j} * S{j} - P{j} + q{j} * D{j}" for j in sp]
+    lines += [f"{indent}ok = {cond}",
+              f"{indent}v = tl.load(x_ptr + row * xs0 + {' + '.join(f'i{j} * xs{j + 1}' for j in sp)}, mask=ok, "
+              f"other={fill}).to(tl.float32)"]
+    lines.append(f"{indent}acc = tl.maximum(acc, v)" if kind == "max" else f"{indent}acc += v")
+    if kind == "avg":
+        lines.append("    inc = tl.full([BLOCK], 1.0, dtype=tl.float32)")
+        lines.append("    exc = tl.full([BLOCK], 1.0, dtype=tl.float32)")
+        for j in sp:
+            lines += [f"    st{j} = o{j} * S{j} - P{j}", f"    en{j} = tl.minimum(st{j} + K{j}, I{j} + P{j})",
+                      f"    inc = inc * (en{j} - st{j})",
+                      f"    exc = exc * (tl.minimum(en{j}, I{j}) - tl.maximum(st{j}, 0))"]
+        lines.append("    div = tl.where(divisor > 0, divisor, tl.where(COUNT_PAD, inc, exc))")
+        lines.append("    acc = acc / div")
+    lines.append("    tl.store(out_ptr + offs, acc, mask=mask)")
+    src = ("def KERNEL(" + ", ".join(args) + ", COUNT_PAD: tl.constexpr, BLOCK: tl.constexpr):\n"
+           + "\n".join(lines) + "\n")
+    name = f"{kind}_pool{d}d_kernel"
+    return jit(name, src)
+
+
+LAUNCHER = '''
+
+def _pool(x, kernel_size, stride, padding, dilation, ceil_mode, count_include_pad=True, divisor=0, BLOCK=None):
+    """(out, grid, args, meta) of pooling over the last len(kernel_size) dims."""
+    d = len(kernel_size)
+    lead, I = list(x.shape[:-d]), list(x.shape[-d:])
+    O = []
+    for j in range(d):
+        span = I[j] + 2 * padding[j] - dilation[j] * (kernel_size[j] - 1) - 1
+        o = (span + (stride[j] - 1 if ceil_mode else 0)) // stride[j] + 1
+        if ceil_mode and (o - 1) * stride[j] >= I[j] + padding[j]:
+            o -= 1
+        O.append(o)
+    rows = x.reshape(-1, *I)
+    out = torch.empty((rows.shape[0], *O), dtype=x.dtype, device=x.device)
+    total = out.numel()
+    block = BLOCK or (4096 if x.device.type == "cpu" else 256)
+    return out.reshape(*lead, *O), (triton.cdiv(total, block),), (
+        rows, out, total, *rows.stride(), *I, *O, *kernel_size, *stride, *padding, *dilation, float(divisor or 0)), \
+        {"COUNT_PAD": bool(count_include_pad), "BLOCK": block}
+'''
+
+
+@emits("pool")
+def pool(fw: "Forward", v: int) -> str:
+    n = fw.nodes[v]
+    at = n.attrs
+    name = fw.kernel(pool_kernel(len(at["kernel"]), at["kind"]))
+    fw.launcher("_pool", LAUNCHER)
+    extra = f", {at['count_include_pad']}, {at['divisor']}" if at["kind"] == "avg" else ""
+    return fw.launch(v, name, f"_pool({fw.tensor(n.args[0])}, {at['kernel']}, {at['stride']}, "
+                              f"{at['padding']}, {at['dilation']}, {at['ceil_mode']}{extra})")

@@ -1,0 +1,130 @@
+"""The recurrent block: LSTM / GRU / tanh-RNN / relu-RNN layers, stacked and bidirectional, as torch computes
+them. Per layer and direction, one batched matmul projects every time step's input at once; then, step by step
+(a loop over the run-time sequence length), a matmul projects the hidden state and one fused cell kernel adds the
+biases, applies the gates and writes the new state and that step's output slice."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from activities.kernels.compiler.blocks import matmul
+from activities.kernels.compiler.registry import emits
+
+if TYPE_CHECKING:
+    from activities.kernels.compiler.forward import Forward
+
+KERNEL = '''@triton.jit
+def rnn_cell_kernel(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, h_ptr, c_ptr, h_out_ptr, c_out_ptr, out_ptr, out_sb, out_sh,
+                    B, H, MODE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    # one time step for B x H hidden units: xg (B, G*H) the input projection, hg (B, G*H) the hidden one;
+    # MODE 0 LSTM (gates i, f, g, o), 1 GRU (r, z, n), 2 tanh RNN, 3 relu RNN
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < B * H
+    b = offs // H
+    j = offs % H
+    row = b * (G * H) + j
+    x0 = tl.load(xg_ptr + row, mask=mask, other=0.0).to(tl.float32)
+    h0 = tl.load(hg_ptr + row, mask=mask, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        x0 += tl.load(bih_ptr + j, mask=mask, other=0.0).to(tl.float32)
+        h0 += tl.load(bhh_ptr + j, mask=mask, other=0.0).to(tl.float32)
+    h_prev = tl.load(h_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if MODE == 0:
+        x1 = tl.load(xg_ptr + row + H, mask=mask, other=0.0).to(tl.float32)
+        h1 = tl.load(hg_ptr + row + H, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(xg_ptr + row + 2 * H, mask=mask, other=0.0).to(tl.float32)
+        h2 = tl.load(hg_ptr + row + 2 * H, mask=mask, other=0.0).to(tl.float32)
+        x3 = tl.load(xg_ptr + row + 3 * H, mask=mask, other=0.0).to(tl.float32)
+        h3 = tl.load(hg_ptr + row + 3 * H, mask=mask, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            x1 += tl.load(bih_ptr + H + j, mask=mask, other=0.0).to(tl.float32)
+            h1 += tl.load(bhh_ptr + H + j, mask=mask, other=0.0).to(tl.float32)
+            x2 += tl.load(bih_ptr + 2 * H + j, mask=mask, other=0.0).to(tl.float32)
+            h2 += tl.load(bhh_ptr + 2 * H + j, mask=mask, other=0.0).to(tl.float32)
+            x3 += tl.load(bih_ptr + 3 * H + j, mask=mask, other=0.0).to(tl.float32)
+            h3 += tl.load(bhh_ptr + 3 * H + j, mask=mask, other=0.0).to(tl.float32)
+        i = tl.sigmoid(x0 + h0)
+        f = tl.sigmoid(x1 + h1)
+        g = _tanh(x2 + h2)
+        o = tl.sigmoid(x3 + h3)
+        c = f * tl.load(c_ptr + offs, mask=mask, other=0.0).to(tl.float32) + i * g
+        h = o * _tanh(c)
+        tl.store(c_out_ptr + offs, c, mask=mask)
+    elif MODE == 1:
+        x1 = tl.load(xg_ptr + row + H, mask=mask, other=0.0).to(tl.float32)
+        h1 = tl.load(hg_ptr + row + H, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(xg_ptr + row + 2 * H, mask=mask, other=0.0).to(tl.float32)
+        h2 = tl.load(hg_ptr + row + 2 * H, mask=mask, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            x1 += tl.load(bih_ptr + H + j, mask=mask, other=0.0).to(tl.float32)
+            h1 += tl.load(bhh_ptr + H + j, mask=mask, other=0.0).to(tl.float32)
+            x2 += tl.load(bih_ptr + 2 * H + j, mask=mask, other=0.0).to(tl.float32)
+            h2 += tl.load(bhh_ptr + 2 * H + j, mask=mask, other=0.0).to(tl.float32)
+        r = tl.sigmoid(x0 + h0)
+        z = tl.sigmoid(x1 + h1)
+        n = _tanh(x2 + r * h2)
+        h = (1.0 - z) * n + z * h_prev
+    elif MODE == 2:
+        h = _tanh(x0 + h0)
+    else:
+        h = tl.maximum(x0 + h0, 0.0)
+    tl.store(h_out_ptr + offs, h, mask=mask)
+    tl.store(out_ptr + b * out_sb + j * out_sh, h, mask=mask)
+'''
+
+LAUNCHER = '''
+
+def _recurrent(mode, x, states, weights, layers, bidirectional, batch_first, has_biases):
+    """(output, h_n[, c_n]) of a stacked (bi)directional recurrent layer: per layer and direction one batched
+    matmul projects all time steps, then per time step a matmul of the hidden state and the fused cell kernel."""
+    code = ("lstm", "gru", "rnn_tanh", "rnn_relu").index(mode)
+    gates = (4, 3, 1, 1)[code]
+    seq = x.transpose(0, 1) if batch_first else x
+    T, B = seq.shape[0], seq.shape[1]
+    H = states[0].shape[2]
+    D = 2 if bidirectional else 1
+    per = 4 if has_biases else 2
+    hn = torch.empty(states[0].shape, dtype=x.dtype, device=x.device)
+    cn = torch.empty(states[0].shape, dtype=x.dtype, device=x.device) if code == 0 else None
+    block = 1024
+    for layer in range(layers):
+        out = torch.empty((T, B, D * H), dtype=x.dtype, device=x.device)
+        for d in range(D):
+            w = weights[(layer * D + d) * per:(layer * D + d + 1) * per]
+            w_ih, w_hh = w[0], w[1]
+            b_ih, b_hh = (w[2], w[3]) if has_biases else (w_ih, w_hh)
+            xg, grid, args, meta = _matmul(seq, w_ih.t().expand(T, -1, -1))
+            matmul_kernel[grid](*args, **meta)
+            k = layer * D + d
+            h, c = states[0][k], states[1][k] if code == 0 else states[0][k]
+            for step in range(T):
+                t = T - 1 - step if d == 1 else step
+                hg, grid, args, meta = _matmul(h, w_hh.t())
+                matmul_kernel[grid](*args, **meta)
+                h_new = hn[k] if step == T - 1 else torch.empty((B, H), dtype=x.dtype, device=x.device)
+                c_new = (cn[k] if step == T - 1 else torch.empty((B, H), dtype=x.dtype, device=x.device)) \\
+                    if code == 0 else h_new
+                o = out[t, :, d * H:(d + 1) * H]
+                rnn_cell_kernel[(triton.cdiv(B * H, block),)](
+                    xg[t], hg, b_ih, b_hh, h, c, h_new, c_new, o, o.stride(0), o.stride(1), B, H,
+                    MODE=code, G=gates, HAS_BIAS=has_biases, BLOCK=block)
+                h, c = h_new, c_new
+        seq = out
+    output = seq.transpose(0, 1) if batch_first else seq
+    return (output, hn, cn) if code == 0 else (output, hn)
+'''
+
+
+@emits("recurrent")
+def recurrent(fw: "Forward", v: int) -> str:
+    n = fw.nodes[v]
+    at = n.attrs
+    args = [fw.tensor(a) for a in n.args]
+    x, states, weights = args[0], args[1:1 + at["states"]], args[1 + at["states"]:]
+    fw.kernel(("matmul_kernel", matmul.KERNEL))
+    fw.kernel(("rnn_cell_kernel", KERNEL))
+    fw.launcher("_matmul", matmul.LAUNCHER)
+    fw.launcher("_recurrent", LAUNCHER)
+    fw.launches += 1
+    return fw.emit(v, f"_recurrent({at['mode']!r}, {x}, [{', '.join(states)}], [{', '.join(weights)}], {at['layers']}, "
+                      f"{at['bidirectional']}, {at['batch_first']}, {at['has_biases']})")

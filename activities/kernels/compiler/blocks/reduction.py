@@ -1,0 +1,109 @@
+"""The reduction block: sum / mean / amax / amin / argmax / argmin / logsumexp over any set of dims, rows (the
+kept dims) by columns (the reduced ones), both strided; the pointwise chain producing its input is fused in front
+(so `mean(x * x)` is one kernel)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from activities.kernels.compiler.blocks.common import decompose, jit, kernel_name, offset
+from activities.kernels.compiler.blocks.pointwise import Fused
+from activities.kernels.compiler.registry import emits
+
+if TYPE_CHECKING:
+    from activities.kernels.compiler.forward import Forward
+
+REDUCE_OPS = ("sum", "mean", "amax", "amin", "argmax", "argmin", "logsumexp")
+
+
+def reduce_kernel(op: str, kept: int, reduced: int, leaves: int, scalars: int, body: list[str],
+                  value: str) -> tuple[str, str]:
+    """(name, source): out[row] = op over the reduced dims of value(leaves) (rows = the kept dims, in
+    order); `mean` divides by (C - correction)."""
+    assert op in REDUCE_OPS
+    ks, rs = [f"k{j}" for j in range(kept)], [f"r{j}" for j in range(reduced)]
+    args = ["out_ptr"] + [f"l{k}_ptr" for k in range(leaves)] + [f"s{k}" for k in range(scalars)]
+    args += ["R", "C", "correction"] + [f"{s}_n" for s in ks + rs]
+    args += [f"l{k}_{s}" for k in range(leaves) for s in ks + rs]
+    lines = ["    rows = tl.program_id(0) * BR + tl.arange(0, BR)", "    rmask = rows < R"]
+    lines += decompose("rows", [f"{s}_n" for s in ks], ks, "    ")
+    for k in range(leaves):
+        lines.append(f"    base{k} = {offset(ks, [f'l{k}_{s}' for s in ks], 'rows')}")
+    init = {"sum": "0.0", "mean": "0.0", "amax": '-float("inf")', "argmax": '-float("inf")',
+            "amin": 'float("inf")', "argmin": 'float("inf")', "logsumexp": '-float("inf")'}[op]
+
+    def loop(combine: list[str]) -> list[str]:
+        out = ["    for c0 in range(0, C, BC):", "        cols = c0 + tl.arange(0, BC)", "        cmask = cols < C",
+               "        m2 = rmask[:, None] & cmask[None, :]"]
+        out += decompose("cols", [f"{s}_n" for s in rs], rs, "        ")
+        for k in range(leaves):
+            off = offset(rs, [f"l{k}_{s}" for s in rs], "cols")
+            out.append(f"        x{k} = tl.load(l{k}_ptr + base{k}[:, None] + ({off})[None, :], mask=m2, "
+                       "other=0.0).to(tl.float32)")
+        out += ["        " + b for b in body] + [f"        v = {value}"]
+        return out + ["        " + c for c in combine]
+
+    fill = init
+    lines.append(f"    acc = tl.full([BR, BC], {init}, dtype=tl.float32)")
+    if op in ("argmax", "argmin"):
+        cmp = ">" if op == "argmax" else "<"
+        lines.append("    best = tl.zeros([BR, BC], dtype=tl.int32)")
+        lines += loop([f"v = tl.where(m2, v, {fill})", f"take = v {cmp} acc", "acc = tl.where(take, v, acc)",
+                       "best = tl.where(take, cols[None, :], best)"])
+        top = "max" if op == "argmax" else "min"
+        lines += [f"    top = tl.{top}(acc, axis=1)",
+                  "    res = tl.min(tl.where(acc == top[:, None], best, 2147483647), axis=1)"]
+    elif op in ("amax", "amin", "logsumexp"):
+        fn = "minimum" if op == "amin" else "maximum"
+        lines += loop([f"acc = tl.{fn}(acc, tl.where(m2, v, {fill}))"])
+        lines.append(f"    res = tl.{fn[:3]}(acc, axis=1)")
+        if op == "logsumexp":
+            lines += ["    mx = tl.where(res == -float(\"inf\"), 0.0, res)",
+                      "    acc = tl.zeros([BR, BC], dtype=tl.float32)"]
+            lines += loop(["acc += tl.where(m2, tl.exp(v - mx[:, None]), 0.0)"])
+            lines.append("    res = mx + tl.log(tl.sum(acc, axis=1))")
+    else:
+        lines += loop(["acc += tl.where(m2, v, 0.0)"])
+        lines.append("    res = tl.sum(acc, axis=1)")
+        if op == "mean":
+            lines.append("    res = res / (C - correction)")
+    lines.append("    tl.store(out_ptr + rows, res, mask=rmask)")
+    src = ("def KERNEL(" + ", ".join(args) + ", BR: tl.constexpr, BC: tl.constexpr):\n" + "\n".join(lines) + "\n")
+    return jit(kernel_name(f"reduce_{op}", src), src)
+
+
+LAUNCHER = '''
+
+def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, BR=None, BC=None):
+    """(out, grid, args, meta) of a reduction: rows are the kept dims, columns the reduced ones (strided)."""
+    shape = tuple(torch.broadcast_shapes(*[t.shape for t in leaves]))
+    r = len(shape)
+    dims = sorted({d % r for d in dims}) if dims else list(range(r))
+    kept = [i for i in range(r) if i not in dims]
+    views = [t.expand(shape) for t in leaves]
+    R = math.prod(shape[i] for i in kept)
+    C = math.prod(shape[i] for i in dims)
+    out = torch.empty(R, dtype=dtype, device=leaves[0].device)
+    BC = BC or min(128 if out.device.type == "cpu" else 64, triton.next_power_of_2(max(C, 1)))
+    BR = BR or max(1, min(256, (8192 if out.device.type == "cpu" else 2048) // BC))
+    strides = [v.stride(i) for v in views for i in kept + dims]
+    result = out.reshape([1 if i in dims else shape[i] for i in range(r)] if keepdim else [shape[i] for i in kept])
+    return result, (max(1, triton.cdiv(R, BR)),), (out, *views, *scalars, R, C, correction,
+                                                   *[shape[i] for i in kept + dims], *strides), {"BR": BR, "BC": BC}
+'''
+
+
+@emits("reduce")
+def reduce(fw: "Forward", v: int) -> str:
+    n = fw.nodes[v]
+    k = Fused(fw)
+    value = k.expr(n.args[0])
+    src = fw.nodes[n.args[0]] if isinstance(n.args[0], int) else None
+    rank = len(src.shape) if src else 0
+    dims = n.attrs["dims"]
+    name = fw.kernel(reduce_kernel(n.attrs["fn"], rank - len(dims), len(dims), len(k.leaves), len(k.scalars),
+                                   k.lines, value))
+    fw.launcher("_reduce", LAUNCHER)
+    corr = n.attrs.get("correction", 0.0)
+    return fw.launch(v, name, f"_reduce([{k.leaf_vars()}], [{k.scalar_args()}], {dims}, {n.attrs['keepdim']}, "
+                              f"{fw.dtype(v)}, {corr})")

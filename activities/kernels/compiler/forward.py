@@ -1,0 +1,98 @@
+"""Writes the candidate's forward from a Graph: walks back from the outputs and asks the building block
+registered for each node's op (`registry.emits`) to write it. Pointwise nodes are not launched one by one: the
+pointwise block fuses them into the kernel of whoever consumes them (a pointwise chain, a reduction's input),
+so `relu(x + b) * s` is one kernel; every other node is one launch of its block's kernel.
+
+A launch is written in plain sight: `t, grid, args, meta = _launcher(...)` (sizes from the run-time tensors)
+then `kernel[grid](*args, **meta)`. Kernels and launchers are collected by name, each written once.
+"""
+
+from __future__ import annotations
+
+import re
+
+from activities.kernels.compiler import blocks  # noqa: F401 - registers every emitter
+from activities.kernels.compiler.graph import TORCH_DTYPES, Graph, Node, Refused
+from activities.kernels.compiler.registry import EMITTERS
+
+
+class Forward:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.nodes = graph.nodes
+        self.kernels: dict[str, str] = {}
+        """name -> @triton.jit source, in first-use order."""
+        self.launchers: dict[str, str] = {}
+        """name -> the Python launcher's source, in first-use order."""
+        self.lines: list[str] = []
+        self.names: dict[int, str] = {}
+        self.launches = 0
+        self.symbols: set[str] = set()
+        """The size symbols the forward's lines use (bound from the inputs' sizes by `prologue`)."""
+
+    def write(self) -> list[str]:
+        """The forward's variables for the graph's outputs (writing everything they need into `lines`)."""
+        return [self.tensor(o) for o in self.graph.outputs]
+
+    def size(self, expr: str) -> str:
+        """A size expression from the trace, as forward code (its symbols are variables bound at the start)."""
+        self.symbols |= set(re.findall(r"[A-Za-z_]\w*", expr)) & set(self.graph.symbols)
+        return expr
+
+    def prologue(self) -> list[str]:
+        """`s0 = inputs[0].shape[0]` for each symbol the forward uses."""
+        return [f"{s} = inputs[{i}].shape[{d}]" for s, (i, d) in sorted(self.graph.symbols.items()) if s in self.symbols]
+
+    def kernel(self, made: tuple[str, str]) -> str:
+        self.kernels.setdefault(made[0], made[1])
+        return made[0]
+
+    def launcher(self, name: str, source: str) -> str:
+        self.launchers.setdefault(name, source)
+        return name
+
+    def emit(self, v: int, code: str) -> str:
+        """`t<v> = code` (a view, an allocation)."""
+        name = f"t{v}"
+        self.lines.append(f"{name} = {code}")
+        self.names[v] = name
+        return name
+
+    def launch(self, v: int, kernel: str, helper: str) -> str:
+        """`t<v>, grid, args, meta = helper` then the launch of `kernel`."""
+        name = f"t{v}"
+        self.lines += [f"{name}, grid, args, meta = {helper}", f"{kernel}[grid](*args, **meta)"]
+        self.names[v] = name
+        self.launches += 1
+        return name
+
+    def dtype(self, v: int) -> str:
+        return TORCH_DTYPES.get(self.nodes[v].dtype, "torch.float32")
+
+    def node(self, v: int) -> Node:
+        return self.nodes[v]
+
+    def tensor(self, v: int) -> str:
+        """The forward variable holding node v, writing what computes it (once)."""
+        if v in self.names:
+            return self.names[v]
+        n = self.nodes[v]
+        if n.op == "input":
+            self.names[v] = f"inputs[{n.attrs['index']}]"
+            return self.names[v]
+        if n.op == "param":
+            return self.emit(v, f"_state(self, {n.attrs['name']!r})")
+        emitter = EMITTERS.get(n.op)
+        if emitter is None:
+            raise Refused(f"cannot emit {n.op}")
+        return emitter.fn(self, v)
+
+
+STATE = '''
+
+def _state(module, name):
+    """A parameter or buffer of the model by its dotted name."""
+    tensors = dict(module.named_parameters())
+    tensors.update(dict(module.named_buffers()))
+    return tensors[name].detach()
+'''

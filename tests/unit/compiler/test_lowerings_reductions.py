@@ -1,0 +1,38 @@
+"""The reductions and their composites (activities/kernels/compiler/lowerings/reductions.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.compiler.cases import Case, run
+
+X = "torch.randn(3, N)"
+CASES: dict[str, Case] = {
+    "sum": Case("x.sum(dim=1)", "torch.randn(3, N, 4)"),
+    "sum:keepdim_all": Case("x.sum(dim=(0, 2), keepdim=True)", "torch.randn(3, N, 4)"),
+    "mean": Case("x.mean(dim=-1)", "torch.randn(3, 4, N)"),
+    "amax": Case("torch.amax(x, dim=0)", "torch.randn(N, 4)"),
+    "amin": Case("torch.amin(x, dim=1)", "torch.randn(N, 4)"),
+    "max": Case("torch.max(x, dim=1)[0]", "torch.randn(3, N)"),
+    "max:all": Case("torch.max(x)", "torch.randn(3, N)"),
+    "min": Case("torch.min(x, dim=1)", "torch.randn(3, N)"),
+    "argmax": Case("torch.argmax(x, dim=1)", "torch.randn(3, N, 4)"),
+    "argmin": Case("torch.argmin(x, dim=1)", "torch.randn(3, N, 4)"),
+    "logsumexp": Case("F.gelu(torch.logsumexp(x, dim=1, keepdim=True))", "torch.randn(N, 7)"),
+    "var": Case("torch.var(x, dim=(0, 2))", "torch.randn(3, N, 5)"),
+    "std": Case("torch.std(x, dim=1, unbiased=False)", X),
+    "var_mean": Case("torch.var_mean(x, dim=1)", X),
+    "linalg_vector_norm": Case("torch.norm(x, dim=1) + torch.linalg.vector_norm(x, 1, dim=0).sum() + torch.linalg.vector_norm(x, float(\"inf\"))", X),
+    "_softmax": Case("torch.softmax(x, dim=0) * x", "torch.randn(N, 4)"),
+    "_log_softmax": Case("F.log_softmax(x, dim=1)", X),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, list[str]]:
+    return run(CASES, tmp_path_factory.mktemp("reductions"))
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_the_lowering_matches_the_reference_at_the_traced_size_and_another(key, runs):
+    assert runs[key] == [], runs[key]
