@@ -31,8 +31,25 @@ class Forward:
         """The size symbols the forward's lines use (bound from the inputs' sizes by `prologue`)."""
 
     def write(self) -> list[str]:
-        """The forward's variables for the graph's outputs (writing everything they need into `lines`)."""
+        """The forward's variables for the graph's outputs (writing everything they need into `lines`). The nodes
+        that are not fused into a consumer are written in graph order (operands first, so a deep model never
+        recurses deeply, and random draws happen in the reference's order)."""
+        for v in self.needed():
+            if self.nodes[v].op not in ("pw", "input"):
+                self.tensor(v)
         return [self.tensor(o) for o in self.graph.outputs]
+
+    def needed(self) -> list[int]:
+        """The nodes the outputs depend on, in graph order."""
+        seen: set[int] = set()
+        todo = list(self.graph.outputs)
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            todo += [a for a in self.nodes[v].args if isinstance(a, int)]
+        return sorted(seen)
 
     def size(self, expr: str) -> str:
         """A size expression from the trace, as forward code (its symbols are variables bound at the start)."""

@@ -19,6 +19,22 @@ from activities.kernels.compiler.registry import lowering_for
 from contracts.kernel_job import AtenCall, ReferenceAnalysis, TensorSpec
 
 
+@dataclass(frozen=True)
+class _Refusal:
+    reason: str
+
+
+def _refs(values: list[Any]) -> list[dict]:
+    """The tensor references in JSON arguments (nested in lists)."""
+    found: list[dict] = []
+    for v in values:
+        if isinstance(v, dict) and "ref" in v:
+            found.append(v)
+        elif isinstance(v, list):
+            found += _refs(v)
+    return found
+
+
 NOT_LOWERED = {
     "native_dropout": "dropout with p > 0 in training mode draws a random mask; in eval mode or with p = 0 it "
                       "traces as nothing",
@@ -79,8 +95,15 @@ class Reader:
         """(call index, op) of the compute ops lowered, for the label."""
 
     def read(self) -> Graph:
+        """Lowers the calls the outputs need in trace order (so a deep model never recurses deeply: every
+        operand is lowered before its user); a call whose lowering refuses refuses the graph only if used."""
         if self.a.trace_error:
             raise Refused(f"the reference could not be traced ({self.a.trace_error})")
+        for i in self.needed():
+            try:
+                self.memo[("node", i)] = self.call(i)
+            except Refused as e:
+                self.memo[("node", i)] = _Refusal(str(e))
         outs = []
         for ref in self.a.outputs:
             v = self.value(ref)
@@ -157,6 +180,8 @@ class Reader:
             return Scalar(index)
         key = (ref, index)
         if key in self.memo:
+            if isinstance(self.memo[key], _Refusal):
+                raise Refused(self.memo[key].reason)
             return self.memo[key]
         if ref == "input":
             spec = self.a.inputs[index].tensor
@@ -170,6 +195,19 @@ class Reader:
             result = self.call(index)
         self.memo[key] = result
         return result
+
+    def needed(self) -> list[int]:
+        """The calls the outputs depend on, in trace order."""
+        seen: set[int] = set()
+        todo = [r["index"] for r in _refs(self.a.outputs) if r.get("ref") == "node"]
+        while todo:
+            i = int(todo.pop())
+            if i in seen:
+                continue
+            seen.add(i)
+            c = self.a.calls[i]
+            todo += [r["index"] for r in _refs([*c.args, *c.kwargs.values()]) if r.get("ref") == "node"]
+        return sorted(seen)
 
     def item(self, index: int, item: int) -> Any:
         results = self.value({"ref": "node", "index": index})
