@@ -224,9 +224,15 @@ def probe(task_path: str, seed: int, symbolic: bool = True) -> dict:
             model = task.Model(*task.get_init_inputs())
             inputs = list(task.get_inputs())
     except Exception as e:  # noqa: BLE001 - e.g. .item() or .cuda() in the task: it may still run for real
-        result["trace_error"] = (f"the task could not be built on the meta device "
-                                 f"({type(e).__name__}: {' '.join(str(e).split())[:300]})")
-        return result
+        meta_error = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        try:  # an .item() in the construction (a Swin block's drop-path rates): built for real, then made meta
+            torch.manual_seed(seed)
+            model = task.Model(*task.get_init_inputs()).to("meta")
+            inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
+        except Exception as e:  # noqa: BLE001 - a .cuda() on a CPU worker, say: the job still runs it for real
+            result["trace_error"] = (f"the task could not be built on the meta device ({meta_error}) nor on the "
+                                     f"CPU ({type(e).__name__}: {' '.join(str(e).split())[:200]})")
+            return result
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     result["inputs"] = [
         {"kind": "tensor", "tensor": _spec(x)} if isinstance(x, torch.Tensor)

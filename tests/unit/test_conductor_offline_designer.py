@@ -149,8 +149,18 @@ def test_an_untraceable_reference_has_no_template_and_says_why(tmp_path):
 
 def test_a_task_that_cannot_be_built_on_the_meta_device_is_read_as_untraceable_not_refused(tmp_path):
     source = task("torch.relu(x)").replace("return [torch.rand(4, 6)]",
-                                           "n = int(torch.randint(3, 5, (1,)).item())\n    return [torch.rand(n, 6)]")
+                                           "n = int(torch.randint(3, 5, (1,)).item())\n    return [torch.rand(n, 6).cuda()]")
     a = analyse(source, tmp_path)
     assert a.trace_error.startswith("the task could not be built on the meta device (")
     assert a.input_bytes == 0 and a.calls == []
     assert offline_designer.choose_plan(a).startswith("the reference could not be traced (the task could not be built")
+
+
+def test_a_model_whose_construction_reads_a_value_is_built_on_the_cpu_and_traced(tmp_path):
+    """Swin's blocks read drop-path rates with .item() in __init__: that fails on the meta device only."""
+    source = task("x * self.scale").replace("super().__init__()", "super().__init__()\n        "
+                                            "self.scale = float(torch.linspace(0, 1, 3)[1].item())")
+    a = analyse(source, tmp_path)
+    assert not a.trace_error and a.inputs[0].tensor is not None
+    plan = offline_designer.choose_plan(a)
+    assert isinstance(plan, KernelPlan) and plan.label == "lowered: mul"
