@@ -144,7 +144,16 @@ def _trace(forward: Any, state: dict, tensors: list, symbolic: bool) -> tuple[An
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
-    env = ShapeEnv(duck_shape=False)  # equal sizes stay separate symbols unless the forward equates them
+    class KeepSymbols(ShapeEnv):
+        """A size the forward compares with a constant (a Linear's features, `num_features` in a norm's check)
+        stays a symbol: it is read from the input at run time, where the model built at other sizes has its own
+        constant. Symbols equated with symbols still merge."""
+
+        def _set_replacement(self, a: Any, tgt: Any, msg: str) -> None:
+            if not getattr(tgt, "is_number", False):
+                super()._set_replacement(a, tgt, msg)
+
+    env = KeepSymbols(duck_shape=False)  # equal sizes stay separate symbols unless the forward equates them
     mode = FakeTensorMode(shape_env=env)
     params = {k: mode.from_tensor(v, static_shapes=True) for k, v in state.items()}
     fakes = [mode.from_tensor(t, source=ConstantSource(f"input{i}"), symbolic_context=StatelessSymbolicContext(

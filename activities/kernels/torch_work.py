@@ -29,7 +29,7 @@ come from the same generator only if the candidate draws at the same point; they
 VIEWS = frozenset({
     "view", "_unsafe_view", "_reshape_alias", "reshape", "view_as", "alias", "detach", "t", "transpose",
     "permute", "expand", "expand_as", "unsqueeze", "squeeze", "flatten", "unflatten", "slice", "select",
-    "narrow", "as_strided", "split", "split_with_sizes", "unbind", "chunk",
+    "narrow", "as_strided", "split", "split_with_sizes", "unbind", "chunk", "unfold",
 })
 """Views and reshapes: new shapes and strides over the same storage, no arithmetic (a transposed operand
 is a kernel's strides)."""

@@ -39,7 +39,7 @@ class Sym:
 
 
 NODE_OPS = ("input", "param", "pw", "reduce", "view", "matmul", "conv", "pool", "scan", "gather", "cat", "zeros",
-            "flip", "tri", "random", "recurrent")
+            "flip", "tri", "random", "recurrent", "adaptive_pool", "pad", "fill")
 """Every kind of node; each but input and param has its emitter (`registry.emits`)."""
 
 

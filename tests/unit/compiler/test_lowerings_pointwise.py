@@ -64,6 +64,10 @@ CASES: dict[str, Case] = {
     "fmax": Case("torch.fmax(x, x * 0.5)", X),
     "fmin": Case("torch.fmin(x, x * 0.5)", X),
     "where": Case("torch.where(x > 0, x, y)", "torch.randn(3, N), torch.randn(3, N)", args="x, y"),
+    "masked_fill": Case("x.masked_fill(x > 0, float('-inf')).exp()", X),
+    "masked_fill:causal_buffer": Case("F.softmax(x.masked_fill(self.mask[:, :, :x.size(2), :x.size(2)] == 0, float('-inf')), dim=-1)",
+                                      "torch.randn(2, 3, N, N)",
+                                      init=("self.register_buffer('mask', torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16))",)),
     "_to_copy": Case("(x * 3).to(torch.float16)", X),
     "relu:chain_fused_with_broadcast": Case("torch.relu(x + b) * y - 0.5", "torch.randn(2, N, 6), torch.randn(N, 1), torch.randn(6)", args="x, b, y"),
 }

@@ -24,6 +24,10 @@ CASES: dict[str, Case] = {
     "var_mean": Case("torch.var_mean(x, dim=1)", X),
     "linalg_vector_norm": Case("torch.norm(x, dim=1) + torch.linalg.vector_norm(x, 1, dim=0).sum() + torch.linalg.vector_norm(x, float(\"inf\"))", X),
     "_softmax": Case("torch.softmax(x, dim=0) * x", "torch.randn(N, 4)"),
+    "_safe_softmax": Case("F.scaled_dot_product_attention(x, x, x)", "torch.randn(2, 3, N, 4)"),
+    "_safe_softmax:causal": Case("F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+                                 "torch.randn(2, 3, N, 4), torch.randn(2, 3, N, 4), torch.randn(2, 3, N, 4)",
+                                 args="q, k, v"),
     "_log_softmax": Case("F.log_softmax(x, dim=1)", X),
 }
 

@@ -24,6 +24,7 @@ CASES: dict[str, Case] = {
     "split_with_sizes": Case("torch.split(x, [2, x.size(1) - 2], dim=1)[1] * 2", "torch.randn(3, N)"),
     "unsafe_split": Case("torch.unsafe_split(x, 3, 1)[1] * 2", "torch.randn(N, 9)"),
     "unbind": Case("x.unbind(0)[0] * x.unbind(0)[2]", "torch.randn(3, N)"),
+    "unfold": Case("x.unfold(2, 2, 2).unfold(3, 3, 3) * 2", "torch.randn(2, 3, 2 * N, 9)"),
     "slice": Case("x[:, 1:-1] * 2", "torch.randn(3, N, 4)"),
 }
 

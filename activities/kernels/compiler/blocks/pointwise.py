@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from activities.kernels.compiler.blocks.common import decompose, jit, kernel_name, offset
 from activities.kernels.compiler.expr import expression, num
-from activities.kernels.compiler.graph import Const, Scalar, Sym
+from activities.kernels.compiler.graph import Const, Scalar, Sym, symbolic
 from activities.kernels.compiler.registry import emits
 
 if TYPE_CHECKING:
@@ -37,14 +37,14 @@ def pointwise_kernel(rank: int, leaves: int, flips: list[tuple[int, ...]], scala
 
 LAUNCHER = '''
 
-def _pointwise(leaves, scalars, dtype, shape=None, out=None, BLOCK=None):
+def _pointwise(leaves, scalars, dtype, shape=None, out=None, device=None, BLOCK=None):
     """(out, grid, args, meta) of a pointwise kernel over the broadcast shape of its leaves (or `out`'s)."""
     if out is not None:
         shape = tuple(out.shape)
     elif leaves:
         shape = tuple(torch.broadcast_shapes(*[t.shape for t in leaves]))
     if out is None:
-        out = torch.empty(shape, dtype=dtype, device=leaves[0].device if leaves else "cpu")
+        out = torch.empty(shape, dtype=dtype, device=leaves[0].device if leaves else device)
     views = [t.expand(shape) for t in leaves]
     n = out.numel()
     strides = [s for v in views for s in v.stride()]
@@ -111,8 +111,14 @@ def launch(fw: "Forward", v: int, k: Fused, result: str) -> str:
                             result, bool_out=n.dtype == "bool")
     name = fw.kernel(made)
     fw.launcher("_pointwise", LAUNCHER)
-    shape = "" if k.leaves else f", shape={tuple(n.shape)!r}"
+    device = f"inputs[{fw.graph.device_input}].device" if fw.graph.device_input is not None else '"cpu"'
+    shape = "" if k.leaves else f", shape=[{', '.join(sizes(fw, n))}], device={device}"
     return fw.launch(v, name, f"_pointwise([{k.leaf_vars()}], [{k.scalar_args()}], {fw.dtype(v)}{shape})")
+
+
+def sizes(fw: "Forward", n: Any) -> list[str]:
+    """A node's sizes as forward code: the trace's expressions where they depend on the inputs, else constants."""
+    return [fw.size(e) if symbolic(e) else e for e in n.sizes] if n.sizes else [str(s) for s in n.shape]
 
 
 @emits("pw")
@@ -165,3 +171,37 @@ def cat(fw: "Forward", v: int) -> str:
         fw.launches += 1
     fw.names[v] = name
     return name
+
+
+@emits("pad")
+def pad(fw: "Forward", v: int) -> str:
+    """The output filled with the value, then the kept part of the input copied into its place."""
+    n = fw.nodes[v]
+    x, r, dtype, name = fw.tensor(n.args[0]), len(n.shape), fw.dtype(v), f"t{v}"
+    fill = fw.kernel(pointwise_kernel(r, 0, [], 0, [], num(n.attrs["value"])))
+    copy = fw.kernel(pointwise_kernel(r, 1, [()], 0, [], "x0"))
+    fw.launcher("_pointwise", LAUNCHER)
+    pads = n.attrs["pads"]
+    shape = ", ".join(f"{x}.shape[{d}] + {lo + hi}" for d, (lo, hi) in enumerate(pads))
+    src, dst = x, name
+    for d, (lo, hi) in enumerate(pads):
+        if (lo, hi) != (0, 0):
+            width = f"{x}.shape[{d}] + {min(lo, 0) + min(hi, 0)}"
+            src, dst = f"{src}.narrow({d}, {max(-lo, 0)}, {width})", f"{dst}.narrow({d}, {max(lo, 0)}, {width})"
+    fw.lines += [f"{name} = torch.empty([{shape}], dtype={dtype}, device={x}.device)",
+                 f"_, grid, args, meta = _pointwise([], [], {dtype}, out={name})", f"{fill}[grid](*args, **meta)",
+                 f"_, grid, args, meta = _pointwise([{src}], [], {dtype}, out={dst})", f"{copy}[grid](*args, **meta)"]
+    fw.launches += 2
+    fw.names[v] = name
+    return name
+
+
+@emits("fill")
+def fill(fw: "Forward", v: int) -> str:
+    """One value everywhere, or start + i * step along the last dim (arange)."""
+    n = fw.nodes[v]
+    k = Fused(fw)
+    value = num(n.attrs["value"])
+    if "step" in n.attrs:
+        value = k.line(f"{value} + i{len(n.shape) - 1} * {num(n.attrs['step'])}")
+    return launch(fw, v, k, value)

@@ -1,5 +1,6 @@
-"""The pooling block: 1-3D max or average pooling (dilation, ceil mode, count_include_pad, divisor override),
-one output element per lane, the window walked with run-time loops."""
+"""The pooling block: 1-3D max or average pooling (dilation, ceil mode, count_include_pad, divisor override), and
+adaptive pooling (output size given, windows [floor(o*I/O), ceil((o+1)*I/O)) as torch's), one output element per
+lane, the window walked with run-time loops."""
 
 from __future__ import annotations
 
@@ -49,6 +50,49 @@ def pool_kernel(d: int, kind: str) -> tuple[str, str]:
     return jit(name, src)
 
 
+def adaptive_kernel(d: int, kind: str) -> tuple[str, str]:
+    """(name, source): d-dim adaptive max or average pooling; K{j} bounds the window (the launcher's ceil(I/O)+1)."""
+    sp = range(d)
+    args = ["x_ptr", "out_ptr", "total", "xs0"] + [f"xs{j + 1}" for j in sp] + [f"I{j}" for j in sp]
+    args += [f"O{j}" for j in sp] + [f"K{j}" for j in sp]
+    lines = ["    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = offs < total"]
+    lines += decompose("offs", ["0"] + [f"O{j}" for j in sp], ["row"] + [f"o{j}" for j in sp], "    ")
+    for j in sp:
+        lines += [f"    st{j} = (o{j} * I{j}) // O{j}", f"    en{j} = ((o{j} + 1) * I{j} + O{j} - 1) // O{j}"]
+    fill = '-float("inf")' if kind == "max" else "0.0"
+    lines.append(f"    acc = tl.full([BLOCK], {fill}, dtype=tl.float32)")
+    indent = "    "
+    for j in sp:
+        lines.append(f"{indent}for q{j} in range(0, K{j}):")
+        indent += "    "
+    lines += [f"{indent}i{j} = st{j} + q{j}" for j in sp]
+    lines += [f"{indent}ok = {' & '.join(['mask'] + [f'(i{j} < en{j})' for j in sp])}",
+              f"{indent}v = tl.load(x_ptr + row * xs0 + {' + '.join(f'i{j} * xs{j + 1}' for j in sp)}, mask=ok, "
+              f"other={fill}).to(tl.float32)"]
+    lines.append(f"{indent}acc = tl.maximum(acc, v)" if kind == "max" else f"{indent}acc += v")
+    if kind == "avg":
+        lines.append(f"    acc = acc / ({' * '.join(f'(en{j} - st{j})' for j in sp)})")
+    lines.append("    tl.store(out_ptr + offs, acc, mask=mask)")
+    src = "def KERNEL(" + ", ".join(args) + ", BLOCK: tl.constexpr):\n" + "\n".join(lines) + "\n"
+    return jit(f"adaptive_{kind}_pool{d}d_kernel", src)
+
+
+ADAPTIVE_LAUNCHER = '''
+
+def _adaptive_pool(x, output_size, BLOCK=None):
+    """(out, grid, args, meta) of adaptive pooling of the last len(output_size) dims (None: keep that size)."""
+    d = len(output_size)
+    lead, I = list(x.shape[:-d]), list(x.shape[-d:])
+    O = [I[j] if output_size[j] is None else output_size[j] for j in range(d)]
+    K = [-(-I[j] // O[j]) + 1 for j in range(d)]
+    rows = x.reshape(-1, *I)
+    out = torch.empty((rows.shape[0], *O), dtype=x.dtype, device=x.device)
+    total = out.numel()
+    block = BLOCK or (4096 if x.device.type == "cpu" else 256)
+    return out.reshape(*lead, *O), (triton.cdiv(total, block),), (rows, out, total, *rows.stride(), *I, *O, *K), \\
+        {"BLOCK": block}
+'''
+
 LAUNCHER = '''
 
 def _pool(x, kernel_size, stride, padding, dilation, ceil_mode, count_include_pad=True, divisor=0, BLOCK=None):
@@ -81,3 +125,12 @@ def pool(fw: "Forward", v: int) -> str:
     extra = f", {at['count_include_pad']}, {at['divisor']}" if at["kind"] == "avg" else ""
     return fw.launch(v, name, f"_pool({fw.tensor(n.args[0])}, {at['kernel']}, {at['stride']}, "
                               f"{at['padding']}, {at['dilation']}, {at['ceil_mode']}{extra})")
+
+
+@emits("adaptive_pool")
+def adaptive_pool(fw: "Forward", v: int) -> str:
+    n = fw.nodes[v]
+    size = n.attrs["output_size"]
+    name = fw.kernel(adaptive_kernel(len(size), n.attrs["kind"]))
+    fw.launcher("_adaptive_pool", ADAPTIVE_LAUNCHER)
+    return fw.launch(v, name, f"_adaptive_pool({fw.tensor(n.args[0])}, {size})")

@@ -47,6 +47,8 @@ def view(fw: "Forward", v: int) -> str:
         return fw.emit(v, f"{x}.reshape([-1] + [1] * {at['rank']})")
     if kind == "groups":
         return fw.emit(v, f"{x}.reshape({x}.shape[0], {at['groups']}, -1)")
+    if kind == "unfold":
+        return fw.emit(v, f"{x}.unfold({at['dim']}, {at['size']}, {at['step']})")
     if kind == "item":
         return fw.emit(v, f"{x}[{at['index']}]")
     if kind == "like":

@@ -71,3 +71,9 @@ def where(r: Reader, c: Call) -> int:
 def to_copy(r: Reader, c: Call) -> int:
     """A dtype cast: a copy whose store converts (`.float()`, `.to(torch.float16)`)."""
     return r.pw("copy", [c.x()], c.shape, c.dtype)
+
+
+@lowers(aten.masked_fill)
+def masked_fill(r: Reader, c: Call) -> int:
+    """x where the mask is off, the value where it is on (a causal mask from a registered buffer)."""
+    return r.pw("where", [c.value(1), c.value(2), c.x()], c.shape, c.dtype)

@@ -30,3 +30,12 @@ def avg_pool(r: Reader, c: Call) -> int:
                  padding=ints(c.arg(3, "padding", 0), d), dilation=[1] * d,
                  ceil_mode=bool(c.arg(4, "ceil_mode", False)), count_include_pad=bool(c.arg(5, "count_include_pad", True)),
                  divisor=c.arg(6, "divisor_override") or 0, kind="avg")
+
+
+@lowers(aten._adaptive_avg_pool2d, aten._adaptive_avg_pool3d, aten.adaptive_max_pool2d, aten.adaptive_max_pool3d)
+def adaptive_pool(r: Reader, c: Call) -> Any:
+    """Adaptive pooling to a given output size (nn.AdaptiveAvgPool2d((1, 1)) of a classifier head)."""
+    size = [None if s is None else int(s) for s in c.args[1]]
+    kind = "max" if "max" in c.op else "avg"
+    out = r.add("adaptive_pool", [c.x()], c.shape, c.dtype, output_size=size, kind=kind)
+    return [out, None] if kind == "max" else out

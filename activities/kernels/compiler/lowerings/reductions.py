@@ -88,7 +88,7 @@ def vector_norm(r: Reader, c: Call) -> int:
     raise Refused(f"vector norm of order {ord_}")
 
 
-@lowers(aten._softmax, aten._log_softmax)
+@lowers(aten._softmax, aten._log_softmax, aten._safe_softmax)
 def softmax(r: Reader, c: Call) -> int:
     v, shape = c.x(), c.shape
     log, safe = "log" in c.op, c.op == "_safe_softmax"

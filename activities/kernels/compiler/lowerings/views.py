@@ -108,3 +108,11 @@ def unbind(r: Reader, c: Call) -> list[int]:
     v = c.x()
     dim = int(c.arg(1, "dim", 0)) % len(r.shape(v))
     return [r.view(v, "select", spec.shape, spec.dtype, dim=dim, index=k) for k, spec in enumerate(c.out)]
+
+
+@lowers(aten.unfold, compute=False)
+def unfold(r: Reader, c: Call) -> int:
+    """Sliding windows along `dim` as a new last dim (ViT's patches): a strided view."""
+    v = c.x()
+    dim = int(c.args[1]) % len(r.shape(v))
+    return r.view(v, "unfold", c.shape, c.dtype, dim=dim, size=int(c.args[2]), step=int(c.args[3]))
