@@ -45,15 +45,18 @@ def _py(expr: Any) -> str:
         return str(int(expr))
     if getattr(expr, "is_Symbol", False):
         return str(expr.name)
-    args = [_py(a) for a in expr.args] if name in ("Add", "Mul", "FloorDiv", "PythonMod", "Mod", "Max", "Min") else []
+    args = [_py(a) for a in expr.args] if name in ("Add", "Mul", "FloorDiv", "CleanDiv", "CeilDiv", "PythonMod", "Mod",
+                                                   "Max", "Min") else []
     if name == "Add":
         return "(" + " + ".join(args) + ")"
     if name == "Mul":
         return "(" + " * ".join(args) + ")"
     if name == "Pow" and getattr(expr.exp, "is_Integer", False) and int(expr.exp) > 0:
         return f"({_py(expr.base)} ** {int(expr.exp)})"
-    if name == "FloorDiv":
+    if name in ("FloorDiv", "CleanDiv"):  # CleanDiv: a division known to be exact
         return f"({args[0]} // {args[1]})"
+    if name == "CeilDiv":
+        return f"(-(-{args[0]} // {args[1]}))"
     if name in ("PythonMod", "Mod"):
         return f"({args[0]} % {args[1]})"
     if name in ("Max", "Min"):
@@ -154,7 +157,7 @@ def _trace(forward: Any, state: dict, tensors: list, symbolic: bool) -> tuple[An
                 super()._set_replacement(a, tgt, msg)
 
     env = KeepSymbols(duck_shape=False)  # equal sizes stay separate symbols unless the forward equates them
-    mode = FakeTensorMode(shape_env=env)
+    mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)  # a plain tensor attribute: a constant
     params = {k: mode.from_tensor(v, static_shapes=True) for k, v in state.items()}
     fakes = [mode.from_tensor(t, source=ConstantSource(f"input{i}"), symbolic_context=StatelessSymbolicContext(
         dynamic_sizes=[DimDynamic.DYNAMIC] * t.dim())) for i, t in enumerate(tensors)]

@@ -93,6 +93,8 @@ class Reader:
         self.memo: dict[tuple, Any] = {}
         self.seen_ops: list[tuple[int, str]] = []
         """(call index, op) of the compute ops lowered, for the label."""
+        self.assigned: dict[str, Any] = {}
+        """Tensor attributes (get_attr targets) forward overwrote with copy_: later reads see the copied value."""
 
     def read(self) -> Graph:
         """Lowers the calls the outputs need in trace order (so a deep model never recurses deeply: every
@@ -197,9 +199,13 @@ class Reader:
         return result
 
     def needed(self) -> list[int]:
-        """The calls the outputs depend on, in trace order."""
+        """The calls the outputs depend on, in trace order (and the copies into tensor attributes, which later
+        reads of the attribute depend on)."""
         seen: set[int] = set()
         todo = [r["index"] for r in _refs(self.a.outputs) if r.get("ref") == "node"]
+        todo += [i for i, c in enumerate(self.a.calls) if packet(c.op) == "copy" and c.args
+                 and isinstance(c.args[0], dict) and c.args[0].get("ref") == "node"
+                 and self.a.calls[int(c.args[0]["index"])].op.startswith("get_attr")]
         while todo:
             i = int(todo.pop())
             if i in seen:
@@ -221,8 +227,11 @@ class Reader:
         if p == "getitem":
             return self.item(int(c.args[0]["index"]), int(c.args[1]))  # type: ignore[index,arg-type]
         if p.startswith("get_attr"):
+            target = c.op.split(" ", 1)[-1]
+            if target in self.assigned:  # a tensor attribute forward filled with copy_ (a recurrent model's state)
+                return self.assigned[target]
             raise Refused("a tensor constant built inside forward (get_attr): its value is not in the trace")
-        if p == "lift_fresh_copy":  # the trace's wrapper around a tensor constant (get_attr)
+        if p in ("lift_fresh_copy", "alias"):  # the trace's own bookkeeping: a constant's wrapper, a no-op view
             return self.value(c.args[0])
         lowering = lowering_for(p)
         if lowering is None:

@@ -68,6 +68,8 @@ CASES: dict[str, Case] = {
     "masked_fill:causal_buffer": Case("F.softmax(x.masked_fill(self.mask[:, :, :x.size(2), :x.size(2)] == 0, float('-inf')), dim=-1)",
                                       "torch.randn(2, 3, N, N)",
                                       init=("self.register_buffer('mask', torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16))",)),
+    "bitwise_not": Case("x.masked_fill(~torch.tril(torch.ones(x.size(0), x.size(1), device=x.device, dtype=torch.bool)), "
+                        "-1.0)", "torch.randn(N, N)"),
     "_to_copy": Case("(x * 3).to(torch.float16)", X),
     "relu:chain_fused_with_broadcast": Case("torch.relu(x + b) * y - 0.5", "torch.randn(2, N, 6), torch.randn(N, 1), torch.randn(6)", args="x, b, y"),
 }

@@ -25,6 +25,7 @@ CASES: dict[str, Case] = {
     "unsafe_split": Case("torch.unsafe_split(x, 3, 1)[1] * 2", "torch.randn(N, 9)"),
     "unbind": Case("x.unbind(0)[0] * x.unbind(0)[2]", "torch.randn(3, N)"),
     "unfold": Case("x.unfold(2, 2, 2).unfold(3, 3, 3) * 2", "torch.randn(2, 3, 2 * N, 9)"),
+    "copy": Case("torch.zeros(3, 1, device=x.device).copy_(y) * x", "torch.randn(3, N), torch.randn(1)", args="x, y"),
     "slice": Case("x[:, 1:-1] * 2", "torch.randn(3, N, 4)"),
 }
 

@@ -77,3 +77,11 @@ def to_copy(r: Reader, c: Call) -> int:
 def masked_fill(r: Reader, c: Call) -> int:
     """x where the mask is off, the value where it is on (a causal mask from a registered buffer)."""
     return r.pw("where", [c.value(1), c.value(2), c.x()], c.shape, c.dtype)
+
+
+@lowers(aten.bitwise_not)
+def bitwise_not(r: Reader, c: Call) -> int:
+    """~mask on a boolean tensor (integers' bitwise not is not lowered)."""
+    if c.dtype != "bool":
+        raise Refused(f"bitwise_not on {c.dtype} (only booleans are lowered)")
+    return r.pw("logical_not", [c.x()], c.shape, c.dtype)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 @lowers(aten.clone, aten.detach, compute=False)
 def identity(r: Reader, c: Call) -> Any:
-    """Copies and aliases compute nothing new (`.contiguous()` traces as clone; eval-mode dropout traces as nothing)."""
+    """Copies compute nothing new (`.contiguous()` traces as clone; eval-mode dropout traces as nothing)."""
     return c.x()
 
 
@@ -116,3 +116,16 @@ def unfold(r: Reader, c: Call) -> int:
     v = c.x()
     dim = int(c.args[1]) % len(r.shape(v))
     return r.view(v, "unfold", c.shape, c.dtype, dim=dim, size=int(c.args[2]), step=int(c.args[3]))
+
+
+@lowers(aten.copy, compute=False)
+def copy(r: Reader, c: Call) -> int:
+    """dst.copy_(src) holds src's values (a recurrent model's state set from its input): src, broadcast to dst.
+    Where dst is a tensor attribute, later reads of the attribute see it (the calls are read in trace order)."""
+    src = c.value(1)
+    if r.shape(src) != c.shape:
+        src = r.view(src, "expand", c.shape, c.dtype, sizes=c.sizes, src=r.shape(src))
+    dst = c.args[0]
+    if isinstance(dst, dict) and dst.get("ref") == "node" and r.a.calls[int(dst["index"])].op.startswith("get_attr"):
+        r.assigned[r.a.calls[int(dst["index"])].op.split(" ", 1)[-1]] = src
+    return src
