@@ -1,12 +1,12 @@
 """The offline compiler alone on KernelBench files: per file, what stops it (no Temporal, no agents' ladder).
 
-    .venv/bin/python -m bench.bench_compiler --dir /path/to/KernelBench/level3 [--only MLP] [--timeout-s 600]
+    .venv/bin/python -m bench.bench_compiler --level 3 --kernelbench KernelBench [--only MLP,LSTM] [--timeout-s 600]
     .venv/bin/python -m bench.bench_compiler --level 1 --only Conv      # the public files in examples/kernelbench
 
-Each file is shrunk by the one rule (bench/kernelbench_shrink.py, the first setting at which it builds), traced by
+Each file is shrunk as bench_kernelbench shrinks it (`public_jobs`: bench/kernelbench_shrink.py's rules), traced by
 the job's own probe child (`trace_reference`: the trace and the held-out sizes), lowered and rendered by the offline
 designer and coder, and verified by the job's verifier (children, held-out sizes, provenance) exactly as a job's
-first offline candidate is. Prints one row per file: VERIFIED, or the stage that stopped it (trace, lowering,
+first offline candidate is (with `--timeout-s` as the candidate's limit). Prints one row per file: VERIFIED, or the stage that stopped it (trace, lowering,
 verifier) with its reason, and the seconds each stage took; `--jsonl FILE` appends the rows. It drives the
 compiler's work per file; the conductor's figures come from bench_kernelbench.
 """
@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.kernelbench_shrink import ladder, shrink
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -38,32 +35,13 @@ class Row:
     verify_s: float = 0.0
 
 
-def shrunk(path: Path) -> tuple[str, dict]:
-    """The file at the first ladder setting at which it builds and traces (checked in-process on meta tensors)."""
-    from activities.kernels._probe import probe
-
-    original = path.read_text()
-    source, made = original, {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for cap, batch_to_two in ladder():
-            source, made = shrink(original, cap, batch_to_two)
-            (Path(tmp) / "task.py").write_text(source)
-            try:
-                if not probe(str(Path(tmp) / "task.py"), 0, symbolic=False).get("trace_error"):
-                    break
-            except Exception:  # noqa: BLE001 - the task does not build at these sizes: the next setting
-                continue
-    return source, made
-
-
-def one(path: Path, timeout_s: float) -> Row:
+def one(name: str, source: str, made: dict, timeout_s: float) -> Row:
     from activities.kernels import offline_coder, offline_designer
     from activities.kernels.reference import trace_reference
     from activities.kernels.verifier import verify
     from contracts.errors import FleetforgeError
 
-    source, made = shrunk(path)
-    row = Row(name=path.stem, stage="trace", overrides=" ".join(f"{k}={v}" for k, v in made.items()))
+    row = Row(name=name, stage="trace", overrides=" ".join(f"{k}={v}" for k, v in made.items()))
     t0 = time.monotonic()
     try:
         analysis = trace_reference(source, timeout_s=timeout_s)
@@ -92,20 +70,17 @@ def one(path: Path, timeout_s: float) -> Row:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", help="a folder of KernelBench-format files (e.g. a KernelBench checkout's level3)")
-    ap.add_argument("--level", type=int, help="the public Level 1 or 2 files of examples/kernelbench")
+    ap.add_argument("--level", type=int, required=True, help="1 or 2 (examples/kernelbench), or 3 (--kernelbench)")
+    ap.add_argument("--kernelbench", default="KernelBench", help="a KernelBench checkout, for Level 3")
     ap.add_argument("--only", help="the files whose name contains this (comma-separated: any of them)")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="trace and verifier limit per file (default 600)")
     ap.add_argument("--jsonl", help="append each row to this file")
     args = ap.parse_args()
-    folder = Path(args.dir) if args.dir else ROOT / "examples" / "kernelbench" / f"level{args.level}"
-    files = sorted(folder.glob("*.py"), key=lambda p: (int(p.name.split("_")[0]) if p.name[0].isdigit() else 0, p.name))
-    if args.only:
-        keys = [k.lower() for k in args.only.split(",")]
-        files = [p for p in files if any(k in p.stem.lower() for k in keys)]
+    from bench.bench_kernelbench import level_dirs, public_jobs
+
     rows = []
-    for path in files:
-        row = one(path, args.timeout_s)
+    for job in public_jobs(level_dirs(Path(args.kernelbench), [args.level]), args.only):
+        row = one(job.name.split("/")[-1], job.source, job.overrides, args.timeout_s)
         rows.append(row)
         print(f"{row.name:<40} {row.stage:<9} trace {row.trace_s:5.1f}s verify {row.verify_s:6.1f}s  {row.label[:60]}"
               f"{'  | ' + row.reason if row.reason else ''}", flush=True)

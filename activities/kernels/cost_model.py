@@ -27,9 +27,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from activities.kernels.compiler.graph import packet
 from activities.kernels.gpus import GPUS, GpuSpec
 from activities.kernels.reference import output_bytes, spec_bytes
-from activities.kernels.torch_work import VIEWS, op_name
+from activities.kernels.torch_work import VIEWS
 from contracts.kernel import PrecisionPolicy
 from contracts.kernel_job import AtenCall, LaunchCost, ModeledSpeed, ReferenceAnalysis, TensorSpec
 
@@ -188,12 +189,6 @@ def eager_work(a: ReferenceAnalysis, policy: PrecisionPolicy) -> list[Work]:
 
 
 # --- the traced graph --------------------------------------------------------------------------
-
-
-def packet(op: str) -> str:
-    """`aten.add_.Tensor` -> `add`: an in-place variant costs what its op costs."""
-    name = op_name(op)
-    return name[:-1] if name.endswith("_") and not name.startswith("_") else name
 
 
 def _tensor_refs(values: list) -> list[dict]:
