@@ -2,17 +2,19 @@
 for the model to reach the accuracy gate (the search AIMET's quantization analyzer and AI Hub's / Olive's
 mixed-precision recipes run; here on onnxruntime's CPU, where a QDQ model computes as fake quantization).
 
-1. Sensitivity: each layer's output rounding is undone alone in the all-int8 model (its DequantizeLinear
-   made a Clip of the float tensor to the quantized range: float within the same range stands in for 16
-   bits, whose step is 256 times finer) and the model's outputs are compared with the fp32 model's on the calibration samples.
-   What that layer alone gives back (the mean per-sample cosine over the worst output, against the
-   all-int8 model's) is its contribution to the error.
+1. Sensitivity: a probe all-int8 model is calibrated on every other calibration sample and measured on
+   the others (`probe_split`: on its own calibration samples a model shows no clipping error, where the
+   gate's held-out samples do). Each layer's output rounding is undone alone in the probe model (its
+   DequantizeLinear made a Clip of the float tensor to the quantized range: float within the same range
+   stands in for 16 bits, whose step is 256 times finer) and the outputs are compared with the fp32
+   model's. What that layer alone gives back (the mean per-sample cosine of the worst output, against the
+   all-int8 probe's) is its contribution to the error.
 2. Selection (`fewest_layers`): layers in order of contribution; the smallest k whose top k together
    reach the target, found by doubling then bisection (about 2 log2 N measurements, each a real run).
    The target sits between the gate's threshold and 1 (`search_target`): a margin for the HTP's own
    arithmetic and for samples the search never saw. Where the all-int8 model already reaches it on the CPU
    (the HTP's arithmetic missed the gate, not the simulated one), the target halves the error seen here.
-3. The quantizer runs again with those layers' outputs overridden to 16 bits (onnxruntime's
+3. The quantizer runs again, on every calibration sample, with those layers' outputs at 16 bits (onnxruntime's
    TensorQuantOverrides; its mixed-precision fixer makes each such layer's producer and consumers 16-bit
    ops and inserts the 8 <-> 16-bit conversions the HTP takes).
 
@@ -45,6 +47,15 @@ class Layer:
     op_type: str
     tensor: str
     """Its output activation, quantized by a QuantizeLinear in the QDQ model."""
+
+
+def probe_split(feeds: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(samples the probe model calibrates on, samples the search measures it on): every other sample, so
+    the measurement sees clipping as the gate's held-out samples do (on its own calibration samples a
+    model shows none). One sample: it does both."""
+    if len(feeds) < 2:
+        return feeds, feeds
+    return feeds[::2], feeds[1::2]
 
 
 def search_target(threshold: float) -> float:

@@ -176,15 +176,18 @@ def quantize_qdq(root: Path, params: QuantizeQdqParams) -> StepOutput:
     mixed = None
     try:
         sixteen = _output_tensors(prepared, params.sixteen_bit)
-        _quantize(prepared, dst, feeds, params, activation, sixteen)
         if params.mixed_precision:
             import onnx
 
-            from activities.toolchains.mixed_precision import search
+            from activities.toolchains.mixed_precision import probe_split, search
 
-            mixed = search(onnx.load(str(prepared)), onnx.load(str(dst)), feeds, params.min_cosine)
+            # a probe model calibrated on half the samples, measured on the other half: on its own
+            # calibration samples a model shows no clipping error, and the gate grades samples it never saw
+            probe_cal, probe_eval = probe_split(feeds)
+            _quantize(prepared, dst, probe_cal, params, activation, sixteen)
+            mixed = search(onnx.load(str(prepared)), onnx.load(str(dst)), probe_eval, params.min_cosine)
             sixteen += [layer.tensor for layer in mixed.sixteen_bit if layer.tensor not in sixteen]
-            _quantize(prepared, dst, feeds, params, activation, sixteen)
+        _quantize(prepared, dst, feeds, params, activation, sixteen)
     except FleetforgeError:
         raise
     except Exception as e:
