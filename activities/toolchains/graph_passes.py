@@ -579,6 +579,29 @@ def constant_second(model: Any, ctx: PassContext) -> int:
     return done
 
 
+@graph_pass("rsqrt_to_div", pattern="Reciprocal(Sqrt(x)) (RMSNorm's rsqrt as torch exports it) -> Div(1, Sqrt(x)); "
+            "applied by the QDQ quantizer's preparation of every model")
+def rsqrt_to_div(model: Any, ctx: PassContext) -> int:
+    """The HTP backend computes a quantized Reciprocal of a Sqrt wrongly inside a larger graph (a small LLaMA
+    at int8: held-out cosine 0.42 against onnxruntime's 0.99 on the same QDQ model; alone, or with its
+    output exposed, it computes it right): each RMSNorm's rsqrt. 1 / x is what Reciprocal computes, so the
+    Div gives the same values to float rounding (onnxruntime's CPU rounds the last bit of a few differently);
+    the HTP then scores 0.987."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    producer = {o: n for n in model.graph.node for o in n.output}
+    found = [n for n in model.graph.node if n.op_type == "Reciprocal" and n.input and producer.get(n.input[0]) is not None
+             and producer[n.input[0]].op_type == "Sqrt"]
+    if not found:
+        return 0
+    one = "fleetforge_one"
+    if one not in {i.name for i in model.graph.initializer}:
+        model.graph.initializer.append(numpy_helper.from_array(np.array(1.0, np.float32), one))
+    return _replace_nodes(model, {id(n): [helper.make_node("Div", [one, n.input[0]], list(n.output), name=f"{n.name or n.output[0]}_div")]
+                                  for n in found})
+
+
 # ---- the tool step --------------------------------------------------------------------------------
 
 
