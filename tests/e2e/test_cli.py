@@ -330,17 +330,18 @@ def test_artifacts_downloads_a_conversion_under_its_names_sha256_checked(stack: 
     assert_one_line_error(ff("answer", wid, "soc=sm8550", env=stack.env), 2, "already finished", "no answers")
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-def readme_block(after: str, lang: str) -> str:
-    """The first ```lang block after the text `after` in the README."""
-    section = README.read_text().split(after, 1)[1]
-    return section.split(f"```{lang}\n", 1)[1].split("```", 1)[0]
+def doc_block(page: str, after: str, lang: str) -> str:
+    """The first ```lang block after the text `after` in docs/<page>; a moved or renamed section fails here."""
+    text = (DOCS / page).read_text()
+    assert after in text, f"docs/{page} no longer has {after!r}: point the test at where the example went"
+    return text.split(after, 1)[1].split(f"```{lang}\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_readme_sdk_example_runs_as_written_and_exits_cleanly(stack: Stack, model: Path, tmp_path: Path):
-    example = readme_block("## SDK\n", "python")
+def test_the_documented_sdk_example_runs_as_written_and_exits_cleanly(stack: Stack, model: Path, tmp_path: Path):
+    example = doc_block("sdk.md", "# The SDK", "python")
     assert 12 <= len([ln for ln in example.splitlines() if ln.strip()]) <= 20, "a ~15-line example"
     shutil.copy(model, tmp_path / "model.onnx")
     (tmp_path / "example.py").write_text(example)

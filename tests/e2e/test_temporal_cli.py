@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from client.binaries import temporal_binary
-from contracts.fleet_job import RunnerKind
+from contracts.fleet_job import ProcessMode, RunnerKind
 from examples.tiny_model import build_tiny_cnn
-from tests.e2e.test_cli import Stack, ff, readme_block, stack_env, start_dev, stop_dev
+from tests.e2e.test_cli import DOCS, Stack, ff, stack_env, start_dev, stop_dev
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
@@ -33,17 +33,13 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         assert stop_dev(s) == 0
 
 
-def readme_temporal_commands() -> list[str]:
-    """Every `temporal ...` line of the README's block, with the `# and --name resume` variants."""
-    commands = []
-    for line in readme_block("The same jobs from Temporal's own tools", "bash").splitlines():
-        if not line.startswith("temporal "):
-            continue
-        command, _, comment = line.partition("#")
-        commands.append(command.strip())
-        if "and --name resume" in comment:
-            commands.append(command.strip().replace("--name pause", "--name resume"))
-    return commands
+def documented_temporal_commands() -> list[str]:
+    """Every `temporal ...` command of docs/inspecting.md's Temporal CLI section (continuation lines
+    joined, comments dropped)."""
+    section = (DOCS / "inspecting.md").read_text().split("### Temporal CLI", 1)[1].split("\n### ", 1)[0]
+    blocks = [block.split("```", 1)[0] for block in section.split("```sh\n")[1:]]
+    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
+    return [" ".join(line.partition(" #")[0].split()) for line in lines if line.startswith("temporal ")]
 
 
 def temporal(command: str, env: dict[str, str], ids: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -56,15 +52,17 @@ def temporal(command: str, env: dict[str, str], ids: dict[str, str]) -> subproce
 
 def start_fleet_awaiting_approval(stack: Stack) -> str:
     """A one-row process fleet that asks for approval of its command (through the SDK, in a child
-    process so this test's loop stays free); its fleet id."""
+    process so this test's loop stays free); its fleet id. The command serves nothing, so it runs in
+    self-test mode (its exit code is the verdict)."""
     script = (
         "import asyncio\n"
         "from client.sdk import FleetforgeClient\n"
-        "from contracts.fleet_job import RunnerKind\n"
+        "from contracts.fleet_job import ProcessMode, RunnerKind\n"
         "async def main():\n"
         "    async with FleetforgeClient.connect() as fc:\n"
         "        h = await fc.start_fleet_test('model_name,status,note,command\\nfirst,,,\"python -c \"\"print(1)\"\"\"\\n',\n"
-        f"                                      runner=RunnerKind('{RunnerKind.PROCESS.value}'), require_approval=True)\n"
+        f"                                      runner=RunnerKind('{RunnerKind.PROCESS.value}'), require_approval=True,\n"
+        f"                                      process_mode=ProcessMode('{ProcessMode.SELF_TEST.value}'))\n"
         "        print(h.id)\n"
         "asyncio.run(main())\n")
     done = subprocess.run([sys.executable, "-c", script], env=stack.env, capture_output=True, text=True, timeout=60)
@@ -72,10 +70,10 @@ def start_fleet_awaiting_approval(stack: Stack) -> str:
     return done.stdout.strip().split("/", 1)[1]
 
 
-def test_the_readmes_temporal_commands_work_as_written_against_fleetforge_dev(stack: Stack, tmp_path: Path):
+def test_the_documented_temporal_commands_work_as_written_against_fleetforge_dev(stack: Stack, tmp_path: Path):
     env = stack.env
     model = build_tiny_cnn(tmp_path / "tiny.onnx")
-    commands = readme_temporal_commands()
+    commands = documented_temporal_commands()
     assert len(commands) >= 9 and any("ExecutionStatus='Failed'" in c for c in commands)
 
     waiting = ff("convert", str(model), env=env).stdout.strip()  # no SoC/precision: it asks
@@ -99,7 +97,10 @@ def test_the_readmes_temporal_commands_work_as_written_against_fleetforge_dev(st
     wait_until(lambda: waiting in ff("list", "--status", "NEEDS_INPUT", "--json", env=env).stdout, timeout=30,
                message="the conversion never waited for input")
 
-    ids = {"convert/RUN_ID": waiting, "kernel/RUN_ID": kernel_id, "fleet-test/RUN_ID": f"fleet-test/{fleet_id}",
+    inspected = ff("inspect", str(model), "--wait", env=env, timeout=120)
+    assert inspected.returncode == 0, inspected.stderr
+    inspect_id = json.loads(ff("list", "--kind", "inspect", "--json", env=env).stdout)["jobs"][0]["workflow_id"]
+    ids = {"convert/RUN_ID": waiting, "inspect/RUN_ID": inspect_id, "kernel/RUN_ID": kernel_id, "fleet-test/RUN_ID": f"fleet-test/{fleet_id}",
            "fleet/FLEET_ID/ROW": row}
     expect = {  # what each command must show (beyond exit 0)
         "FleetforgeStatus='NEEDS_INPUT'": [waiting],
@@ -107,6 +108,7 @@ def test_the_readmes_temporal_commands_work_as_written_against_fleetforge_dev(st
         "FleetforgeTarget='SM8550'": [sm8550],
         "--name status": ["NEEDS_INPUT"],
         "--name trace": ["designer"],
+        "--name step": ["completed"],
         "--name progress": ["total"],
     }
     assert [key for key in expect if not any(key in c for c in commands)] == [], "an expectation no command checks"
