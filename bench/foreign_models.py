@@ -148,8 +148,8 @@ def _whisper_encoder() -> Any:
 
 def _poolformer() -> Any:
     import transformers as t
-    cfg = t.PoolFormerConfig(num_channels=3, hidden_sizes=[16, 32], depths=[1, 1], num_encoder_blocks=2, patch_sizes=[4, 3],
-                             strides=[4, 2], padding=[2, 1], pool_size=3, num_labels=10)
+    cfg = t.PoolFormerConfig(num_channels=3, hidden_sizes=[16, 32], depths=[1, 1], num_encoder_blocks=2, patch_sizes=[3, 3],
+                             strides=[2, 2], padding=[1, 1], pool_size=3, num_labels=10)  # stage 1 pools [1, 16, 16, 16]
     return _wrap(t.PoolFormerForImageClassification(cfg), ["pixel_values"])
 
 
