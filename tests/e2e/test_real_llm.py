@@ -92,6 +92,25 @@ def llm_stack(tmp_path_factory: pytest.TempPathFactory, llama: LocalLLM, proxy: 
     assert stop_dev(s) == 0
 
 
+@pytest.fixture(autouse=True)
+def no_job_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A job whose test gave up on it (a `--wait` that timed out on a loaded machine) is cancelled, so its LLM
+    calls cannot land in the next test's token accounting (they share the server and the proxy)."""
+    yield
+    if "llm_stack" not in request.fixturenames:
+        return
+    stack: Stack = request.getfixturevalue("llm_stack")
+
+    def running() -> list[str]:
+        listed = ff("list", "--json", env=stack.env)
+        assert listed.returncode == 0, listed.stderr
+        return [j["workflow_id"] for j in json.loads(listed.stdout)["jobs"] if j["status"] in ("RUNNING", "NEEDS_INPUT")]
+
+    for job_id in running():
+        ff("cancel", job_id, "--wait", env=stack.env, timeout=180)  # or it finished meanwhile: either way it stops
+    assert not running(), "a job of this test is still running after its cancellation"
+
+
 # -- what the server said against what we recorded ------------------------------------------------------
 
 def _blobs(stack: Stack) -> set[Path]:
