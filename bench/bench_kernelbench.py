@@ -403,7 +403,7 @@ def _first_that_traces(tries: list, *, otherwise_first: bool) -> tuple[str, dict
             tried.append(attempt())
             (Path(tmp) / "task.py").write_text(tried[-1][0])
             try:
-                if not probe(str(Path(tmp) / "task.py"), 0).get("trace_error"):
+                if not probe(str(Path(tmp) / "task.py"), 0, symbolic=False).get("trace_error"):
                     return tried[-1]
             except Exception:  # noqa: BLE001 - the task does not build at these sizes: next setting
                 continue

@@ -15,6 +15,7 @@ the same limits as the verifier's children.
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
 import re
@@ -156,6 +157,7 @@ def _trace(forward: Any, state: dict, tensors: list, symbolic: bool) -> tuple[An
             if not getattr(tgt, "is_number", False):
                 super()._set_replacement(a, tgt, msg)
 
+    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)  # a failed try is not news
     env = KeepSymbols(duck_shape=False)  # equal sizes stay separate symbols unless the forward equates them
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)  # a plain tensor attribute: a constant
     params = {k: mode.from_tensor(v, static_shapes=True) for k, v in state.items()}

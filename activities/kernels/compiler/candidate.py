@@ -31,7 +31,8 @@ def render(graph: Graph, task_source: str) -> str:
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
     body = "\n".join("        " + ln for ln in fw.prologue() + fw.lines + [f"return {ret}"])
     generated = HELPERS + "\n\n" + "\n\n".join(fw.kernels.values()) + STATE + "".join(fw.launchers.values())
-    return (HEADER + model_code(task_source, _defined(generated)) + generated
+    future, model = model_code(task_source, _defined(generated))
+    return (future + HEADER + model + generated
             + f"\n\nclass ModelNew(Model):\n    def forward(self, *inputs):\n{body}\n")
 
 
@@ -42,8 +43,9 @@ def launches(graph: Graph) -> int:
     return fw.launches
 
 
-def model_code(source: str, ours: set[str]) -> str:
-    """The task file without what only the harness runs (get_inputs, get_init_inputs, a __main__ block)."""
+def model_code(source: str, ours: set[str]) -> tuple[str, str]:
+    """(its `from __future__` imports, which must open the file; the rest of the task file without what only the
+    harness runs: get_inputs, get_init_inputs, a __main__ block)."""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
@@ -54,13 +56,17 @@ def model_code(source: str, ours: set[str]) -> str:
     if clash:
         raise Refused(f"the task defines {', '.join(clash)}, which the candidate's generated code defines too")
     lines = source.splitlines()
+    future = []
     for node in reversed(tree.body):
         harness = isinstance(node, ast.FunctionDef) and node.name in TASK_ONLY
         main = isinstance(node, ast.If) and "__name__" in ast.unparse(node.test)
-        if harness or main:
+        first = isinstance(node, ast.ImportFrom) and node.module == "__future__"
+        if harness or main or first:
             start = node.decorator_list[0].lineno if getattr(node, "decorator_list", None) else node.lineno
+            if first:
+                future.insert(0, "\n".join(lines[start - 1: node.end_lineno]))
             del lines[start - 1: node.end_lineno]
-    return "\n".join(lines).rstrip() + "\n\n"
+    return "".join(f"{line}\n" for line in future), "\n".join(lines).rstrip() + "\n\n"
 
 
 def _defined(source: str) -> set[str]:

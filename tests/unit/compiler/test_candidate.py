@@ -80,3 +80,13 @@ def test_reshape_targets_are_written_from_runtime_sizes():
     assert reshape_target("x", [2, 3, 4], [6, 4]) == "[x.shape[0] * x.shape[1], x.shape[2]]"
     assert reshape_target("x", [2, 12], [2, 3, 4]) == "[x.shape[0], -1, 4]"
     assert reshape_target("x", [2, 3, 4, 5], [1, 6, 4, 5]) == "[1, x.shape[0] * x.shape[1], x.shape[2], x.shape[3]]"
+
+
+def test_the_tasks_future_imports_open_the_candidate(tmp_path):
+    case = Case("torch.relu(x)", "torch.randn(3, N)")
+    src = "from __future__ import annotations\n" + source(case, 7)
+    lowered = compiler.lower(analyse(src, tmp_path))
+    assert not isinstance(lowered, str)
+    rendered = compiler.render(lowered, src)
+    assert rendered.startswith("from __future__ import annotations\n") and rendered.count("from __future__") == 1
+    assert static_check(rendered, src).ok

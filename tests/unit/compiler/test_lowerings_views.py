@@ -7,6 +7,19 @@ import pytest
 from tests.unit.compiler.cases import Case, run
 
 X = "torch.randn(3, N)"
+CELL = '''
+class Cell(nn.Module):
+    """A plain tensor attribute set from an input each call (KernelBench L3 33's hidden state)."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = torch.randn(3, 4)
+
+    def forward(self, x, h):
+        self.hidden.copy_(h)
+        self.hidden = torch.tanh(torch.cat((x, self.hidden), dim=1))
+        return self.hidden * 2
+'''
 CASES: dict[str, Case] = {
     "clone": Case("x.t().contiguous() * 2", X),
     "detach": Case("x.detach() * 2", X),
@@ -26,6 +39,8 @@ CASES: dict[str, Case] = {
     "unbind": Case("x.unbind(0)[0] * x.unbind(0)[2]", "torch.randn(3, N)"),
     "unfold": Case("x.unfold(2, 2, 2).unfold(3, 3, 3) * 2", "torch.randn(2, 3, 2 * N, 9)"),
     "copy": Case("torch.zeros(3, 1, device=x.device).copy_(y) * x", "torch.randn(3, N), torch.randn(1)", args="x, y"),
+    "copy:state_attribute": Case("self.cell(x, h)", "torch.randn(3, N), torch.randn(3, 4)", args="x, h",
+                                 init=("self.cell = Cell()",), helpers=CELL),
     "slice": Case("x[:, 1:-1] * 2", "torch.randn(3, N, 4)"),
 }
 
