@@ -13,68 +13,57 @@ if TYPE_CHECKING:
     from activities.kernels.compiler.forward import Forward
 
 
-def pool_kernel(d: int, kind: str) -> tuple[str, str]:
-    """(name, source): d-dim max or average pooling over (rows, spatial...) input, one output element
-    per lane; the window is walked with runtime loops."""
+def _pooling(d: int, kind: str, args: list[str], window: list[str], index: str, inside: str, average: list[str],
+             constexprs: str, name: str) -> tuple[str, str]:
+    """(name, source) of a d-dim pooling kernel, one output element per lane: `window` lines set up each output's
+    window, `index` gives input index i{j} from loop index q{j}, `inside` says i{j} is in the window, `average`
+    divides the sum (kind avg)."""
     sp = range(d)
-    args = ["x_ptr", "out_ptr", "total", "xs0"] + [f"xs{j + 1}" for j in sp] + [f"I{j}" for j in sp]
-    args += [f"O{j}" for j in sp] + [f"K{j}" for j in sp] + [f"S{j}" for j in sp] + [f"P{j}" for j in sp]
-    args += [f"D{j}" for j in sp] + ["divisor"]
     lines = ["    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = offs < total"]
     lines += decompose("offs", ["0"] + [f"O{j}" for j in sp], ["row"] + [f"o{j}" for j in sp], "    ")
+    lines += ["    " + w.format(j=j) for w in window for j in sp]
     fill = '-float("inf")' if kind == "max" else "0.0"
     lines.append(f"    acc = tl.full([BLOCK], {fill}, dtype=tl.float32)")
     indent = "    "
     for j in sp:
         lines.append(f"{indent}for q{j} in range(0, K{j}):")
         indent += "    "
-    cond = " & ".join(["mask"] + [f"(i{j} >= 0) & (i{j} < I{j})" for j in sp])
-    lines += [f"{indent}i{j} = o{j} * S{j} - P{j} + q{j} * D{j}" for j in sp]
-    lines += [f"{indent}ok = {cond}",
+    lines += [f"{indent}i{j} = {index.format(j=j)}" for j in sp]
+    lines += [f"{indent}ok = {' & '.join(['mask'] + [inside.format(j=j) for j in sp])}",
               f"{indent}v = tl.load(x_ptr + row * xs0 + {' + '.join(f'i{j} * xs{j + 1}' for j in sp)}, mask=ok, "
               f"other={fill}).to(tl.float32)"]
     lines.append(f"{indent}acc = tl.maximum(acc, v)" if kind == "max" else f"{indent}acc += v")
     if kind == "avg":
-        lines.append("    inc = tl.full([BLOCK], 1.0, dtype=tl.float32)")
-        lines.append("    exc = tl.full([BLOCK], 1.0, dtype=tl.float32)")
-        for j in sp:
-            lines += [f"    st{j} = o{j} * S{j} - P{j}", f"    en{j} = tl.minimum(st{j} + K{j}, I{j} + P{j})",
-                      f"    inc = inc * (en{j} - st{j})",
-                      f"    exc = exc * (tl.minimum(en{j}, I{j}) - tl.maximum(st{j}, 0))"]
-        lines.append("    div = tl.where(divisor > 0, divisor, tl.where(COUNT_PAD, inc, exc))")
-        lines.append("    acc = acc / div")
+        lines += ["    " + a for a in average]
     lines.append("    tl.store(out_ptr + offs, acc, mask=mask)")
-    src = ("def KERNEL(" + ", ".join(args) + ", COUNT_PAD: tl.constexpr, BLOCK: tl.constexpr):\n"
-           + "\n".join(lines) + "\n")
-    name = f"{kind}_pool{d}d_kernel"
+    src = f"def KERNEL({', '.join(args)}, {constexprs}BLOCK: tl.constexpr):\n" + "\n".join(lines) + "\n"
     return jit(name, src)
 
 
+def _sizes(d: int, *groups: str) -> list[str]:
+    return ["x_ptr", "out_ptr", "total", "xs0"] + [f"xs{j + 1}" for j in range(d)] + [
+        f"{g}{j}" for g in ("I", "O", "K", *groups) for j in range(d)]
+
+
+def pool_kernel(d: int, kind: str) -> tuple[str, str]:
+    """(name, source): d-dim max or average pooling over (rows, spatial...) input; the window walked with
+    run-time loops, count_include_pad and a divisor override for the average."""
+    average = ["inc = tl.full([BLOCK], 1.0, dtype=tl.float32)", "exc = tl.full([BLOCK], 1.0, dtype=tl.float32)"]
+    for j in range(d):
+        average += [f"st{j} = o{j} * S{j} - P{j}", f"en{j} = tl.minimum(st{j} + K{j}, I{j} + P{j})",
+                    f"inc = inc * (en{j} - st{j})", f"exc = exc * (tl.minimum(en{j}, I{j}) - tl.maximum(st{j}, 0))"]
+    average += ["div = tl.where(divisor > 0, divisor, tl.where(COUNT_PAD, inc, exc))", "acc = acc / div"]
+    return _pooling(d, kind, _sizes(d, "S", "P", "D") + ["divisor"], [], "o{j} * S{j} - P{j} + q{j} * D{j}",
+                    "(i{j} >= 0) & (i{j} < I{j})", average, "COUNT_PAD: tl.constexpr, ", f"{kind}_pool{d}d_kernel")
+
+
 def adaptive_kernel(d: int, kind: str) -> tuple[str, str]:
-    """(name, source): d-dim adaptive max or average pooling; K{j} bounds the window (the launcher's ceil(I/O)+1)."""
-    sp = range(d)
-    args = ["x_ptr", "out_ptr", "total", "xs0"] + [f"xs{j + 1}" for j in sp] + [f"I{j}" for j in sp]
-    args += [f"O{j}" for j in sp] + [f"K{j}" for j in sp]
-    lines = ["    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = offs < total"]
-    lines += decompose("offs", ["0"] + [f"O{j}" for j in sp], ["row"] + [f"o{j}" for j in sp], "    ")
-    for j in sp:
-        lines += [f"    st{j} = (o{j} * I{j}) // O{j}", f"    en{j} = ((o{j} + 1) * I{j} + O{j} - 1) // O{j}"]
-    fill = '-float("inf")' if kind == "max" else "0.0"
-    lines.append(f"    acc = tl.full([BLOCK], {fill}, dtype=tl.float32)")
-    indent = "    "
-    for j in sp:
-        lines.append(f"{indent}for q{j} in range(0, K{j}):")
-        indent += "    "
-    lines += [f"{indent}i{j} = st{j} + q{j}" for j in sp]
-    lines += [f"{indent}ok = {' & '.join(['mask'] + [f'(i{j} < en{j})' for j in sp])}",
-              f"{indent}v = tl.load(x_ptr + row * xs0 + {' + '.join(f'i{j} * xs{j + 1}' for j in sp)}, mask=ok, "
-              f"other={fill}).to(tl.float32)"]
-    lines.append(f"{indent}acc = tl.maximum(acc, v)" if kind == "max" else f"{indent}acc += v")
-    if kind == "avg":
-        lines.append(f"    acc = acc / ({' * '.join(f'(en{j} - st{j})' for j in sp)})")
-    lines.append("    tl.store(out_ptr + offs, acc, mask=mask)")
-    src = "def KERNEL(" + ", ".join(args) + ", BLOCK: tl.constexpr):\n" + "\n".join(lines) + "\n"
-    return jit(f"adaptive_{kind}_pool{d}d_kernel", src)
+    """(name, source): d-dim adaptive max or average pooling over windows [floor(o*I/O), ceil((o+1)*I/O));
+    K{j} bounds the window (the launcher's ceil(I/O)+1)."""
+    window = ["st{j} = (o{j} * I{j}) // O{j}", "en{j} = ((o{j} + 1) * I{j} + O{j} - 1) // O{j}"]
+    average = [f"acc = acc / ({' * '.join(f'(en{j} - st{j})' for j in range(d))})"]
+    return _pooling(d, kind, _sizes(d), window, "st{j} + q{j}", "(i{j} < en{j})", average, "",
+                    f"adaptive_{kind}_pool{d}d_kernel")
 
 
 ADAPTIVE_LAUNCHER = '''

@@ -14,6 +14,17 @@ if TYPE_CHECKING:
     from activities.kernels.compiler.forward import Forward
 
 KERNEL = '''@triton.jit
+def rnn_gate(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, row, j, k, H, mask, HAS_BIAS: tl.constexpr):
+    # gate k's input and hidden projections (B, G*H rows), biases added
+    x = tl.load(xg_ptr + row + k * H, mask=mask, other=0.0).to(tl.float32)
+    h = tl.load(hg_ptr + row + k * H, mask=mask, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        x += tl.load(bih_ptr + k * H + j, mask=mask, other=0.0).to(tl.float32)
+        h += tl.load(bhh_ptr + k * H + j, mask=mask, other=0.0).to(tl.float32)
+    return x, h
+
+
+@triton.jit
 def rnn_cell_kernel(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, h_ptr, c_ptr, h_out_ptr, c_out_ptr, out_ptr, out_sb, out_sh,
                     B, H, MODE: tl.constexpr, G: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
     # one time step for B x H hidden units: xg (B, G*H) the input projection, hg (B, G*H) the hidden one;
@@ -23,46 +34,21 @@ def rnn_cell_kernel(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, h_ptr, c_ptr, h_out_ptr, c
     b = offs // H
     j = offs % H
     row = b * (G * H) + j
-    x0 = tl.load(xg_ptr + row, mask=mask, other=0.0).to(tl.float32)
-    h0 = tl.load(hg_ptr + row, mask=mask, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        x0 += tl.load(bih_ptr + j, mask=mask, other=0.0).to(tl.float32)
-        h0 += tl.load(bhh_ptr + j, mask=mask, other=0.0).to(tl.float32)
+    x0, h0 = rnn_gate(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, row, j, 0, H, mask, HAS_BIAS)
     h_prev = tl.load(h_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     if MODE == 0:
-        x1 = tl.load(xg_ptr + row + H, mask=mask, other=0.0).to(tl.float32)
-        h1 = tl.load(hg_ptr + row + H, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(xg_ptr + row + 2 * H, mask=mask, other=0.0).to(tl.float32)
-        h2 = tl.load(hg_ptr + row + 2 * H, mask=mask, other=0.0).to(tl.float32)
-        x3 = tl.load(xg_ptr + row + 3 * H, mask=mask, other=0.0).to(tl.float32)
-        h3 = tl.load(hg_ptr + row + 3 * H, mask=mask, other=0.0).to(tl.float32)
-        if HAS_BIAS:
-            x1 += tl.load(bih_ptr + H + j, mask=mask, other=0.0).to(tl.float32)
-            h1 += tl.load(bhh_ptr + H + j, mask=mask, other=0.0).to(tl.float32)
-            x2 += tl.load(bih_ptr + 2 * H + j, mask=mask, other=0.0).to(tl.float32)
-            h2 += tl.load(bhh_ptr + 2 * H + j, mask=mask, other=0.0).to(tl.float32)
-            x3 += tl.load(bih_ptr + 3 * H + j, mask=mask, other=0.0).to(tl.float32)
-            h3 += tl.load(bhh_ptr + 3 * H + j, mask=mask, other=0.0).to(tl.float32)
-        i = tl.sigmoid(x0 + h0)
-        f = tl.sigmoid(x1 + h1)
-        g = _tanh(x2 + h2)
-        o = tl.sigmoid(x3 + h3)
-        c = f * tl.load(c_ptr + offs, mask=mask, other=0.0).to(tl.float32) + i * g
-        h = o * _tanh(c)
+        x1, h1 = rnn_gate(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, row, j, 1, H, mask, HAS_BIAS)
+        x2, h2 = rnn_gate(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, row, j, 2, H, mask, HAS_BIAS)
+        x3, h3 = rnn_gate(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, row, j, 3, H, mask, HAS_BIAS)
+        c = tl.sigmoid(x1 + h1) * tl.load(c_ptr + offs, mask=mask, other=0.0).to(tl.float32) \\
+            + tl.sigmoid(x0 + h0) * _tanh(x2 + h2)
+        h = tl.sigmoid(x3 + h3) * _tanh(c)
         tl.store(c_out_ptr + offs, c, mask=mask)
     elif MODE == 1:
-        x1 = tl.load(xg_ptr + row + H, mask=mask, other=0.0).to(tl.float32)
-        h1 = tl.load(hg_ptr + row + H, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(xg_ptr + row + 2 * H, mask=mask, other=0.0).to(tl.float32)
-        h2 = tl.load(hg_ptr + row + 2 * H, mask=mask, other=0.0).to(tl.float32)
-        if HAS_BIAS:
-            x1 += tl.load(bih_ptr + H + j, mask=mask, other=0.0).to(tl.float32)
-            h1 += tl.load(bhh_ptr + H + j, mask=mask, other=0.0).to(tl.float32)
-            x2 += tl.load(bih_ptr + 2 * H + j, mask=mask, other=0.0).to(tl.float32)
-            h2 += tl.load(bhh_ptr + 2 * H + j, mask=mask, other=0.0).to(tl.float32)
-        r = tl.sigmoid(x0 + h0)
+        x1, h1 = rnn_gate(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, row, j, 1, H, mask, HAS_BIAS)
+        x2, h2 = rnn_gate(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, row, j, 2, H, mask, HAS_BIAS)
         z = tl.sigmoid(x1 + h1)
-        n = _tanh(x2 + r * h2)
+        n = _tanh(x2 + tl.sigmoid(x0 + h0) * h2)
         h = (1.0 - z) * n + z * h_prev
     elif MODE == 2:
         h = _tanh(x0 + h0)
