@@ -77,9 +77,9 @@ def test_repeated_subexpressions_are_computed_once(tmp_path):
 
 
 def test_reshape_targets_are_written_from_runtime_sizes():
-    assert reshape_target("x", [2, 3, 4], [6, 4]) == "[x.shape[0] * x.shape[1], x.shape[2]]"
-    assert reshape_target("x", [2, 12], [2, 3, 4]) == "[x.shape[0], -1, 4]"
-    assert reshape_target("x", [2, 3, 4, 5], [1, 6, 4, 5]) == "[1, x.shape[0] * x.shape[1], x.shape[2], x.shape[3]]"
+    assert reshape_target("x", [2, 3, 4], [6, 4]) == ["x.shape[0] * x.shape[1]", "x.shape[2]"]
+    assert reshape_target("x", [2, 12], [2, 3, 4]) == ["x.shape[0]", "-1", "4"]
+    assert reshape_target("x", [2, 3, 4, 5], [1, 6, 4, 5]) == ["1", "x.shape[0] * x.shape[1]", "x.shape[2]", "x.shape[3]"]
 
 
 def test_the_tasks_future_imports_open_the_candidate(tmp_path):

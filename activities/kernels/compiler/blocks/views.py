@@ -3,9 +3,10 @@ squeeze, expand, select, slice), its sizes read from the tensors where the trace
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from activities.kernels.compiler.graph import Refused, symbolic
+from activities.kernels.compiler.graph import Node, Refused, symbolic
 from activities.kernels.compiler.registry import emits
 
 if TYPE_CHECKING:
@@ -15,60 +16,61 @@ if TYPE_CHECKING:
 @emits("view")
 def view(fw: "Forward", v: int) -> str:
     n = fw.nodes[v]
-    x = fw.tensor(n.args[0])
-    at = n.attrs
-    kind = at["kind"]
-    if kind == "reshape":
-        return fw.emit(v, f"{x}.reshape([{', '.join(reshape_sizes(fw, x, at['src'], n.shape, n.sizes))}])")
-    if kind == "permute":
-        return fw.emit(v, f"{x}.permute({at['perm']})")
-    if kind == "unsqueeze":
-        return fw.emit(v, f"{x}.unsqueeze({at['dim']})")
-    if kind == "squeeze":
-        return fw.emit(v, f"{x}.squeeze({tuple(at['dims'])})" if at["dims"] else x)
-    if kind == "expand":
-        src, dst = at["src"], n.shape
-        sizes = [("-1" if j - len(dst) + len(src) >= 0 and src[j - len(dst) + len(src)] == s else
-                  fw.size(n.sizes[j]) if n.sizes and symbolic(n.sizes[j]) else str(s)) for j, s in enumerate(dst)]
-        return fw.emit(v, f"{x}.expand([{', '.join(sizes)}])")
-    if kind == "select":
-        return fw.emit(v, f"{x}.select({at['dim']}, {at['index']})")
-    if kind == "slice":
-        start, end, step, size = at["start"], at["end"], at["step"], at["size"]
-        start = fw.size(start) if isinstance(start, str) else 0 if start is None else int(start)
-        if isinstance(end, str):
-            stop = fw.size(end)
-        else:
-            stop = "None" if end is None or int(end) >= size else (
-                f"{x}.shape[{at['dim']}] - {size - int(end)}" if int(end) > size // 2 else str(int(end)))
-        index = ", ".join([":"] * at["dim"] + [f"{start}:{stop}:{step}"]).replace("None", "")
-        return fw.emit(v, f"{x}[{index}]")
-    if kind == "channel":
-        return fw.emit(v, f"{x}.reshape([-1] + [1] * {at['rank']})")
-    if kind == "groups":
-        return fw.emit(v, f"{x}.reshape({x}.shape[0], {at['groups']}, -1)")
-    if kind == "unfold":
-        return fw.emit(v, f"{x}.unfold({at['dim']}, {at['size']}, {at['step']})")
-    if kind == "item":
-        return fw.emit(v, f"{x}[{at['index']}]")
-    if kind == "like":
-        return fw.emit(v, f"{x}.reshape({fw.tensor(n.args[1])}.shape)")
-    raise Refused(f"view {kind}")
+    write = VIEWS.get(n.attrs["kind"])
+    if write is None:
+        raise Refused(f"view {n.attrs['kind']}")
+    return fw.emit(v, write(fw, n, fw.tensor(n.args[0]), n.attrs))
+
+
+def _expand(fw: "Forward", n: Node, x: str, at: dict) -> str:
+    """-1 where the input has the size already, else the size (from the trace's expression where it varies)."""
+    src, dst = at["src"], n.shape
+    sizes = [("-1" if j - len(dst) + len(src) >= 0 and src[j - len(dst) + len(src)] == s else
+              fw.size(n.sizes[j]) if n.sizes and symbolic(n.sizes[j]) else str(s)) for j, s in enumerate(dst)]
+    return f"{x}.expand([{', '.join(sizes)}])"
+
+
+def _slice(fw: "Forward", n: Node, x: str, at: dict) -> str:
+    """x[..., start:stop:step]; a bound is a size expression, a number, or (a traced end near the size) the size
+    less the traced distance to it."""
+    start, end, step, size = at["start"], at["end"], at["step"], at["size"]
+    start = fw.size(start) if isinstance(start, str) else 0 if start is None else int(start)
+    if isinstance(end, str):
+        stop = fw.size(end)
+    else:
+        stop = "" if end is None or int(end) >= size else (
+            f"{x}.shape[{at['dim']}] - {size - int(end)}" if int(end) > size // 2 else str(int(end)))
+    return f"{x}[{', '.join([':'] * at['dim'] + [f'{start}:{stop}:{step}'])}]"
+
+
+VIEWS: dict[str, Callable[["Forward", Node, str, dict], str]] = {
+    "reshape": lambda fw, n, x, at: f"{x}.reshape([{', '.join(reshape_sizes(fw, x, at['src'], n.shape, n.sizes))}])",
+    "permute": lambda fw, n, x, at: f"{x}.permute({at['perm']})",
+    "unsqueeze": lambda fw, n, x, at: f"{x}.unsqueeze({at['dim']})",
+    "squeeze": lambda fw, n, x, at: f"{x}.squeeze({tuple(at['dims'])})" if at["dims"] else x,
+    "expand": _expand,
+    "select": lambda fw, n, x, at: f"{x}.select({at['dim']}, {at['index']})",
+    "slice": _slice,
+    "unfold": lambda fw, n, x, at: f"{x}.unfold({at['dim']}, {at['size']}, {at['step']})",
+    "item": lambda fw, n, x, at: f"{x}[{at['index']}]",
+    "channel": lambda fw, n, x, at: f"{x}.reshape([-1] + [1] * {at['rank']})",
+    "groups": lambda fw, n, x, at: f"{x}.reshape({x}.shape[0], {at['groups']}, -1)",
+    "like": lambda fw, n, x, at: f"{x}.reshape({fw.tensor(n.args[1])}.shape)",
+}
+"""Each kind of view as forward code over the input variable `x`."""
 
 
 def reshape_sizes(fw: "Forward", x: str, src: list[int], dst: list[int], sizes: list[str]) -> list[str]:
     """A reshape's target: the symbolic trace's size where it depends on the inputs' sizes, else the size read
     from the input `x` at run time (merged dims are products, a split dim -1) where the traced sizes line up."""
-    structural = reshape_target(x, src, dst)
-    entries = structural[1:-1].split(", ") if structural.startswith("[") else [str(d) for d in dst]
-    if len(entries) != len(dst):
-        entries = [str(d) for d in dst]
+    entries = reshape_target(x, src, dst) or [str(d) for d in dst]
     return [fw.size(e) if sizes and symbolic(e) else s for e, s in zip(sizes or entries, entries)]
 
 
-def reshape_target(x: str, src: list[int], dst: list[int]) -> str:
+def reshape_target(x: str, src: list[int], dst: list[int]) -> list[str] | None:
     """A reshape target written from the input's run-time sizes: output dims that merge input dims are
-    their product, inserted 1s stay 1, and one dim of a split takes -1 (the rest keep their traced size)."""
+    their product, inserted 1s stay 1, and one dim of a split takes -1 (the rest keep their traced size);
+    None where the traced sizes do not line up."""
     out: list[str] = []
     i = j = 0
     minus = False
@@ -107,6 +109,4 @@ def reshape_target(x: str, src: list[int], dst: list[int]) -> str:
         j += 1
     while i < len(src) and src[i] == 1:
         i += 1
-    if i != len(src) or len(out) != len(dst):
-        return repr(list(dst))
-    return "[" + ", ".join(out) + "]"
+    return out if i == len(src) and len(out) == len(dst) else None
