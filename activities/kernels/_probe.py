@@ -331,23 +331,40 @@ def _record(result: dict, graph: Any, *, names: list[str], tensor_at: list[int],
 
 def held_out_sizes(task_path: str, analysis: Any, seed: int) -> dict:
     """The held-out size set (`held_out.choose`), each candidate set traced here on the meta device from
-    the task file rewritten with it (written next to the task: the probe's own scratch folder)."""
+    the task file rewritten with it (written next to the task: the probe's own scratch folder), and each
+    size's model built there to see whether it changes the model's parameters."""
+    import torch
+
     from activities.kernels import held_out
+    from activities.kernels._child import _load
     from activities.kernels.task_source import apply_overrides
     from contracts.kernel_job import ReferenceAnalysis
 
     path = Path(task_path)
     source = path.read_text(encoding="utf-8")
+    held = path.with_name("held_out_task.py")
 
     def trace(overrides: dict[str, int]) -> ReferenceAnalysis:
-        held = path.with_name("held_out_task.py")
         held.write_text(apply_overrides(source, overrides, path.name), encoding="utf-8")
         try:
             return ReferenceAnalysis.model_validate(probe(str(held), seed, symbolic=False))
         except Exception as e:  # noqa: BLE001 - a size set the task cannot take is one not to use
             return ReferenceAnalysis(trace_error=f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
 
-    sizes, note = held_out.choose(source, analysis, trace)
+    def parameters(overrides: dict[str, int]) -> list[str] | None:
+        """The names of the parameters and buffers the model has with `overrides` (built on the meta device:
+        no trace), or None when it cannot be built."""
+        held.write_text(apply_overrides(source, overrides, path.name), encoding="utf-8")
+        try:
+            task = _load(str(held), "fleetforge_task_parameters")
+            with torch.device("meta"):
+                torch.manual_seed(seed)
+                model = task.Model(*task.get_init_inputs())
+            return [name for name, _ in (*model.named_parameters(), *model.named_buffers())]
+        except Exception:  # noqa: BLE001 - a size the model cannot be built with is tried (and refused) later
+            return None
+
+    sizes, note = held_out.choose(source, analysis, trace, parameters)
     return {"held_out": sizes, "held_out_note": note}
 
 

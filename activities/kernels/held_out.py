@@ -10,6 +10,9 @@ the sample's element count then leaves elements unwritten (a smaller size would 
 bounds, which the Triton interpreter does not catch). Some tasks constrain their sizes (GroupNorm's
 channels divisible by the groups), so several size sets are tried, fewest changes last, and the first
 that builds and traces on the meta device, changes a dimension, and fits the memory bound is taken.
+A size that changes the model's parameters (an LSTM's `num_layers`, a block count) is an architecture
+setting, not a size: varying it changes the operation (a kernel for a two-layer LSTM is a fine kernel), so it
+stays like a kernel size. Each size is checked alone by building the model (on the meta device, no trace).
 The probe child (`_probe`) does the trying; this module holds the rules.
 """
 
@@ -58,6 +61,19 @@ def size_sets(sizes: dict[str, int]) -> list[dict[str, int]]:
     return unique
 
 
+def architecture_settings(sizes: dict[str, int], parameters: Callable[[dict[str, int]], list[str] | None]) -> list[str]:
+    """The sizes that, grown alone, change the model's parameter names (more layers, more blocks)."""
+    base = parameters({})
+    if base is None:
+        return []
+    changed = []
+    for k, v in sizes.items():
+        names = parameters({k: held_out_value(v)})
+        if names is not None and names != base:
+            changed.append(k)
+    return changed
+
+
 def check(original: ReferenceAnalysis, held: ReferenceAnalysis) -> str:
     """Why a traced held-out size set cannot be used ("" when it can)."""
     if held.trace_error:
@@ -66,6 +82,8 @@ def check(original: ReferenceAnalysis, held: ReferenceAnalysis) -> str:
               for a in (original, held)]
     if shapes[0] == shapes[1]:
         return "no input or parameter dimension changed"
+    if [p.name for p in original.params] != [p.name for p in held.params]:
+        return "it changes the model's parameters (an architecture setting)"
     problem = size_problem(held)
     if problem:
         return problem
@@ -75,16 +93,22 @@ def check(original: ReferenceAnalysis, held: ReferenceAnalysis) -> str:
     return ""
 
 
-def choose(source: str, analysis: ReferenceAnalysis,
-           trace: Callable[[dict[str, int]], ReferenceAnalysis]) -> tuple[dict[str, Number], str]:
-    """The first usable size set (traced with `trace(overrides)`), or ({}, "verified at its own shapes only: why")."""
+def choose(source: str, analysis: ReferenceAnalysis, trace: Callable[[dict[str, int]], ReferenceAnalysis],
+           parameters: Callable[[dict[str, int]], list[str] | None] | None = None) -> tuple[dict[str, Number], str]:
+    """The first usable size set (traced with `trace(overrides)`), or ({}, "verified at its own shapes only: why").
+    `parameters(overrides)`: the model's parameter and buffer names with them (None: it cannot be built);
+    a size that changes them is an architecture setting and stays."""
     if analysis.trace_error:
         return {}, f"{OWN_SHAPES_ONLY}: the task could not be traced, so its dimensions are unknown"
     sizes = knobs(source, analysis)
+    architecture = architecture_settings(sizes, parameters) if parameters is not None else []
+    sizes = {k: v for k, v in sizes.items() if k not in architecture}
     if not sizes:
+        also = (f"; {', '.join(architecture)} change the model's parameters (architecture settings, kept)"
+                if architecture else "")
         return {}, (f"{OWN_SHAPES_ONLY}: the task has no size to vary (a module-level integer constant that "
                     "get_inputs() reads, or an integer literal it passes to a tensor factory, that is a dimension "
-                    "of its inputs or parameters)")
+                    f"of its inputs or parameters){also}")
     tried: list[str] = []
     for overrides in size_sets(sizes):
         why = check(analysis, trace(overrides))

@@ -173,3 +173,21 @@ def get_init_inputs():
     assert held_out.input_constants(source) >= {"batch_size", "in_channels", "side", "shape"}
     # in_channels 5 is not divisible by the 2 groups, so the set with every size fails; the large size alone is taken
     assert sizes_of(source, tmp_path)["held_out"] == {"side": 9}
+
+
+def test_a_size_that_changes_the_models_parameters_is_an_architecture_setting_and_stays(tmp_path: Path):
+    # num_layers is h0's first dimension, but growing it adds a layer: a kernel for a two-layer LSTM is a
+    # fine kernel, as one for a 3x3 convolution is. The input sizes still vary.
+    lstm = (Path(__file__).resolve().parents[1] / "kernel_tasks" / "lstm.py").read_text()
+    found = sizes_of(lstm, tmp_path)
+    assert found == {"held_out": {"batch_size": 3, "sequence_length": 7, "input_size": 5, "hidden_size": 9},
+                     "held_out_note": ""}, found
+
+
+def test_architecture_settings_are_the_sizes_that_change_the_parameter_names():
+    def names(overrides: dict[str, int]) -> list[str]:
+        layers = overrides.get("num_layers", 2)
+        return [f"lstm.weight_l{i}" for i in range(layers)]  # hidden_size changes shapes only
+
+    assert held_out.architecture_settings({"hidden_size": 8, "num_layers": 2}, names) == ["num_layers"]
+    assert held_out.architecture_settings({"hidden_size": 8}, lambda _o: None) == [], "cannot build: tried later"
