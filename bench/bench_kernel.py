@@ -8,13 +8,13 @@ in-process worker (kernel agents + verifier, file store). Then, in one run:
      candidates verified per minute = verified candidates / wall minutes, and the verify activity
      times (scheduled → completed, from the histories); with them, the whole-model tasks of
      tests/kernel_tasks (Level 3 style: helper modules and methods, an LSTM), whose bigger sources and
-     candidates must not grow the history either (their verdicts are shown, not counted here);
+     candidates must not grow the history either (a run counts once a candidate reached the verifier);
   2. one LLM run against the scripted OpenAI-compatible server (tests/doubles): designer, a coder
      answer with a masking bug, the verifier's feedback, the conductor's analysis, the fixed
      candidate, verified. Every answer is padded with 8 KiB of prose, to show that answer size
      does not reach the history;
   3. history bytes per agent step of every run, from the real history (protobuf size of all events
-     / agent steps), with PASS/FAIL against the target < 20 KiB per step (the largest run counts).
+     / agent steps), with PASS/FAIL against the target <= 10 KiB per step (the largest run counts).
 Exit code 0 on PASS, 1 on FAIL.
 """
 
@@ -128,9 +128,11 @@ async def main_async(workdir: Path) -> int:
     worst = 0.0
     for label, result, size in runs:
         per_step = size / max(result.steps, 1)
-        worst = max(worst, per_step)
+        verified_a_candidate = any(e.agent == "verifier" and e.report is not None for e in result.trace)
+        worst = max(worst, per_step if verified_a_candidate else 0.0)
         print(f"  {label:<38} {result.outcome.value:<9} steps={result.steps:<2} history={size / 1024:6.1f} KiB "
-              f"per step={per_step / 1024:5.2f} KiB  tokens={result.tokens.total_tokens}")
+              f"per step={per_step / 1024:5.2f} KiB  tokens={result.tokens.total_tokens}"
+              + ("" if verified_a_candidate else "  (no candidate reached the verifier: not counted)"))
     ok = worst <= TARGET_BYTES_PER_STEP and verified == len(EXAMPLES) and runs[-1][1].outcome is KernelOutcome.VERIFIED
     print(f"largest history per agent step: {worst / 1024:.2f} KiB (target <= {TARGET_BYTES_PER_STEP // 1024} KiB, issue 24): "
           f"{'PASS' if ok else 'FAIL'}")
