@@ -35,6 +35,15 @@ class Rewrite:
 
 
 REWRITES: dict[str, Rewrite] = {}
+NODE_OPS = ("rows", "epilogue")
+"""The graph node kinds the rewrites introduce (beyond the compiler's NODE_OPS), each with its emitter registered
+through the compiler's `registry.emits` when `load()` imports the rewrite modules."""
+
+
+def load() -> None:
+    """Import the rewrite modules: their rewrites register here, their nodes' emitters in the compiler (lazily: they
+    import the compiler, which a workflow-side import of this package must not pay for)."""
+    from activities.kernels.optimizer import epilogue, rows  # noqa: F401
 
 
 def rewrite(name: str, *, order: int, summary: str) -> Callable:
@@ -47,6 +56,19 @@ def rewrite(name: str, *, order: int, summary: str) -> Callable:
         return fn
 
     return register
+
+
+def reaches(graph: Any, v: int, nodes: set[int]) -> bool:
+    """Does graph value v depend on one of `nodes` (through any chain of arguments)?"""
+    todo, seen = [v], set()
+    while todo:
+        n = todo.pop()
+        if n in nodes:
+            return True
+        if n not in seen:
+            seen.add(n)
+            todo += [a for a in graph.nodes[n].args if isinstance(a, int)]
+    return False
 
 
 @dataclass(frozen=True)
@@ -83,6 +105,7 @@ def propose(reference: Any, tried: list[str], lower: Lower, render: Render) -> P
 def offline_answer(task_source: str, reference: Any, tried: list[str]) -> Proposal | str:
     """The offline optimizer's answer for a task: the next rewritten candidate from the offline compiler, or why
     there is none (no rewrite registered or applicable, every one tried, the reference does not lower)."""
+    load()
     if not REWRITES:
         return "no optimizer rewrite is registered"
     if reference is None:

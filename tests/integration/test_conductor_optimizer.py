@@ -1,0 +1,51 @@
+"""The offline optimizer through ConductorWorkflow (real dev server, real verifier children, offline agents): a
+two-pass softmax is rewritten to one pass and stays VERIFIED; a rewrite that breaks correctness is discarded, and
+the verified candidate before it is the one delivered."""
+
+from __future__ import annotations
+
+from activities.kernels import optimizer
+from activities.kernels.optimizer import Rewrite
+from contracts.kernel import FinishReason
+from contracts.kernel_job import KernelOutcome
+from tests.integration.test_conductor_workflow import run_conductor, task_for
+
+
+async def test_a_two_pass_softmax_is_rewritten_to_one_launch_and_stays_verified(temporal_env, file_store, settings):
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("softmax"), "with_optimizer")
+
+    assert result.outcome is KernelOutcome.VERIFIED and result.finish_reason is FinishReason.VERIFIED
+    assert [(e.agent, e.ok) for e in trace] == [("designer", True), ("coder", True), ("verifier", True),
+                                                ("optimizer", True), ("verifier", True), ("optimizer", False)]
+    coder_modeled, optimized = trace[2].modeled, trace[4].modeled
+    assert coder_modeled is not None and optimized is not None
+    assert coder_modeled.launches == 3 and optimized.launches == 1  # amax, sum(exp), div -> one online row kernel
+    assert optimized.modeled_ms < coder_modeled.modeled_ms and optimized.traffic_ratio < coder_modeled.traffic_ratio
+    assert trace[3].summary.startswith("rewrite rows: candidate written")
+    assert trace[4].summary.startswith("kept as the best: PASSED")
+    assert "every applicable rewrite was tried (rows)" in trace[5].summary
+    assert result.best_candidate == trace[3].artifact and result.modeled == optimized
+    source = file_store.get_bytes(result.best_candidate).decode()
+    assert source.count("[grid](*args, **meta)") == 1 and "def rows_" in source
+    assert result.report is not None and result.report.passed
+
+
+async def test_a_rewrite_that_breaks_correctness_is_discarded_and_never_delivered(temporal_env, file_store, settings,
+                                                                                    monkeypatch):
+    def divides_by_multiplying(graph):  # noqa: ANN001, ANN202 - the compiler's Graph
+        wrong = [n for n in graph.nodes if n.op == "pw" and n.attrs.get("fn") == "div"]
+        for node in wrong:
+            node.attrs["fn"] = "mul"
+        return graph if wrong else None
+
+    optimizer.load()  # the real rewrites register now, before the registry is replaced for this test
+    monkeypatch.setattr(optimizer, "REWRITES", {"broken": Rewrite("broken", 1, "a wrong rewrite", divides_by_multiplying)})
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("softmax"), "with_optimizer")
+
+    assert result.outcome is KernelOutcome.VERIFIED and result.finish_reason is FinishReason.VERIFIED
+    assert [(e.agent, e.ok) for e in trace] == [("designer", True), ("coder", True), ("verifier", True),
+                                                ("optimizer", True), ("verifier", False), ("optimizer", False)]
+    assert trace[3].summary.startswith("rewrite broken:") and "elements differ" in trace[4].summary
+    assert result.best_candidate == trace[1].artifact  # the coder's verified kernel, not the broken rewrite
+    assert result.report is not None and result.report.passed and result.modeled == trace[2].modeled
+    assert "every applicable rewrite was tried (broken)" in result.trace[-1].summary

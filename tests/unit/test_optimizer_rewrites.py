@@ -1,0 +1,112 @@
+"""The offline optimizer's rewrites (activities/kernels/optimizer/rows.py, epilogue.py) on tiny tasks: each case is
+traced at N=7, lowered, rewritten and rendered; the candidate runs under the Triton interpreter against the
+reference at N=7 and N=10 (the compiler's own harness, tests/unit/compiler/cases.py), and launches fewer kernels
+than the compiler's candidate."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from activities.kernels import compiler
+from activities.kernels.optimizer import REWRITES, load
+from tests.unit.compiler.cases import OTHER_N, RUNNER, TRACED_N, Case, analyse, source
+
+ROOT = Path(__file__).resolve().parents[2]
+load()
+LN = ("self.ln = nn.LayerNorm(6)",)
+CASES: dict[str, tuple[str, Case, int, int]] = {
+    # key: (rewrite, case, launches before, launches after)
+    "softmax (online)": ("rows", Case("torch.softmax(x, dim=1)", "torch.randn(4, N)"), 3, 1),
+    "log_softmax (online)": ("rows", Case("torch.log_softmax(x, dim=0)", "torch.randn(N, 5)"), 3, 1),
+    "layer norm (Welford)": ("rows", Case("self.ln(x) * 2.0", "torch.randn(N, 6)", init=LN), 3, 1),
+    "batch norm, training": ("rows", Case("self.bn(x)", "torch.randn(2, 3, N, 5)", init=("self.bn = nn.BatchNorm2d(3)",)),
+                             3, 1),
+    "instance norm": ("rows", Case("self.inorm(x)", "torch.randn(2, 3, N, 4)",
+                                   init=("self.inorm = nn.InstanceNorm2d(3)",)), 3, 1),
+    "group norm": ("rows", Case("self.gn(x)", "torch.randn(2, 4, N)", init=("self.gn = nn.GroupNorm(2, 4)",)), 4, 2),
+    "rms norm over a middle dim": ("rows", Case("x / torch.sqrt(torch.mean(x * x, dim=1, keepdim=True) + 1e-5)",
+                                                "torch.randn(2, N, 3)"), 2, 1),
+    "frobenius norm (a scalar)": ("rows", Case("x / torch.norm(x, p='fro')", "torch.randn(3, N)"), 2, 1),
+    "logsumexp then its consumer": ("rows", Case("x - torch.logsumexp(x, dim=1, keepdim=True)", "torch.randn(3, N)"),
+                                    2, 1),
+    "variance (Welford, one output per row)": ("rows", Case("torch.var(x, dim=1)", "torch.randn(3, N)"), 2, 1),
+    "softmax whose max is also returned (the max stays its own launch)": (
+        "rows", Case("(torch.softmax(x, dim=1), x.amax(dim=1, keepdim=True))", "torch.randn(3, N)"), 3, 2),
+    "batch norm over dim 0, then softmax over dim 1 (two regions, one launch each)": (
+        "rows", Case("torch.softmax(self.bn(x), dim=1)", "torch.randn(N, 5)", init=("self.bn = nn.BatchNorm1d(5)",)),
+        5, 2),
+    "linear + relu + scale": ("epilogue", Case("torch.relu(self.fc(x)) * 2.0", "torch.randn(N, 5)",
+                                               init=("self.fc = nn.Linear(5, 6)",)), 2, 1),
+    "bmm + sigmoid": ("epilogue", Case("torch.sigmoid(torch.bmm(x, y) + 1.0)", "torch.randn(2, N, 3), torch.randn(2, 3, 4)",
+                                       args="x, y"), 2, 1),
+    "conv2d + relu + channel bias": ("epilogue", Case(
+        "torch.relu(self.conv(x)) + self.b", "torch.randn(1, 2, N, 6)",
+        init=("self.conv = nn.Conv2d(2, 3, 3)", "self.b = nn.Parameter(torch.randn(3, 1, 1))")), 2, 1),
+    "conv transposed + tanh": ("epilogue", Case("torch.tanh(self.conv(x) - 0.5)", "torch.randn(1, 2, N, 5)",
+                                                init=("self.conv = nn.ConvTranspose2d(2, 3, 3, stride=2)",)), 2, 1),
+}
+UNTOUCHED: dict[str, tuple[str, Case]] = {
+    "a reduction broadcast along the wrong dims (keepdim=False on a square tensor)": (
+        "rows", Case("x - x.mean(dim=1)", "torch.randn(N, N)")),
+    "a lone reduction": ("rows", Case("x.sum(dim=1)", "torch.randn(3, N)")),
+    "a product also returned": ("epilogue", Case("(x @ y, torch.relu(x @ y))", "torch.randn(N, 3), torch.randn(3, 4)",
+                                                 args="x, y")),
+}
+
+
+def _graph(case: Case, folder: Path):  # noqa: ANN202 - the compiler's Graph
+    graph = compiler.lower(analyse(source(case, TRACED_N), folder))
+    assert not isinstance(graph, str), graph
+    return graph
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, dict]:
+    """Every case's launches before and after its rewrite, and the rewritten candidate's problems at N=7 and N=10
+    ([] = right), all run in one interpreter child."""
+    root = tmp_path_factory.mktemp("rewrites")
+    found: dict[str, dict] = {}
+    folders = []
+    for i, (key, (name, case, _, _)) in enumerate(CASES.items()):
+        graph = _graph(case, root / f"trace{i}")
+        rewritten = REWRITES[name].fn(copy.deepcopy(graph))
+        found[key] = {"before": compiler.launches(graph),
+                      "after": compiler.launches(rewritten) if rewritten is not None else None}
+        if rewritten is None:
+            continue
+        folder = root / f"case{i}"
+        folder.mkdir()
+        (folder / "task.py").write_text(source(case, TRACED_N))
+        (folder / f"size_{OTHER_N}.py").write_text(source(case, OTHER_N))
+        (folder / "candidate.py").write_text(compiler.render(rewritten, source(case, TRACED_N)))
+        folders.append(str(folder))
+        found[key]["folder"] = folder.name
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-c", RUNNER, *folders], env=env, capture_output=True, text=True,
+                          timeout=1200, cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    notes = json.loads(done.stdout.strip().splitlines()[-1])
+    for got in found.values():
+        got["problems"] = notes.get(got.get("folder", ""), ["not run"])
+    return found
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_the_rewrite_launches_fewer_kernels_and_stays_right_at_two_sizes(key, runs):
+    _, _, before, after = CASES[key]
+    got = runs[key]
+    assert (got["before"], got["after"]) == (before, after), got
+    assert got["problems"] == [], got["problems"]
+
+
+@pytest.mark.parametrize("key", list(UNTOUCHED))
+def test_a_graph_the_rewrite_cannot_keep_exact_is_left_alone(key, tmp_path):
+    name, case = UNTOUCHED[key]
+    assert REWRITES[name].fn(_graph(case, tmp_path)) is None
