@@ -126,7 +126,8 @@ class ConductorWorkflow:
         self._best_record: AgentRecord | None = None
         """The verification of the best candidate (what `better` compares a new one with)."""
         self._tried: list[str] = []
-        """The optimizer's rewrites tried so far (kept or reverted), in order."""
+        """The offline optimizer's rewrites tried so far, in order, each with its verdict once verified
+        (`rows+epilogue=kept`, `=reverted`, `=wrong`)."""
         self._calls: list[AgentCall] = []
         """Every agent answer and routing analysis, for the result's token/latency totals."""
         self._routing: tuple[str, TokenUsage, AgentProvenance | None] = ("config", TokenUsage(), None)
@@ -436,9 +437,12 @@ class ConductorWorkflow:
         summary = ("PASSED" + (f" ({'; '.join(notes)})" if notes else "")) if passed else f"FAILED: {res.report.reason}"
         if len(cands) > 1:
             summary += f" [{sum(r.report.passed for r in done.values())}/{len(cands)} candidates passed]"
-        if passed and self._state.last is not None and self._state.last.agent == AgentName.OPTIMIZER:
-            summary = (f"kept as the best: {summary}" if kept
-                       else f"not faster than the best, reverted (the best stays step {self._best_record.step}): {summary}")
+        if self._state.last is not None and self._state.last.agent == AgentName.OPTIMIZER:
+            if passed:
+                summary = (f"kept as the best: {summary}" if kept else
+                           f"not faster than the best, reverted (the best stays step {self._best_record.step}): {summary}")
+            if self._tried and "=" not in self._tried[-1]:  # the offline optimizer's rewrite of this round
+                self._tried[-1] += "=" + ("kept" if kept else "reverted" if passed else "wrong")
         return (record,
                 TraceEntry(step=go.step, agent=go.agent, summary=summary[:500], ok=passed, artifact=cands[shown],
                            candidates=cands if len(cands) > 1 else [], report=res.report, speed=res.speed,

@@ -23,7 +23,7 @@ async def test_a_two_pass_softmax_is_rewritten_to_one_launch_and_stays_verified(
     assert optimized.modeled_ms < coder_modeled.modeled_ms and optimized.traffic_ratio < coder_modeled.traffic_ratio
     assert trace[3].summary.startswith("rewrite rows: candidate written")
     assert trace[4].summary.startswith("kept as the best: PASSED")
-    assert "every applicable rewrite was tried (rows)" in trace[5].summary
+    assert "every applicable rewrite was tried (rows=kept)" in trace[5].summary
     assert result.best_candidate == trace[3].artifact and result.modeled == optimized
     source = file_store.get_bytes(result.best_candidate).decode()
     assert source.count("[grid](*args, **meta)") == 1 and "def rows_" in source
@@ -48,4 +48,4 @@ async def test_a_rewrite_that_breaks_correctness_is_discarded_and_never_delivere
     assert trace[3].summary.startswith("rewrite broken:") and "elements differ" in trace[4].summary
     assert result.best_candidate == trace[1].artifact  # the coder's verified kernel, not the broken rewrite
     assert result.report is not None and result.report.passed and result.modeled == trace[2].modeled
-    assert "every applicable rewrite was tried (broken)" in result.trace[-1].summary
+    assert "every applicable rewrite was tried (broken=wrong)" in result.trace[-1].summary

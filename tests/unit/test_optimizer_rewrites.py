@@ -51,8 +51,13 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
         init=("self.conv = nn.Conv2d(2, 3, 3)", "self.b = nn.Parameter(torch.randn(3, 1, 1))")), 2, 1),
     "conv transposed + tanh": ("epilogue", Case("torch.tanh(self.conv(x) - 0.5)", "torch.randn(1, 2, N, 5)",
                                                 init=("self.conv = nn.ConvTranspose2d(2, 3, 3, stride=2)",)), 2, 1),
+    "blocks: a 3-D convolution's rows in 16-row tiles": ("blocks", Case(
+        "self.conv(x)", "torch.randn(2, 2, N, 8, 8)", init=("self.conv = nn.Conv3d(2, 3, 3)",)), 1, 1),
+    "blocks: a long pointwise chain in small blocks": ("blocks", Case("torch.sigmoid(x) * 2.0", "torch.randn(64, N, 9)"),
+                                                       1, 1),
 }
 UNTOUCHED: dict[str, tuple[str, Case]] = {
+    "blocks: a tiny tensor's grid cannot grow": ("blocks", Case("torch.relu(x)", "torch.randn(2, N)")),
     "a reduction broadcast along the wrong dims (keepdim=False on a square tensor)": (
         "rows", Case("x - x.mean(dim=1)", "torch.randn(N, N)")),
     "a lone reduction": ("rows", Case("x.sum(dim=1)", "torch.randn(3, N)")),
@@ -110,3 +115,17 @@ def test_the_rewrite_launches_fewer_kernels_and_stays_right_at_two_sizes(key, ru
 def test_a_graph_the_rewrite_cannot_keep_exact_is_left_alone(key, tmp_path):
     name, case = UNTOUCHED[key]
     assert REWRITES[name].fn(_graph(case, tmp_path)) is None
+
+
+def test_the_blocks_rewrite_writes_sizes_from_the_shapes_into_the_launches(tmp_path):
+    conv_case = CASES["blocks: a 3-D convolution's rows in 16-row tiles"][1]
+    conv = REWRITES["blocks"].fn(_graph(conv_case, tmp_path / "conv"))
+    source = compiler.render(conv, source_of(conv_case))
+    assert "_conv(" in source and ", BM=16, BK=32)" in source  # 2 x 6^3 output rows over ~128 SMs: 16 per program
+    chain_case = CASES["blocks: a long pointwise chain in small blocks"][1]
+    chain = REWRITES["blocks"].fn(_graph(chain_case, tmp_path / "chain"))
+    assert ", BLOCK=128)" in compiler.render(chain, source_of(chain_case))  # 4032 elements: 32 programs of 128
+
+
+def source_of(case: Case) -> str:
+    return source(case, TRACED_N)

@@ -76,8 +76,10 @@ class Forward:
         return name
 
     def launch(self, v: int, kernel: str, helper: str) -> str:
-        """`t<v>, grid, args, meta = helper` then the launch of `kernel`."""
+        """`t<v>, grid, args, meta = helper` then the launch of `kernel` (with the node's block sizes, when an
+        optimizer rewrite chose them: `with_blocks`)."""
         name = f"t{v}"
+        helper = with_blocks(helper, self.nodes[v].attrs.get("blocks"))
         self.lines += [f"{name}, grid, args, meta = {helper}", f"{kernel}[grid](*args, **meta)"]
         self.names[v] = name
         self.launches += 1
@@ -103,6 +105,14 @@ class Forward:
         if emitter is None:
             raise Refused(f"cannot emit {n.op}")
         return emitter.fn(self, v)
+
+
+def with_blocks(helper: str, sizes: dict | None) -> str:
+    """A launcher call `_x(...)` with block sizes as its keyword overrides (`BLOCK=256`, `BM=32`: every launcher
+    takes its block's; the optimizer's `blocks` rewrite chooses them from the shapes, `attrs["blocks"]`)."""
+    if not sizes:
+        return helper
+    return helper[:-1] + "".join(f", {k}={v!r}" for k, v in sizes.items()) + ")"
 
 
 STATE = '''

@@ -43,7 +43,7 @@ through the compiler's `registry.emits` when `load()` imports the rewrite module
 def load() -> None:
     """Import the rewrite modules: their rewrites register here, their nodes' emitters in the compiler (lazily: they
     import the compiler, which a workflow-side import of this package must not pay for)."""
-    from activities.kernels.optimizer import epilogue, rows  # noqa: F401
+    from activities.kernels.optimizer import blocks, epilogue, rows  # noqa: F401
 
 
 def rewrite(name: str, *, order: int, summary: str) -> Callable:
@@ -56,6 +56,17 @@ def rewrite(name: str, *, order: int, summary: str) -> Callable:
         return fn
 
     return register
+
+
+def live(graph: Any) -> set[int]:
+    """The nodes the outputs need (a rewritten region's inner nodes are no one's argument any more)."""
+    todo, seen = list(graph.outputs), set()
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo += [a for a in graph.nodes[n].args if isinstance(a, int)]
+    return seen
 
 
 def reaches(graph: Any, v: int, nodes: set[int]) -> bool:
@@ -78,11 +89,16 @@ class Proposal:
     """`+`-joined names of the rewrites the candidate applies, in order."""
 
 
-def plan(applicable: list[str], tried: list[str]) -> list[str] | None:
-    """The next combination of rewrites to try: all applicable at once, then each alone; None when every one was
-    tried (`tried` holds the `+`-joined combinations of earlier rounds)."""
-    combos = ([applicable] if len(applicable) > 1 else []) + [[name] for name in applicable]
-    return next((c for c in combos if "+".join(c) not in tried), None)
+def plan(full: list[str], singles: list[str], tried: list[str]) -> list[str] | None:
+    """The next combination of rewrites to try: `full` (every rewrite that still changes the graph after the ones
+    before it) first, then, unless that one was kept (a part of it would only undo some of the gain), each applicable
+    rewrite alone; None when none is left. `tried` holds the `+`-joined combinations of earlier rounds, each with its
+    verdict once verified (`rows+epilogue=kept`)."""
+    verdicts = dict(t.split("=", 1) if "=" in t else (t, "") for t in tried)
+    if verdicts.get("+".join(full)) == "kept":
+        return None
+    combos = [full] + [[name] for name in singles if [name] != full]
+    return next((c for c in combos if "+".join(c) not in verdicts), None)
 
 
 def propose(reference: Any, tried: list[str], lower: Lower, render: Render) -> Proposal | str:
@@ -91,15 +107,27 @@ def propose(reference: Any, tried: list[str], lower: Lower, render: Render) -> P
     if isinstance(graph, str):
         return f"no rewrite: the reference does not lower ({graph})"
     ordered = sorted(REWRITES.values(), key=lambda r: (r.order, r.name))
-    applicable = [r.name for r in ordered if r.fn(copy.deepcopy(graph)) is not None]
-    if not applicable:
+    singles = [r.name for r in ordered if r.fn(copy.deepcopy(graph)) is not None]
+    if not singles:
         return "no registered rewrite applies to this graph" if REWRITES else "no optimizer rewrite is registered"
-    combo = plan(applicable, tried)
+    full, rewritten = _apply(copy.deepcopy(graph), singles)
+    combo = plan(full, singles, tried)
     if combo is None:
         return f"every applicable rewrite was tried ({', '.join(tried)})"
-    for name in combo:
-        graph = REWRITES[name].fn(graph) or graph
-    return Proposal(source=render(graph), rewrite="+".join(combo))
+    applied, rewritten = (full, rewritten) if combo == full else _apply(graph, combo)
+    return Proposal(source=render(rewritten), rewrite="+".join(applied))
+
+
+def _apply(graph: Any, names: list[str]) -> tuple[list[str], Any]:
+    """The rewrites applied in order (a rewrite that finds nothing left to do after the ones before it is left out)
+    and the graph they made."""
+    applied = []
+    for name in names:
+        rewritten = REWRITES[name].fn(graph)
+        if rewritten is not None:
+            graph = rewritten
+            applied.append(name)
+    return applied, graph
 
 
 def offline_answer(task_source: str, reference: Any, tried: list[str]) -> Proposal | str:

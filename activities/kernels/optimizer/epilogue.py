@@ -22,6 +22,7 @@ from activities.kernels.compiler.blocks import matmul as matmul_block
 from activities.kernels.compiler.blocks.common import kernel_name
 from activities.kernels.compiler.blocks.pointwise import Fused
 from activities.kernels.compiler.expr import expression
+from activities.kernels.compiler.forward import with_blocks
 from activities.kernels.compiler.graph import Node, broadcast
 from activities.kernels.compiler.registry import emits
 from activities.kernels.optimizer import reaches, rewrite
@@ -157,6 +158,7 @@ def emit_epilogue(fw: Forward, v: int) -> str:
         call = (f"_conv({operands[0]}, {operands[1]}, {bias}, {m['stride']}, {m['padding']}, {m['dilation']}, "
                 f"{m['transposed']}, {m['output_padding']}, {m['groups']})")
         rank, pad = len(main.shape), False
+    call = with_blocks(call, at.get("inner_blocks"))  # the product's block sizes (the `blocks` rewrite)
     name = fw.kernel(splice(made, main.op, rank, len(k.leaves), len(k.scalars), k.lines, result))
     fw.launcher("_epilogue", LAUNCHER)
     return fw.launch(v, name, f"_epilogue({call}, [{k.leaf_vars()}], [{k.scalar_args()}], {pad})")
