@@ -95,7 +95,9 @@ class LaunchRecorder:
     is how a torch-computed result copied out by a kernel is named and rejected.
 
     Dependence alone does not prove a kernel did the work: `torch.relu(x) + kernel_out * 0`
-    depends on a kernel (the recorded relu and add reject it), and a kernel that leaves every byte it received unchanged counts as writing nothing.
+    depends on a kernel (the recorded relu and add reject it), and a kernel that leaves every byte it received
+    unchanged counts as writing nothing (so uninitialized allocations start as all-ones bytes, and a kernel writing
+    zeros into one is seen; a kernel writing zeros into a `zeros_like` buffer is not).
     It also runs inside the candidate's own process, so a hostile candidate can tamper with it
     (unpatch `run`, leave the mode, fill the record): it is feedback against lazy decoys, not a
     guarantee. The numeric comparison in the verifier's process stays the real guarantee.
@@ -116,6 +118,12 @@ class LaunchRecorder:
         # Ops whose output takes only the shape and dtype of their input, not its values.
         self._value_free = {aten.empty_like, aten.zeros_like, aten.ones_like, aten.full_like, aten.new_empty,
                             aten.new_empty_strided, aten.new_zeros, aten.new_ones, aten.new_full}
+        # Uninitialized allocations, filled with all-ones bytes (NaN, -1) before the candidate sees them: a
+        # kernel that writes zeros into fresh memory the OS handed out zeroed changes its bytes, so a ReLU
+        # whose every output is 0 still counts as written (it was a false "no": L2 9 at its held-out sizes).
+        self._uninitialized = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty,
+                               aten.new_empty_strided}
+        self._tensor = torch.Tensor
         self._derived: dict[int, object] = {}
         self._in_launch = False
         self._source = os.path.abspath(source_file)  # the path the candidate's code objects carry
@@ -163,6 +171,8 @@ class LaunchRecorder:
         if self._in_launch:
             return out
         self._note_torch_op(func)
+        if func.overloadpacket in self._uninitialized and isinstance(out, self._tensor) and out.numel():
+            _bytes(out).fill_(255)
         if self._on_torch_op is not None:
             self._on_torch_op(func, args, kwargs, out)
         if func.overloadpacket in self._value_free:

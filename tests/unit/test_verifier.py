@@ -118,6 +118,17 @@ def test_rejects_a_decoy_kernel_launched_on_a_scratch_buffer():
     assert not default.passed and default.reason.startswith("torch did the work, not the Triton kernel: relu ran")
 
 
+def test_a_kernel_whose_every_output_is_zero_still_wrote_its_fresh_buffer():
+    # An all-negative input: the ReLU writes only zeros, into an empty_like buffer that reuses the memory of a
+    # freed zero tensor. No byte changed, and the output counted as written by no kernel: a false "no"
+    # (KernelBench L2 9 at its held-out sizes, where every output of its ReLU is 0). Uninitialized allocations
+    # now start as all-ones bytes in the candidate's forward.
+    task = RELU.replace("torch.randn(batch_size, dim)", "-1.0 - torch.rand(batch_size, dim)")
+    assert task.count("-1.0 - torch.rand") == 1
+    report = verify(task, candidate("del_me = torch.zeros_like(x)\ndel del_me\nreturn launch(x)"), timeout_s=TIMEOUT_S)
+    assert report.passed, report.reason
+
+
 def test_accepts_a_view_of_the_kernel_written_buffer():
     # The kernel fills a flat buffer; forward returns a reshape of it (same storage, no copy).
     body = "flat = launch(x.reshape(-1))\nreturn flat.view(x.shape)"
