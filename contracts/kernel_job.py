@@ -86,6 +86,8 @@ class VerifierReport(BaseModel, frozen=True):
     """The candidate's time limit (TimeLimit.for_reference of the reference's time; 0 when it never ran)."""
     reference_s: float = 0.0
     """The reference child's time on the same runs (measured now, or when its outputs were cached)."""
+    accuracy_note: str = ""
+    """Set when the fp32 outputs disagreed and the reference ran again in float64 to tell which side is off."""
 
 
 # --- the reference, read by tracing it -------------------------------------------------------

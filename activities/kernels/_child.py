@@ -1,6 +1,7 @@
 """Child-process runner: `python -m activities.kernels._child TASK.py OUT.pt SEED TRIALS [CANDIDATE.py]`,
 or `... _child --profile TASK.py OUT.json SEED CANDIDATE.py` (GPU only, after verification passed); either with
-`--precision strict|kernelbench` (the job's precision policy: whether torch may use TF32, `set_precision`).
+`--precision strict|kernelbench` (the job's precision policy: whether torch may use TF32, `set_precision`); a
+reference with `--float64` runs in float64 (the verifier's arbiter when the fp32 results disagree).
 
 Builds the task's `Model` (or, with a candidate file, the candidate's `ModelNew`) from
 `get_init_inputs()` after `torch.manual_seed(SEED)`, runs it on every trial set's inputs and only
@@ -328,6 +329,8 @@ def die_with_parent() -> None:
 
 def main(argv: list[str]) -> int:
     held_out, argv = pop_option(argv, "--held-out", "")  # `--held-out HELD_TASK.py`: the task at other sizes
+    float64 = "--float64" in argv  # the reference in float64: the verifier's arbiter when fp32 results disagree
+    argv = [a for a in argv if a != "--float64"]
     held_out_path = held_out or None
     task_path, out_path, seed, trials = argv[0], argv[1], int(argv[2]), int(argv[3])
     candidate_path = argv[4] if len(argv) > 4 else None
@@ -345,7 +348,7 @@ def main(argv: list[str]) -> int:
     candidate_cls = getattr(_load(candidate_path, "fleetforge_candidate"), "ModelNew") if candidate_path else None
     progress = _Progress(folder)
     outputs, not_derived = _runs(task, candidate_cls or task.Model, seed, trials, FAMILIES, recorder, counter,
-                                 progress.phase("task", trials * len(FAMILIES)))
+                                 progress.phase("task", trials * len(FAMILIES)), float64=float64)
     torch.save(outputs, out_path)
     if counter is not None:
         with open(os.path.join(folder, TRAFFIC_FILE), "w", encoding="utf-8") as f:
@@ -360,7 +363,8 @@ def main(argv: list[str]) -> int:
             recorder.held_out = True
         held_outputs, held_not_derived = _runs(held, candidate_cls or held.Model, seed, HELD_OUT_TRIALS,
                                                HELD_OUT_FAMILIES, recorder,
-                                               progress=progress.phase("held_out", HELD_OUT_TRIALS * len(HELD_OUT_FAMILIES)))
+                                               progress=progress.phase("held_out", HELD_OUT_TRIALS * len(HELD_OUT_FAMILIES)),
+                                               float64=float64)
     except Exception as e:  # noqa: BLE001 - the reference's failure here only means no held-out check
         if candidate_path:
             raise  # the candidate's crash at the held-out sizes is its verdict
@@ -389,14 +393,17 @@ class _Progress:
 
 def _runs(task: ModuleType, cls: type, seed: int, trials: int, families: tuple[str, ...],
           recorder: LaunchRecorder | None, counter: Any = None,
-          progress: Callable[[int], None] = lambda _n: None) -> tuple[list, list]:
+          progress: Callable[[int], None] = lambda _n: None, float64: bool = False) -> tuple[list, list]:
     """Every trial set's outputs (run = trial * len(families) + family) and, for a candidate, the
     [run, output] pairs that do not derive from a kernel's writes. `counter` (a traffic.Counter) counts the
-    first forward call's launches."""
+    first forward call's launches. `float64`: the same model and inputs (drawn as usual, then cast), computed in
+    float64."""
     import torch
 
     torch.manual_seed(seed)
     model = cls(*task.get_init_inputs()).to(_device())
+    if float64:
+        model = model.double()
     outputs, not_derived = [], []
     with torch.no_grad():
         for trial in range(trials):
@@ -405,6 +412,8 @@ def _runs(task: ModuleType, cls: type, seed: int, trials: int, families: tuple[s
             for family in families:
                 k = FAMILIES.index(family)
                 inputs = family_inputs(task_inputs, family, seed + 1000 * (k + 1) + trial)
+                if float64:
+                    inputs = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
                 if recorder:
                     recorder.run = len(outputs)
                 counting = counter.counting() if counter is not None and not outputs else nullcontext()

@@ -306,3 +306,42 @@ def test_profiler_without_a_gpu_reports_no_number(tmp_path):
     assert timing is None
     assert note.startswith("speed not measured: the candidate could not be timed ("), note
     assert "CUDA" in note, note
+
+
+CANCELLING_SUM = (RELU.split("class Model", 1)[0] + """class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.sum(x, dim=1)
+
+
+batch_size = 8
+dim = 4096
+
+
+def get_inputs():
+    a = torch.randn(batch_size, dim // 2) * 1e4
+    return [torch.cat([a, -a + torch.randn(batch_size, dim // 2)], dim=1)]
+
+
+def get_init_inputs():
+    return []
+""")
+"""Row sums of +-1e4 terms that cancel to about +-50: on the task's own inputs the fp32 reference is itself off by
+about 0.1 against float64 (the tolerance is 0.009), so a kernel that sums in another order disagreed with it."""
+
+
+def test_an_ill_conditioned_task_is_judged_against_float64_and_a_wrong_kernel_still_fails(tmp_path):
+    right = offline_candidate(CANCELLING_SUM, tmp_path)
+    report = verify(CANCELLING_SUM, right, timeout_s=TIMEOUT_S)
+    assert report.passed, report.reason
+    assert report.accuracy_note.startswith("checked against the reference in float64: the fp32 reference is itself off")
+    assert "trial 0 (task inputs) output 0" in report.accuracy_note and "elements differ beyond" in report.accuracy_note
+
+    assert right.count("res = tl.sum(acc, axis=1)") == 1
+    wrong = right.replace("res = tl.sum(acc, axis=1)", "res = tl.sum(acc, axis=1) * 1.001")
+    report = verify(CANCELLING_SUM, wrong, timeout_s=TIMEOUT_S)
+    assert not report.passed and "elements differ beyond" in report.reason, report.reason
+    assert report.accuracy_note.startswith("the float64 reference agrees with the fp32 one")
+
