@@ -433,7 +433,7 @@ class ConductorWorkflow:
             self._best_report, self._modeled, self._speed = res.report, res.modeled, res.speed
         elif self._best is None:
             self._speed = res.speed or self._speed
-        notes = [n for n in (shapes_checked(res.report), res.speed) if n]
+        notes = [n for n in (shapes_checked(res.report), res.report.accuracy_note, res.speed) if n]
         summary = ("PASSED" + (f" ({'; '.join(notes)})" if notes else "")) if passed else f"FAILED: {res.report.reason}"
         if len(cands) > 1:
             summary += f" [{sum(r.report.passed for r in done.values())}/{len(cands)} candidates passed]"
