@@ -147,10 +147,12 @@ class TimeLimit(_Strict):
     `ceiling_s`. The reference itself may take up to `ceiling_s`. A candidate past its limit is rejected
     (a verdict about the candidate, naming the limit and the reference's time), never a worker failure."""
 
-    multiple: float = Field(default=50.0, gt=0, description=(
+    multiple: float = Field(default=200.0, gt=0, description=(
         "the verifier gives a candidate this many times the reference's own time on the same runs "
-        "(default: the workflow.yaml's verifier.time_limit, else 50)"))
-    """Under the Triton interpreter a kernel runs tens to thousands of times slower than torch's own op."""
+        "(default: the workflow.yaml's verifier.time_limit, else 200)"))
+    """Under the Triton interpreter a kernel runs tens to thousands of times slower than torch's own op: whole
+    KernelBench Level 3 models measured 47x (VGG16), 140x (MobileNetV1) and 190x (ViT) per forward call, and at 50x
+    9 of 34 right-looking candidates were killed after 2-7 of their 8 calls."""
     floor_s: float = Field(default=120.0, gt=0, description=(
         "the least time in seconds the verifier gives a candidate (default: the workflow.yaml's, else 120)"))
     """Every child starts Python, torch and triton first (several seconds on a loaded machine)."""
@@ -175,7 +177,7 @@ class TimeLimit(_Strict):
 
     @property
     def text(self) -> str:
-        """`50x the reference's time, at least 120 s, at most 1800 s`."""
+        """`200x the reference's time, at least 120 s, at most 1800 s`."""
         if self.floor_s == self.ceiling_s:
             return f"a fixed {self.ceiling_s:g} s"
         return f"{self.multiple:g}x the reference's time, at least {self.floor_s:g} s, at most {self.ceiling_s:g} s"
