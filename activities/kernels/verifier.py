@@ -425,6 +425,10 @@ def _family_of(reason: str, mismatches: list[Mismatch]) -> str:
 REFERENCE_ERROR_ALLOWANCE = 2.0
 """How many times the fp32 reference's own error (against float64) a candidate may be off, on an output where the
 fp32 results disagree: two correct kernels that sum in another order err by the same order of magnitude."""
+UNJUDGEABLE = 1e-2
+"""An output whose fp32 reference is off from float64 by more than this times its scale (fewer than two right digits:
+KernelBench's own tolerance) judges nothing: it is left out of the float64 check and named in the note, and a
+candidate with no output left to judge is not verified (ill-conditioned at these sizes)."""
 
 
 def _float64_reference(root: Path, task_source: str, held_source: str, seed: int, trials: int, gpu: bool,
@@ -464,26 +468,39 @@ def _arbitrate(truth: tuple[list[list[Any]], list[list[Any]] | None],
     worst = max((float((e.double() - t).abs().max()) for runs, truths in zip(expected, truth) if runs and truths
                  for outs, touts in zip(runs, truths) for e, t in zip(outs, touts)
                  if isinstance(e, torch.Tensor) and e.is_floating_point() and e.shape == t.shape), default=0.0)
-    new_reason, new_mismatches = compare(truth[0], got[0], precision=precision, widen=expected[0])
+    unjudged: list[str] = []
+    judged = [0]
+    new_reason, new_mismatches = compare(truth[0], got[0], precision=precision, widen=expected[0],
+                                         unjudged=unjudged, judged=judged)
     if not new_reason and truth[1] is not None and got[1] is not None and expected[1] is not None:
         new_reason, new_mismatches = compare(truth[1], got[1], families=HELD_OUT_FAMILIES, held_out=sizes,
-                                             precision=precision, widen=expected[1])
+                                             precision=precision, widen=expected[1], unjudged=unjudged, judged=judged)
+    left_out = (f"; {len(unjudged)} output(s) judge nothing, the fp32 reference there off by more than "
+                f"{UNJUDGEABLE:g} of the output's scale: {', '.join(unjudged[:3])}" + (" ..." if len(unjudged) > 3 else "")
+                ) if unjudged else ""
     if new_reason:
         return reason, mismatches, (f"the float64 reference agrees with the fp32 one: the candidate is off by more "
-                                    f"than the fp32 reference's own error (at most {worst:.3g})")
+                                    f"than the fp32 reference's own error (at most {worst:.3g}){left_out}")
+    if not judged[0]:
+        return (f"ill-conditioned at these sizes: {reason}, and on every output the fp32 reference itself is off "
+                f"from float64 by more than {UNJUDGEABLE:g} of its scale (up to {worst:.3g}), so no output can judge "
+                "the candidate: verify the task at sizes where PyTorch's fp32 result is accurate"), mismatches, left_out[2:]
     return "", [], (f"checked against the reference in float64: the fp32 reference is itself off by up to {worst:.3g} "
                     f"on these inputs ({reason}); the candidate is within the tolerance of the float64 result, "
-                    f"each output's atol grown by {REFERENCE_ERROR_ALLOWANCE:g}x the fp32 reference's own error there")
+                    f"each output's atol grown by {REFERENCE_ERROR_ALLOWANCE:g}x the fp32 reference's own error there"
+                    f"{left_out}")
 
 
 def compare(expected: list[list[Any]], got: list[list[Any]], *, families: tuple[str, ...] = FAMILIES,
             held_out: str = "", precision: PrecisionPolicy = PrecisionPolicy.STRICT,
-            widen: list[list[Any]] | None = None) -> tuple[str, list[Mismatch]]:
+            widen: list[list[Any]] | None = None, unjudged: list[str] | None = None,
+            judged: list[int] | None = None) -> tuple[str, list[Mismatch]]:
     """Empty reason when every trial's outputs match within the precision policy's tolerance; otherwise the first
     problem and up to 10 mismatches. `held_out` (the sizes, for people) marks runs at the held-out sizes.
     `widen` (the fp32 reference, when `expected` is its float64 twin): each output's atol grows by
     REFERENCE_ERROR_ALLOWANCE times the fp32 reference's largest error on it; dtypes are compared as the fp32
-    reference's."""
+    reference's; an output where that error is above UNJUDGEABLE of its scale is skipped and named in `unjudged`
+    (`judged[0]` counts the others)."""
     import torch
 
     if len(expected) != len(got):
@@ -501,6 +518,11 @@ def compare(expected: list[list[Any]], got: list[list[Any]], *, families: tuple[
             slack = widen[run][i] if widen is not None else None
             if (slack if slack is not None else e).dtype != g.dtype:
                 return f"{where}: wrong dtype {g.dtype}, expected {e.dtype}", []
+            if slack is not None and unjudged is not None and _unjudgeable(e, slack):
+                unjudged.append(where)
+                continue
+            if judged is not None:
+                judged[0] += 1
             reason, mismatches = _compare_values(e, g, run, i, where, families, bool(held_out), precision, slack)
             if reason:
                 return reason, mismatches
@@ -542,6 +564,17 @@ def _compare_values(e: Any, g: Any, run: int, output: int, where: str, families:
         return (f"{where}: {n_bad}/{total} elements differ beyond rtol={tol:g}, atol={atol:.3g}",
                 _mismatches(e, g, bad, run, output, families, held_out))
     return "", []
+
+
+def _unjudgeable(truth: Any, fp32: Any) -> bool:
+    """The fp32 reference is off from its float64 twin by more than UNJUDGEABLE of the output's scale."""
+    import torch
+
+    if not truth.is_floating_point():
+        return False
+    special = torch.isnan(truth) | torch.isinf(truth) | torch.isnan(fp32.double()) | torch.isinf(fp32.double())
+    own = (fp32.double() - truth)[~special].abs()
+    return bool(own.numel()) and float(own.max()) > UNJUDGEABLE * _scale(truth.double(), special)
 
 
 def _scale(ef: Any, special: Any) -> float:

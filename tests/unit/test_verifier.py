@@ -345,3 +345,18 @@ def test_an_ill_conditioned_task_is_judged_against_float64_and_a_wrong_kernel_st
     assert not report.passed and "elements differ beyond" in report.reason, report.reason
     assert report.accuracy_note.startswith("the float64 reference agrees with the fp32 one")
 
+
+
+def test_an_output_whose_fp32_reference_is_off_by_over_a_percent_judges_nothing():
+    import torch
+
+    truth = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    fp32_close, fp32_off = truth.float() + 1e-6, truth.float() + torch.tensor([0.0, 0.05, 0.0])
+    unjudged, judged = [], [0]
+    # output 1's fp32 reference is off by 2.5 % of its scale (2): skipped, whatever the candidate says there
+    reason, _ = compare([[truth, truth]], [[truth.float(), torch.zeros(3)]], widen=[[fp32_close, fp32_off]],
+                        unjudged=unjudged, judged=judged)
+    assert reason == "" and unjudged == ["trial 0 (task inputs) output 1"] and judged == [1]
+    # a judged output still fails beyond the tolerance plus twice the reference's own error (2e-6)
+    reason, _ = compare([[truth]], [[truth.float() + 1e-3]], widen=[[fp32_close]], unjudged=[], judged=[0])
+    assert "elements differ beyond" in reason
