@@ -8,7 +8,9 @@ the candidate runs on the task's own KernelBench file (`examples/kernelbench/lev
 bench's one rule with the largest cap (2048, 1024, ... 8; batch halved like the rest) whose inputs and
 outputs each fit `--input-mb` (KernelBench's own sizes take gigabytes per tensor, more than the verifier's
 disk budget for its eight trial outputs): sizes the offline run never saw, so this is also a check that the kernel does
-not assume the shrunk ones.
+not assume the shrunk ones. Only the input sizes grow: the constants only the model's construction reads (kernel
+size, groups, out_channels: `settings`) keep the values of the task the job ran, which its held-out sizes left alone
+too (a candidate verified for 8 groups failing at 256 is not a false pass).
 
 Phase 1 verifies every pair (`--jobs` at a time); phase 2 times the verified ones one at a time (nothing
 else on the GPU): candidate, eager reference and `torch.compile` reference, `triton.testing.do_bench`
@@ -41,7 +43,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from activities.kernels.task_source import apply_overrides, input_constants, literal_constants, numeric_constants
 from bench.bench_kernelbench import CSV_COLUMNS
+from contracts.kernel import Number
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELBENCH = ROOT / "examples" / "kernelbench"
@@ -61,15 +65,27 @@ def nbytes(values: object) -> int:
     return sum(x.numel() * x.element_size() for x in items if isinstance(x, torch.Tensor))
 
 
-def gpu_sized(source: str, input_mb: float) -> tuple[str, int] | None:
+def settings(task: str) -> dict[str, Number]:
+    """The task's literal numeric constants that `get_inputs()` does not read: kernel size, groups, channel and
+    feature counts only the model's construction reads. The verifier's held-out sizes leave them alone (they
+    change the operation, activities/kernels/held_out.py), so the offline job verified its kernel at these values
+    only; a GPU re-check that changes them checks another task, and its failure is no false pass of the job's."""
+    inputs = input_constants(task)
+    return {k: v for k, v in literal_constants(task).items() if k not in inputs}
+
+
+def gpu_sized(source: str, input_mb: float, keep: dict[str, Number] | None = None) -> tuple[str, int] | None:
     """The task shrunk with the largest cap that builds and whose inputs and outputs each take at most
-    `input_mb` (sized on the meta device: nothing is allocated)."""
+    `input_mb` (sized on the meta device: nothing is allocated), with the settings in `keep` (`settings` of the
+    task the job ran) set back to the job's values: only the input sizes grow."""
     import torch
 
     from bench.kernelbench_shrink import shrink
 
     for cap in (2048, 1024, 512, 256, 128, 64, 32, 16, 8):
         text, _ = shrink(source, cap=cap, batch_to_two=False)
+        have = numeric_constants(text)
+        text = apply_overrides(text, {k: v for k, v in (keep or {}).items() if k in have and have[k] != v})
         scope: dict = {}
         try:
             exec(compile(text, "task.py", "exec"), scope)  # noqa: S102 - KernelBench's public task files, shipped here
@@ -153,8 +169,9 @@ def sized_tasks(args: argparse.Namespace, names: list[str]) -> dict[str, str]:
     tasks: dict[str, str] = {}
     for name in names:
         own = original_task(name) if args.sizes == "gpu" else None
-        sized = gpu_sized(own.read_text(), args.input_mb) if own else None
-        tasks[name] = sized[0] if sized else (Path(args.pairs) / name / "task.py").read_text()
+        job_task = (Path(args.pairs) / name / "task.py").read_text()
+        sized = gpu_sized(own.read_text(), args.input_mb, keep=settings(job_task)) if own else None
+        tasks[name] = sized[0] if sized else job_task
         print(f"  {name:<58} {f'cap {sized[1]}' if sized else 'the shrunk sizes'}")
     return tasks
 
