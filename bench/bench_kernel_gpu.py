@@ -21,7 +21,7 @@ KernelBench v3 `results.csv` columns (speedup, ref_ms, baseline_type filled).
 kernels activity's own path: the reference traced on the meta device, the candidate counted by the Triton
 interpreter) of every pair at the same sizes. `--report-from GPU_ROWS MODEL_ROWS` joins the two runs and says
 how well the model predicted the measurement: measured / modeled time per kernel, and whether the modeled
-and the measured speedup over eager fall on the same side of 1.0x.
+and the measured speedup over eager give the same verdict (slower, on par within 5 %, faster).
 
     python -m bench.bench_kernel_gpu --pairs DIR --csv results.csv --rows gpu.jsonl --deadline-s 500   # GPU
     python -m bench.bench_kernel_gpu --pairs DIR --model h100 --rows model.jsonl                        # CPU
@@ -294,9 +294,14 @@ def _fmt(value: float | None) -> str:
     return f"{value:.4g}" if value else ""
 
 
+def verdict(speedup: float) -> str:
+    """Slower, on par (within 5 %: timing noise and the model's rounding) or faster than eager."""
+    return "on par" if abs(speedup - 1) <= 0.05 else "faster" if speedup > 1 else "slower"
+
+
 def model_report(timed: list[dict]) -> None:
     """How well the cost model predicted the GPU: measured / modeled time of the candidate and of eager, and
-    whether the modeled and the measured speedup over eager fall on the same side of 1.0x."""
+    whether the modeled and the measured speedup over eager give the same verdict (`verdict`)."""
     both = [r for r in timed if r.get("modeled_ms")]
     if not both:
         return
@@ -311,11 +316,11 @@ def model_report(timed: list[dict]) -> None:
               f"{r['modeled_speedup']:>10.2f}{measured_x:>11.2f}")
     cand = sorted(r["candidate_ms"] / r["modeled_ms"] for r in both)
     eager = sorted(r["eager_ms"] / r["modeled_eager_ms"] for r in both)
-    agree = sum((r["modeled_speedup"] >= 1) == (r["eager_ms"] / r["candidate_ms"] >= 1) for r in both)
+    agree = sum(verdict(r["modeled_speedup"]) == verdict(r["eager_ms"] / r["candidate_ms"]) for r in both)
     within2 = sum(0.5 <= x <= 2 for x in cand)
     print(f"  candidate measured / modeled: median {statistics.median(cand):.2f}, range {cand[0]:.2f}-{cand[-1]:.2f}, "
           f"within 2x: {within2}/{len(cand)}; eager measured / modeled: median {statistics.median(eager):.2f}; "
-          f"modeled and measured speedup over eager on the same side of 1.0x: {agree}/{len(both)}")
+          f"same verdict over eager (slower / on par within 5 % / faster), modeled and measured: {agree}/{len(both)}")
 
 
 if __name__ == "__main__":
