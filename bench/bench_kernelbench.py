@@ -25,7 +25,7 @@ family the offline designer detected, and the independent re-check; then the tot
 * >= 90 % of the tasks whose family the offline templates cover (COVERED) end VERIFIED;
 * every other task ends within 3 steps with NO_OFFLINE_TEMPLATE;
 * 0 wrong kernels verified: every verified candidate is run again here, outside the job and without the
-  verifier's code, against the reference on fresh signed-normal inputs (`--recheck`, a child process);
+  verifier's code, against the reference on fresh signed-normal inputs (`--recheck`, a sandboxed child);
 * no task verifies an identical candidate twice (candidate sha256 per verifier step, from the trace).
 
 Exit code 0 when every target holds (PASS), 1 otherwise.
@@ -36,9 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -238,26 +235,37 @@ def _done(workdir: Path, row: Row) -> Row:
     return row
 
 
+RECHECK_FILE = "recheck.json"
+RECHECK_TIMEOUT_S = 600.0
+
+
 def recheck(task_source: str, candidate_source: str, folder: Path) -> tuple[str, bool]:
     """Run the verified candidate again, outside the job and without the verifier's code, in a child
-    under the Triton interpreter: the reference and ModelNew on fresh signed-normal inputs.
+    under the Triton interpreter: the reference and ModelNew on fresh signed-normal inputs. The child is
+    the kernels activity's own sandboxed one (activities/kernels/_proc.py): candidate code runs nowhere else.
     Returns (a note, wrong?)."""
+    from activities.kernels._proc import spawn, wait_all
+
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "task.py").write_text(task_source)
     (folder / "candidate.py").write_text(candidate_source)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-m", "bench.bench_kernelbench", "--recheck", str(folder)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        return f"ERROR {done.stderr.strip().splitlines()[-1][:120] if done.stderr.strip() else done.returncode}", True
-    verdict = json.loads(done.stdout.strip().splitlines()[-1])
+    (folder / RECHECK_FILE).unlink(missing_ok=True)
+    child = spawn("bench.bench_kernelbench", folder, ["--recheck", "."], gpu=False, timeout_s=RECHECK_TIMEOUT_S)
+    error = wait_all({"recheck": child}, RECHECK_TIMEOUT_S, lambda _msg: None)["recheck"].error
+    if error:
+        return f"ERROR {error[:200]}", True
+    verdict = json.loads((folder / RECHECK_FILE).read_text(encoding="utf-8"))
     return verdict["note"], not verdict["ok"]
 
 
 def recheck_child(folder: Path) -> None:
+    """The re-check's verdict, written to folder/recheck.json as {ok, note}."""
     import importlib.util
 
     import torch
+
+    def say(ok: bool, note: str) -> None:
+        (folder / RECHECK_FILE).write_text(json.dumps({"ok": ok, "note": note}), encoding="utf-8")
 
     def load(name: str):
         spec = importlib.util.spec_from_file_location(f"recheck_{name}", folder / f"{name}.py")
@@ -287,12 +295,12 @@ def recheck_child(folder: Path) -> None:
                                        for x in inputs])
         return (list(out) if isinstance(out, (tuple, list)) else [out])[i].double()
     if len(expected) != len(got):
-        print(json.dumps({"ok": False, "note": f"{len(got)} outputs, expected {len(expected)}"}))
+        say(False, f"{len(got)} outputs, expected {len(expected)}")
         return
     notes, ok = [], True
     for e, g in zip(expected, got):
         if not isinstance(g, torch.Tensor) or g.shape != e.shape or g.dtype != e.dtype:
-            print(json.dumps({"ok": False, "note": f"shape/dtype {getattr(g, 'shape', None)} vs {tuple(e.shape)}"}))
+            say(False, f"shape/dtype {getattr(g, 'shape', None)} vs {tuple(e.shape)}")
             return
         if not e.is_floating_point():
             same = bool(torch.equal(e, g))
@@ -311,7 +319,7 @@ def recheck_child(folder: Path) -> None:
                 close = bool(((g.double() - t).abs() <= 1e-4 * scale + 1e-4 * t.abs() + 2 * own).all())
                 note += f" (vs float64 {float((g.double() - t).abs().max()):.1e}, the fp32 reference's own {own:.1e})"
         ok, notes = ok and close, notes + [note + ("" if close else " WRONG")]
-    print(json.dumps({"ok": ok, "note": "; ".join(notes)}))
+    say(ok, "; ".join(notes))
 
 
 def report(rows: list[Row], wall: float) -> bool:
