@@ -291,17 +291,18 @@ def gelu_fusion(model: Any, ctx: PassContext) -> int:
                 n.domain = ""
     elif not any(o.domain == "com.microsoft" for o in om.model.opset_import):
         om.model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
-    _type_gelu_outputs(om.model)
+    type_gelu_outputs(om.model)
     model.CopyFrom(om.model)
     return len(fused) - before
 
 
-def _type_gelu_outputs(model: Any) -> None:
+def type_gelu_outputs(model: Any) -> None:
     """Give each Gelu output the type and shape of its input (Gelu is elementwise). onnx's shape inference
     does not know com.microsoft Gelu: without this every tensor after it is untyped wherever the
     quantizer's pre-processing falls back to onnx's inference, and the QDQ quantizer then skips them
     (no scale for the LayerNormalization after the Gelu, no calibration of a Softmax further on) or
-    loops forever in onnxruntime 1.32 (`_quantize_sharing_param_tensors`)."""
+    loops forever in onnxruntime 1.32 (`_quantize_sharing_param_tensors`). The quantizer's preparation
+    calls it again (qdq_prep): its graph optimization renames Gelu outputs it moves."""
     import onnx
 
     gelus = [n for n in model.graph.node if n.op_type == "Gelu" and n.input and n.output]

@@ -8,7 +8,11 @@
 3. initializers listed as graph inputs (IR 3) made constants, so the HTP backend sees static weights;
    nodes named (the quantizer excludes nodes by name);
 4. each Reciprocal of a Sqrt (RMSNorm's rsqrt) a Div of 1 (graph pass `rsqrt_to_div`, exact): the HTP
-   computes the quantized form wrongly inside a decoder (a small LLaMA at int8: 0.42 -> 0.987).
+   computes the quantized form wrongly inside a decoder (a small LLaMA at int8: 0.42 -> 0.987);
+5. each Gelu output typed again (graph_passes.type_gelu_outputs): the pre-processing's transpose optimizer
+   cancels the Transpose pair around a fused Gelu (Data2Vec-audio's conv layers: LayerNorm -> Transpose ->
+   Gelu -> Transpose -> LayerNorm) under a new output name, which its onnx shape inference cannot type
+   (com.microsoft Gelu); the QDQ quantizer skips an untyped tensor and then fails on the next bias.
 
 If pre-processing changed what the model takes as inputs, the model is quantized as it was given.
 """
@@ -45,9 +49,10 @@ def prepare(src: Path, dst: Path) -> Path:
     if feed_names(m) != feed_names(onnx.load(str(src), load_external_data=False)):
         m = onnx.load(str(src))  # the pre-processing changed what the model takes: quantize it as it is
     decompose_batchnorm(m)
-    from activities.toolchains.graph_passes import PASSES, PassContext
+    from activities.toolchains.graph_passes import PASSES, PassContext, type_gelu_outputs
 
     PASSES["rsqrt_to_div"].apply(m, PassContext())
+    type_gelu_outputs(m)
     for i, node in enumerate(m.graph.node):
         if not node.name:
             node.name = f"fleetforge_node_{i}"

@@ -124,6 +124,51 @@ def test_a_fused_gelu_in_every_position_keeps_the_graph_typed_and_quantizes_full
     assert out.details["offload"]["cpu_nodes"] == 0
 
 
+class AudioFeatureStack(torch.nn.Module):
+    """Data2Vec-audio's feature extractor and projection: Conv1d -> Transpose -> LayerNorm -> Transpose ->
+    exact GELU per conv layer, then Transpose -> LayerNorm. onnxruntime's quantization pre-processing (its
+    transpose optimizer) cancels each Transpose pair around a fused Gelu and names the Gelu's moved output
+    anew, which its onnx shape inference cannot type (com.microsoft Gelu): the QDQ quantizer then skipped
+    it and failed on the next LayerNorm's bias ("Unable to get valid quantization scale for input
+    'Gelu_1'"), and the Erf chains stayed on the CPU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = torch.nn.ModuleList([torch.nn.Conv1d(1, 8, 5, stride=2), torch.nn.Conv1d(8, 8, 3, stride=2)])
+        self.norms = torch.nn.ModuleList([torch.nn.LayerNorm(8), torch.nn.LayerNorm(8)])
+        self.projection_norm, self.projection = torch.nn.LayerNorm(8), torch.nn.Linear(8, 16)
+
+    def forward(self, x):
+        h = x[:, None]
+        for conv, norm in zip(self.convs, self.norms):
+            h = torch.nn.functional.gelu(norm(conv(h).transpose(-2, -1)).transpose(-2, -1))
+        return self.projection(self.projection_norm(h.transpose(1, 2)))
+
+
+WAVE = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
+
+
+def test_gelu_fusion_on_data2vec_audios_conv_stack_is_exact_and_quantizes_fully_on_the_htp(tmp_path: Path):
+    model = export(AudioFeatureStack(), (torch.from_numpy(WAVE),), tmp_path / "stack17.onnx", input_names=["x"],
+                   opset_version=17)
+    assert "Erf" in ops(model)
+    count, fused = apply("gelu_fusion", model)
+    assert count == 2 and "Erf" not in ops(fused)
+    np.testing.assert_allclose(run(fused, {"x": WAVE})[0], run(model, {"x": WAVE})[0], atol=1e-5)
+    pytest.importorskip("onnxruntime_qnn")
+    from activities.toolchains.ort_qnn import ContextBinaryParams, QuantizeQdqParams, context_binary, quantize_qdq
+
+    onnx.save(fused, str(tmp_path / "fused.onnx"))
+    np.savez(tmp_path / "calib.npz", x=np.random.default_rng(6).standard_normal((16, 1, 64)).astype(np.float32))
+    quantize_qdq(tmp_path, QuantizeQdqParams(model="fused.onnx", output="q.onnx", precision="int8", calibration_data="calib.npz"))
+    q = onnx.load(str(tmp_path / "q.onnx"))
+    quantized = {n.input[0] for n in q.graph.node if n.op_type == "QuantizeLinear"}
+    gelus = [n for n in q.graph.node if n.op_type == "Gelu"]
+    assert len(gelus) == 2 and all(g.output[0] in quantized for g in gelus), "every Gelu output gets a quantization scale"
+    out = context_binary(tmp_path, ContextBinaryParams(model="q.onnx", soc="sm8550", output="ctx/q_ctx.onnx", precision="int8"))
+    assert out.details["offload"]["cpu_nodes"] == 0
+
+
 class Pooler(torch.nn.Module):
     def __init__(self, kernel: int, ceil: bool) -> None:
         super().__init__()
