@@ -13,14 +13,16 @@ mixed-precision recipes run; here on onnxruntime's CPU, where a QDQ model comput
    reach the target, found by doubling then bisection (about 2 log2 N measurements, each a real run).
    The target sits between the gate's threshold and 1 (`search_target`): a margin for the HTP's own
    arithmetic and for samples the search never saw. Where the all-int8 model already reaches it on the CPU
-   (the HTP's arithmetic missed the gate, not the simulated one), the target halves the error seen here.
+   (the HTP's arithmetic missed the gate, not the simulated one), the target halves the error that 16-bit
+   activations take away here (every layer at 16 bits shows how much: the 8-bit weights keep the rest).
 3. The quantizer runs again, on every calibration sample, with those layers' outputs at 16 bits (onnxruntime's
    TensorQuantOverrides; its mixed-precision fixer makes each such layer's producer and consumers 16-bit
    ops and inserts the 8 <-> 16-bit conversions the HTP takes).
 
 The choice is fitted on the calibration samples only, never on the samples the gate grades. A model that
 even with every layer at 16 bits stays below the target cannot be rescued this way: NO_MIXED_PRECISION
-says so with the figure (16-bit activations cannot fix what the 8-bit weights lost).
+says so with the figure (16-bit activations cannot fix what the 8-bit weights lost), or, where the CPU
+shows no error 16-bit activations would take away, that it has nothing to rank the layers by.
 """
 
 from __future__ import annotations
@@ -141,8 +143,15 @@ def search(float_model: Any, qdq: Any, feeds: list[dict[str, Any]], threshold: f
         return _agreement(reference, _outputs(with_float(qdq, tensors), feeds))
 
     base, base_mean = score(set())
-    if base >= target:  # the HTP missed the gate where fake quantization on the CPU did not: halve the error seen here
-        target = base + (1.0 - base) / 2
+    measured: dict[int, float] = {}
+    if base >= target:  # the HTP missed the gate where fake quantization on the CPU did not
+        measured[len(candidates)] = ceiling = score({layer.tensor for layer in candidates})[0]
+        if ceiling <= base:
+            raise FleetforgeError(Err.NO_MIXED_PRECISION, f"the all-int8 model reaches {base:.4f} on {len(feeds)} "
+                                  f"calibration samples on the CPU, and every layer at 16-bit activations gives nothing "
+                                  f"back ({ceiling:.4f}): the miss is the HTP's own arithmetic, which the CPU cannot rank "
+                                  "the layers by")
+        target = base + (ceiling - base) / 2  # halve the error 16-bit activations take away here
     gains = []
     for i, layer in enumerate(candidates):
         if i % 10 == 0:
@@ -150,7 +159,6 @@ def search(float_model: Any, qdq: Any, feeds: list[dict[str, Any]], threshold: f
         gains.append(score({layer.tensor})[1] - base_mean)
     order = [candidates[i] for i in np.argsort(-np.array(gains), kind="stable")]
     gain_of = {layer.tensor: g for layer, g in zip(candidates, gains)}
-    measured: dict[int, float] = {}
 
     def reaches(k: int) -> bool:
         if k not in measured:
