@@ -52,6 +52,7 @@ async def main_async(workdir: Path) -> int:
 
     from activities.kernels.config_loader import load_workflow_config
     from activities.storage import FileStore
+    from client.artifacts import kernel_trace
     from client.binaries import temporal_binary
     from contracts.common import JobKind, TaskQueues
     from contracts.kernel import KernelTask
@@ -128,7 +129,7 @@ async def main_async(workdir: Path) -> int:
     worst = 0.0
     for label, result, size in runs:
         per_step = size / max(result.steps, 1)
-        verified_a_candidate = any(e.agent == "verifier" and e.report is not None for e in result.trace)
+        verified_a_candidate = any(e.agent == "verifier" and e.report is not None for e in kernel_trace(store, result))
         worst = max(worst, per_step if verified_a_candidate else 0.0)
         print(f"  {label:<38} {result.outcome.value:<9} steps={result.steps:<2} history={size / 1024:6.1f} KiB "
               f"per step={per_step / 1024:5.2f} KiB  tokens={result.tokens.total_tokens}"

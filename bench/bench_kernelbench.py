@@ -148,6 +148,7 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = 
     from activities.kernels.config_loader import load_workflow_config
     from activities.kernels.task_source import op_name_for
     from activities.storage import FileStore
+    from client.artifacts import kernel_trace
     from client.binaries import temporal_binary
     from contracts.common import JobKind, TaskQueues
     from contracts.kernel import KernelTask
@@ -194,14 +195,15 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = 
             row.finish = result.finish_reason.value if result.finish_reason else (result.failure.code if result.failure else "")
             row.tokens = result.tokens.total_tokens
             row.precision = result.precision_used
-            first = next((e.modeled for e in result.trace if e.agent == "verifier" and e.modeled is not None), None)
+            trace = await asyncio.to_thread(kernel_trace, store, result)
+            first = next((e.modeled for e in trace if e.agent == "verifier" and e.modeled is not None), None)
             row.modeled_before = modeled_figures(first)
             row.modeled_after = modeled_figures(result.modeled)
             if result.timing is not None:
                 row.speedup, row.ref_ms, row.baseline = result.timing.speedup, result.timing.ref_ms, result.timing.baseline
             row.compiled = any(e.report is not None and (e.report.passed or e.report.mismatches)
-                               for e in result.trace if e.agent == "verifier")
-            verified = [c.sha256 for e in result.trace if e.agent == "verifier" for c in e.round_candidates]
+                               for e in trace if e.agent == "verifier")
+            verified = [c.sha256 for e in trace if e.agent == "verifier" for c in e.round_candidates]
             row.reverified = len(verified) - len(set(verified))
             if result.failure is not None and not row.finish:
                 row.error = result.failure.message

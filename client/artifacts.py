@@ -1,6 +1,7 @@
-"""A finished job's outputs by their workspace names, and downloading them (`fleetforge artifacts`,
-`JobHandle.download`). Pure selection; the download checks every file's sha256 (the store does)
-and leaves it with normal permissions (the store's temp files are 0600)."""
+"""A finished job's outputs by their workspace names, downloading them (`fleetforge artifacts`,
+`JobHandle.download`), and a kernel job's trace read back from the store. Pure selection; every read
+checks the sha256 (the store does), and a download leaves files with normal permissions (the store's
+temp files are 0600)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from activities.sandbox import safe_join
 from activities.storage import ArtifactStore
 from contracts.common import ArtifactRef
 from contracts.fleet_job import FleetTestResult, ModelTestResult
-from contracts.kernel_job import KernelResult
+from contracts.kernel_job import KernelResult, TraceEntry
 
 
 def job_outputs(result: BaseModel) -> list[ArtifactRef]:
@@ -30,6 +31,15 @@ def job_outputs(result: BaseModel) -> list[ArtifactRef]:
         case _:
             refs = list(getattr(result, "artifacts", []) or [])
     return _named(refs)
+
+
+def kernel_trace(store: ArtifactStore, result: KernelResult) -> list[TraceEntry]:
+    """A kernel job's trace, one entry per agent step, read from its trace.jsonl (the result carries only
+    its ref: the trace is in the workflow history once). Empty when the job recorded none."""
+    if result.trace_artifact is None:
+        return []
+    lines = store.get_bytes(result.trace_artifact).splitlines()  # sha256-checked
+    return [TraceEntry.model_validate_json(line) for line in lines if line.strip()]
 
 
 def _named(refs: list[ArtifactRef]) -> list[ArtifactRef]:

@@ -31,7 +31,7 @@ from contracts.convert_job import ConversionProgress, ProvideInput
 from contracts.errors import Err, FleetforgeError
 from contracts.events import EVENTS_TOPIC, JobEvent
 from contracts.fleet_job import AttemptRecord, FleetProgress
-from contracts.kernel_job import TraceEntry
+from contracts.kernel_job import KernelResult, TraceEntry
 from workflows import _visibility as vis
 from workflows.conductor import ConductorWorkflow
 from workflows.converter import ConverterWorkflow
@@ -340,6 +340,14 @@ class JobHandle(Generic[ResultT]):
             return list(await self._handle.query(ConductorWorkflow.trace, rpc_timeout=_QUERY_TIMEOUT))
         except _QUERY_ERRORS:
             return []
+
+    async def kernel_trace(self, result: KernelResult | None = None) -> list[TraceEntry]:
+        """A finished kernel job's trace, read from the artifact store (`result`: its contract, when you
+        have it already; else the job's outcome; empty for other kinds). `trace()` is a running job's view."""
+        if self.kind is not JobKind.KERNEL:
+            return []
+        result = result if result is not None else await self.outcome()
+        return await asyncio.to_thread(outputs.kernel_trace, self._fc.store, result)
 
     async def events(self, *, from_offset: int = 0) -> AsyncIterator[JobEvent]:
         """The job's live events (contracts/events.py) as they happen: steps, agents' tool calls and

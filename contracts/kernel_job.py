@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, JsonValue
+from pydantic import BaseModel, Field, JsonValue, field_serializer
 
 from contracts.agents import AgentProvenance
 from contracts.common import ArtifactRef, Failure, JobStatus, TaskQueues, TokenTotals
@@ -575,6 +575,12 @@ class RecordTraceRequest(BaseModel, frozen=True):
     previous: ArtifactRef | None = None
     """The trace.jsonl so far; the new entries are appended to it."""
     entries: list[TraceEntry]
+    """Sent without their default fields (unset refs, empty lists, zero tokens: a sixth of a trace): this
+    request is where the workflow history holds the trace. Validation restores them; trace.jsonl has all."""
+
+    @field_serializer("entries")
+    def _without_defaults(self, entries: list[TraceEntry]) -> list[dict[str, Any]]:
+        return [e.model_dump(mode="json", exclude_defaults=True) for e in entries]
 
 
 class KernelOutcome(StrEnum):
@@ -615,8 +621,10 @@ class KernelResult(BaseModel):
     best_candidate: ArtifactRef | None = None
     report: VerifierReport | None = None
     steps: int = 0
-    trace: list[TraceEntry] = Field(default_factory=list)
     trace_artifact: ArtifactRef | None = None
+    """The trace (trace.jsonl, one TraceEntry per agent step), read with `client.artifacts.kernel_trace`. The
+    result carries its ref only, so the workflow history holds the trace once (record_trace's input); None when
+    no step ran, or the store could not take it on a failure."""
     failure: Failure | None = None
     tokens: TokenTotals = Field(default_factory=TokenTotals)
     """Every agent answer (LLM and offline) and the routing analyses: calls, tokens, LLM latency."""

@@ -105,6 +105,11 @@ in the activity (a whole model's trace is hundreds of KiB, and the designer's wa
 task), and the task's source as a store ref that every later request carries instead of the text. Histories
 recorded before read the trace here, as they did."""
 
+TRACE_IN_STORE = "kernel-trace-in-store"
+"""The result carries the trace's store ref only (the history held the trace twice: record_trace's input and
+the result), so a job that fails after some steps records its trace too. Histories of jobs that failed before
+end without that activity, as they did."""
+
 
 @workflow.defn
 class ConductorWorkflow:
@@ -478,7 +483,7 @@ class ConductorWorkflow:
         )
 
     def _result(self, **fields: Any) -> KernelResult:
-        base = dict(best_candidate=self._best, report=self._report, steps=self._state.step, trace=list(self._trace),
+        base = dict(best_candidate=self._best, report=self._report, steps=self._state.step,
                     tokens=token_totals(self._calls), overrides=self._req.task.overrides, op_family=self._family,
                     shapes=shapes_checked(self._best_report) if self._best_report else "",
                     aten_ops=self._reference.aten_ops if self._reference else [], fallbacks=list(self._fallbacks),
@@ -512,7 +517,21 @@ class ConductorWorkflow:
     async def _fail(self, error: ActivityError) -> KernelResult:
         failure = failure_from(error, where=self._where)
         self._show("failed", error=f"{failure.code}: {failure.message}")
-        return end_failed(self._result(outcome=KernelOutcome.FAILED, status=JobStatus.FAILED, failure=failure), failure)
+        trace_ref = await self._record_failed_trace()
+        return end_failed(self._result(outcome=KernelOutcome.FAILED, status=JobStatus.FAILED, failure=failure,
+                                       trace_artifact=trace_ref), failure)
+
+    async def _record_failed_trace(self) -> ArtifactRef | None:
+        """The steps before an activity failed, in the store like a finished job's (TRACE_IN_STORE); None when
+        none ran or the store could not take them (the failure that ended the job stays the one reported)."""
+        if not self._trace or not workflow.patched(TRACE_IN_STORE):
+            return None
+        try:
+            return await self._record_trace()
+        except ActivityError as e:
+            if is_cancellation(e):
+                raise
+            return None
 
     def _shapes(self) -> str:
         """For the Web UI: which sizes the verified candidate holds at, or (before one) will be checked at."""

@@ -297,7 +297,3 @@ def _require_gpu(arch: str) -> None:
     if not torch.cuda.is_available():
         raise FleetforgeError(Err.VERIFIER_ERROR, f"arch {arch} needs a GPU, and this kernels worker has none: run a "
                                                   "kernels worker on a GPU machine, or use --arch cpu-interpreter")
-
-
-def read_trace(store: ArtifactStore, ref: ArtifactRef) -> list[dict]:
-    return [json.loads(line) for line in store.get_bytes(ref).decode().splitlines() if line.strip()]

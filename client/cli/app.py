@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from activities.storage import ArtifactStore, open_store
 from client import fleetforge_version, out
+from client.artifacts import kernel_trace
 from client.cli.render import answer_command, show_needs_input, show_result
 from client.ids import candidates
 from client.jobs import JobHandle, fleet_label
@@ -25,6 +26,7 @@ from client.sdk import FleetforgeClient
 from contracts.common import JobKind, JobStatus
 from contracts.convert_job import ConversionProgress
 from contracts.errors import Err, FleetforgeError
+from contracts.kernel_job import KernelResult, TraceEntry
 from contracts.settings import Settings
 
 app = typer.Typer(
@@ -115,10 +117,22 @@ async def finish(fc: FleetforgeClient, handle: JobHandle[Any], wait: bool) -> in
     result = await follow(fc, handle, stop_at_input=True)
     if result is None:
         return 0
-    rc = show_result(result, await handle.ui_url())
+    rc = await show_outcome(fc, result, await handle.ui_url())
     if rc == 0 and not out.json_mode() and handle.kind is not JobKind.MODEL_TEST:  # a failure's error stays last
         out.hint(f"get its outputs with fleetforge artifacts {handle.id} --out DIR")
     return rc
+
+
+async def show_outcome(fc: FleetforgeClient, result: BaseModel, ui_url: str) -> int:
+    """`show_result` with a kernel job's trace read from the store for the human view (the JSON is the
+    contract); a trace the store cannot give is named, and the result still shown."""
+    trace: list[TraceEntry] = []
+    if isinstance(result, KernelResult) and not out.json_mode():
+        try:
+            trace = await asyncio.to_thread(kernel_trace, fc.store, result)
+        except FleetforgeError as e:
+            out.hint(f"the trace is not shown: {e.code}: {e.message}")
+    return show_result(result, ui_url, trace)
 
 
 async def follow(fc: FleetforgeClient, handle: JobHandle[Any], *, stop_at_input: bool) -> Any | None:

@@ -10,8 +10,10 @@ import typer
 from pydantic import BaseModel
 
 from client import out
-from client.cli.app import JobIdArg, JsonOpt, WaitOpt, app, client_for, finish, follow, run_sync, settings
-from client.cli.render import artifact_line, jobs_table, show_result
+from client.cli.app import (
+    JobIdArg, JsonOpt, WaitOpt, app, client_for, finish, follow, run_sync, settings, show_outcome,
+)
+from client.cli.render import artifact_line, jobs_table
 from client.events_view import print_events
 from client.jobs import CANCELLED, JobCancelled, JobSummary
 from contracts.common import ArtifactRef, JobKind, JobStatus
@@ -53,7 +55,7 @@ def watch(job_id: JobIdArg, json_: JsonOpt = False) -> int:
             await asyncio.wait({events}, timeout=EVENTS_DRAIN_S)
         finally:
             events.cancel()
-        return show_result(result, await handle.ui_url())
+        return await show_outcome(fc, result, await handle.ui_url())
 
     return run_sync(go())
 
@@ -107,7 +109,7 @@ def show(job_id: JobIdArg, wait: WaitOpt = False, json_: JsonOpt = False) -> int
         view = await fc.show(job_id)
         summary = view.summary
         if view.result is not None:
-            return show_result(view.result, summary.ui_url)
+            return await show_outcome(fc, view.result, summary.ui_url)
         if wait:
             return await finish(fc, await fc.job(summary.workflow_id), wait=True)
         if json_:
@@ -137,7 +139,7 @@ def cancel(job_id: JobIdArg, wait: WaitOpt = False, json_: JsonOpt = False) -> i
                 pass
             else:
                 out.hint(f"{handle.id} finished before the cancellation took effect")
-                return show_result(result, await handle.ui_url())
+                return await show_outcome(fc, result, await handle.ui_url())
         if json_:
             out.contract(await handle.summary())  # what Temporal says now (RUNNING until the job has stopped)
         else:

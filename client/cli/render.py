@@ -3,6 +3,7 @@ Formatting only (STYLE G16); what a job is and does is the SDK's."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -13,7 +14,7 @@ from contracts.common import ArtifactRef, JobStatus, TokenTotals
 from contracts.convert_job import ConversionResult
 from contracts.fleet_job import FleetTestResult, ModelTestResult
 from contracts.inspect import InspectResult
-from contracts.kernel_job import KernelResult
+from contracts.kernel_job import KernelResult, TraceEntry
 
 
 def artifact_line(a: ArtifactRef) -> str:
@@ -141,7 +142,8 @@ def show_tokens(t: TokenTotals) -> None:
              + (f"; {t.unreported_calls} call(s) without usage from the server, not counted" if t.unreported_calls else ""))
 
 
-def show_kernel(result: KernelResult, ui_url: str) -> None:
+def show_kernel(result: KernelResult, trace: Sequence[TraceEntry], ui_url: str) -> None:
+    """`trace`: the job's steps, read from the store (`client.artifacts.kernel_trace`)."""
     out.line(f"kernel: {result.outcome.value if hasattr(result.outcome, 'value') else result.outcome} "
              f"({result.status.value}, {result.steps} steps"
              + (f", {result.finish_reason.value if hasattr(result.finish_reason, 'value') else result.finish_reason}" if result.finish_reason else "")
@@ -150,7 +152,7 @@ def show_kernel(result: KernelResult, ui_url: str) -> None:
         out.line(f"reference: {result.op_family or 'no offline template'} (aten: {', '.join(result.aten_ops) or '-'})")
     if result.overrides:
         out.line("sizes: " + ", ".join(f"{k}={v}" for k, v in result.overrides.items()))
-    for e in result.trace:
+    for e in trace:
         out.line(f"  {e.step:>3} {e.agent:<10} {'ok ' if e.ok else 'err'} {e.summary}")
     for why in result.fallbacks:
         out.hint(f"fallback: {why}")
@@ -210,8 +212,9 @@ def show_needs_input(workflow_id: str, questions: list[str], ui_url: str) -> Non
     out.hint(f"Web UI: {ui_url}")
 
 
-def show_result(result: BaseModel, ui_url: str) -> int:
-    """Print a finished job's contract (JSON or human) and return its exit code."""
+def show_result(result: BaseModel, ui_url: str, trace: Sequence[TraceEntry] = ()) -> int:
+    """Print a finished job's contract (JSON or human) and return its exit code; `trace`: a kernel job's
+    steps for the human view (the JSON is the contract, with the trace's ref)."""
     if isinstance(result, ModelTestResult):  # a row's status is its verdict (Yes/No/Error)
         status = str(JobStatus.COMPLETED if result.passed else JobStatus.FAILED)
     else:
@@ -223,7 +226,7 @@ def show_result(result: BaseModel, ui_url: str) -> int:
     elif isinstance(result, ConversionResult):
         show_convert(result, ui_url)
     elif isinstance(result, KernelResult):
-        show_kernel(result, ui_url)
+        show_kernel(result, trace, ui_url)
     elif isinstance(result, FleetTestResult):
         show_fleet(result, ui_url)
     elif isinstance(result, ModelTestResult):

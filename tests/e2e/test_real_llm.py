@@ -26,8 +26,11 @@ from typing import Any
 import httpx
 import pytest
 
+from activities.storage import FileStore
+from client.artifacts import kernel_trace
 from client.local_llm import LOCAL_MAX_TOKENS, LocalLLM
 from contracts.errors import FleetforgeError
+from contracts.kernel_job import KernelResult
 from contracts.settings import Settings
 from tests.doubles.recording_proxy import Exchange, RecordingProxy
 from tests.e2e.test_cli import Stack, ff, port_open, start_dev, stack_env, stop_dev
@@ -177,7 +180,7 @@ def provenances(result: Any) -> list[dict[str, Any]]:
     return []
 
 
-def assert_every_answer_is_attributed(result: dict[str, Any]) -> list[dict[str, Any]]:
+def assert_every_answer_is_attributed(result: Any) -> list[dict[str, Any]]:
     """With an LLM configured, each agent decision is the LLM's (validated) or a fallback that says why;
     never 'none' in a job that reached a verdict."""
     found = provenances(result)
@@ -252,16 +255,18 @@ def test_kernel_is_verified_and_no_step_is_ok_when_its_llm_answer_failed(
               env=llm_stack.env, timeout=840)
     result = json.loads(done.stdout)
     assert_the_real_llm_answered(result["tokens"], llama.base_url, llama.log_path, llama)
-    for e in result["trace"]:
-        llm_failed = e["parse_error"] or "LLM failed" in e["summary"] or e["summary"].startswith("unusable")
-        if e["ok"] and llm_failed:  # only the offline agent's answer can make such a step ok, and it says so
-            assert e["provenance"] and e["provenance"]["source"] == "fallback", e
-            assert e["provenance"]["fallback_reason"] and e["provenance"]["llm_answers"] >= 1, e
+    store = FileStore(Path(llm_stack.env["FLEETFORGE_STATE_DIR"]) / "artifacts")
+    trace = kernel_trace(store, KernelResult.model_validate(result))  # the result names its stored trace
+    for e in trace:
+        llm_failed = e.parse_error or "LLM failed" in e.summary or e.summary.startswith("unusable")
+        if e.ok and llm_failed:  # only the offline agent's answer can make such a step ok, and it says so
+            assert e.provenance and e.provenance.source == "fallback", e
+            assert e.provenance.fallback_reason and e.provenance.llm_answers >= 1, e
     assert_tokens_are_what_the_server_reported(result["tokens"], proxy.since(mark),
                                                _llm_transcripts(_blobs(llm_stack) - before))
     assert (result["status"], result["outcome"]) == ("COMPLETED", "VERIFIED"), (result.get("failure"), done.stderr[-2000:])
     assert done.returncode == 0
-    assert_every_answer_is_attributed(result)
+    assert_every_answer_is_attributed([e.model_dump(mode="json") for e in trace])
 
 
 @pytest.mark.docker

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from activities.storage import open_store
+from client.artifacts import kernel_trace
+from contracts.kernel_job import KernelResult
 from contracts.settings import Settings
 from tests.helpers import new_worker
 from worker import build_registry
@@ -79,7 +81,8 @@ RUNS = {
 @pytest.mark.slow
 async def test_our_kernelbench_tasks_run_unmodified_through_the_cli_with_set(temporal_env, tmp_path):
     settings = Settings(state_dir=tmp_path / "state", queue_prefix=f"kb-{uuid.uuid4().hex[:8]}", llm="offline")
-    reg = build_registry(settings, open_store(settings))
+    store = open_store(settings)
+    reg = build_registry(settings, store)
     queues = settings.queues
     env = cli_env(settings, temporal_env.client.service_client.config.target_host)
     before = {name: (KERNELBENCH / name).read_text() for name in RUNS}
@@ -98,13 +101,17 @@ async def test_our_kernelbench_tasks_run_unmodified_through_the_cli_with_set(tem
         assert result["outcome"] == outcome, (name, result.get("failure"), result.get("report"))
         assert result["op_family"].startswith(family), (name, result["op_family"])
         assert result["overrides"] == {k: int(v) for k, v in (p.split("=") for p in sets)}
-        assert result["trace"][0]["step"] == 1
         assert result["report"]["families"] == ["task", "signed_normal", "large", "near_zero"]
-        assert [e["agent"] for e in result["trace"]] == ["designer", "coder", "verifier"]
+        trace = kernel_trace(store, KernelResult.model_validate(result))  # the contract names the stored trace
+        assert [(e.step, e.agent) for e in trace] == [(1, "designer"), (2, "coder"), (3, "verifier")]
     listed = json.loads(ff("list", "--kind", "kernel", "--json", env=env).stdout)["jobs"]
     ours = {op for _s, _o, op, _f in RUNS.values()}
     started_here = {j["model"] for j in listed if j["target"] == "cpu-interpreter"}  # the session's server is shared
     assert ours <= started_here, "op names come from the file names (the problem number dropped)"
+    cumsum = next(j["workflow_id"] for j in listed if j["model"] == "Cumsum" and j["target"] == "cpu-interpreter")
+    shown = ff("show", cumsum, env=env)
+    steps = [line.split()[:3] for line in shown.stdout.splitlines() if line.startswith("    ")]
+    assert steps == [["1", "designer", "ok"], ["2", "coder", "ok"], ["3", "verifier", "ok"]], shown.stdout + shown.stderr
     assert before == {name: (KERNELBENCH / name).read_text() for name in RUNS}, "the task files are never changed"
 
 

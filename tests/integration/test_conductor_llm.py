@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from activities.kernels.activities import read_trace
 from activities.kernels.config_loader import load_workflow_config
 from activities.kernels.task_source import apply_overrides
 from activities.storage import ArtifactStore
+from client.artifacts import kernel_trace
 from contracts.agents import AnswerSource
 from contracts.common import JobKind, JobStatus
 from contracts.kernel import ConductorConfig, FinishReason, KernelTask, TimeLimit
-from contracts.kernel_job import KernelOutcome, KernelRequest, KernelResult
+from contracts.kernel_job import KernelOutcome, KernelRequest, KernelResult, TraceEntry
 from contracts.settings import Settings
 from tests.doubles.openai_server import Scripted, ScriptedOpenAIServer, error, text_stream
 from tests.helpers import fresh_queues, new_worker, outcome_of
@@ -90,7 +90,8 @@ def prompt_of(request: dict[str, Any]) -> str:
 
 async def run_llm_conductor(client: Client, tmp_path: Path, store: ArtifactStore, server: ScriptedOpenAIServer,
                             workflow: str | ConductorConfig, *, source: str = RELU, request_kw: dict | None = None,
-                            task_id: str | None = None, **task_kw: Any) -> KernelResult:
+                            task_id: str | None = None, **task_kw: Any) -> tuple[KernelResult, list[TraceEntry]]:
+    """The job's result and its trace, read from the store (what the running job's query showed)."""
     settings = Settings(state_dir=tmp_path / "state", llm="openai", llm_base_url=server.base_url, llm_model="scripted")
     reg = build_registry(settings, store)
     queues = fresh_queues()
@@ -104,8 +105,9 @@ async def run_llm_conductor(client: Client, tmp_path: Path, store: ArtifactStore
             ConductorWorkflow.run, req, id=f"kernel/{task.task_id}", task_queue=queues.workflows,
             search_attributes=start_attributes(JobKind.KERNEL, task.op_name))
         result = await outcome_of(handle, KernelResult)
-        assert await handle.query(ConductorWorkflow.trace) == result.trace
-    return result
+        trace = kernel_trace(store, result)
+        assert await handle.query(ConductorWorkflow.trace) == trace
+    return result, trace
 
 
 @pytest.mark.slow
@@ -113,16 +115,16 @@ async def test_masking_bug_feedback_reaches_the_coder_and_the_second_candidate_v
     script = [design_answer(), code_answer(MASKING_BUG), decision("Coder", "write the tail: mask must be offs < n"),
               code_answer(GOOD)]
     with ScriptedOpenAIServer(script) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default")
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default")
 
     assert result.outcome is KernelOutcome.VERIFIED and result.status is JobStatus.COMPLETED
-    assert [(e.agent, e.ok) for e in result.trace] == [
+    assert [(e.agent, e.ok) for e in trace] == [
         ("designer", True), ("coder", True), ("verifier", False), ("coder", True), ("verifier", True)]
-    failed = result.trace[2].report
+    failed = trace[2].report
     assert failed is not None and "elements differ" in failed.reason
     assert failed.mismatches and all(m.index[0] == 6 and m.index[1] >= 900 for m in failed.mismatches)
-    assert result.trace[3].routing == "llm: coder" and not result.trace[3].fallback, '{"decision": "Coder"} is the coder'
-    assert result.trace[3].routing_provenance is not None and result.trace[3].routing_provenance.source is AnswerSource.LLM
+    assert trace[3].routing == "llm: coder" and not trace[3].fallback, '{"decision": "Coder"} is the coder'
+    assert trace[3].routing_provenance is not None and trace[3].routing_provenance.source is AnswerSource.LLM
     analysis = prompt_of(server.requests[2])
     for expected in ("return torch.relu(x)", "offs < n - 100", failed.reason, "step 3 verifier: FAILED"):
         assert expected in analysis, f"the routing analysis sees {expected!r}"
@@ -133,13 +135,13 @@ async def test_masking_bug_feedback_reaches_the_coder_and_the_second_candidate_v
     assert f"index {m.index}: {m.expected} -> {m.got}" in second_prompt
     assert "write the tail: mask must be offs < n" in second_prompt, "the conductor's suggestion reached the coder"
     assert "offs < n - 100" in second_prompt, "the failed attempt is in the coder's bounded history"
-    assert file_store.get_bytes(result.trace[3].prompt).decode() == second_prompt, "the prompt artifact is what was sent"
+    assert file_store.get_bytes(trace[3].prompt).decode() == second_prompt, "the prompt artifact is what was sent"
 
     assert file_store.get_bytes(result.best_candidate).decode() == GOOD
-    assert result.trace[1].provider == "openai" and result.trace[1].tokens.total == 140
-    transcript = json.loads(file_store.get_bytes(result.trace[1].transcript))
+    assert trace[1].provider == "openai" and trace[1].tokens.total == 140
+    transcript = json.loads(file_store.get_bytes(trace[1].transcript))
     assert (transcript["provider"], transcript["agent"]) == ("openai", "kernel-coder")
-    assert result.trace[3].tokens.total == 280, "the coder's tokens plus the analysis that chose it"
+    assert trace[3].tokens.total == 280, "the coder's tokens plus the analysis that chose it"
     assert (result.tokens.total_tokens, result.tokens.calls) == (4 * 140, 4)
     assert len(server.requests) == 4
 
@@ -147,11 +149,11 @@ async def test_masking_bug_feedback_reaches_the_coder_and_the_second_candidate_v
 async def test_an_unparsable_coder_answer_is_repaired_inside_the_step(temporal_env, tmp_path, file_store):
     script = [answer("I would write a Triton kernel that masks the tail."), code_answer(GOOD)]
     with ScriptedOpenAIServer(script) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only")
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only")
 
     assert result.outcome is KernelOutcome.VERIFIED
-    assert [(e.agent, e.ok) for e in result.trace] == [("coder", True), ("verifier", True)]
-    coder = result.trace[0]
+    assert [(e.agent, e.ok) for e in trace] == [("coder", True), ("verifier", True)]
+    coder = trace[0]
     assert coder.provenance is not None and coder.provenance.source is AnswerSource.LLM
     assert coder.provenance.llm_answers == 2
     assert coder.provenance.rejections == ["the answer has no fenced ```python block with the candidate"]
@@ -162,32 +164,30 @@ async def test_an_unparsable_coder_answer_is_repaired_inside_the_step(temporal_e
 async def test_a_coder_that_keeps_sending_broken_code_ends_verified_through_the_offline_template(
         temporal_env, tmp_path, file_store):
     with ScriptedOpenAIServer([answer(BROKEN)] * 3) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only")
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only")
 
     assert result.outcome is KernelOutcome.VERIFIED and result.status is JobStatus.COMPLETED
-    assert [(e.agent, e.ok) for e in result.trace] == [("coder", True), ("verifier", True)]
-    coder = result.trace[0]
+    assert [(e.agent, e.ok) for e in trace] == [("coder", True), ("verifier", True)]
+    coder = trace[0]
     assert coder.provenance is not None and coder.provenance.source is AnswerSource.FALLBACK
     assert coder.provenance.llm_answers == 3 and len(coder.provenance.rejections) == 3
     assert all(r.startswith("static check: syntax error at line 2") for r in coder.provenance.rejections)
     assert "3 LLM answer(s) refused" in coder.provenance.fallback_reason
     assert coder.provider == "offline" and coder.summary == "candidate written (offline fallback)"
     assert result.fallbacks == [f"step 1 coder: {coder.provenance.fallback_reason}"]
-    stored = read_trace(file_store, result.trace_artifact)
-    assert stored[0]["provenance"]["source"] == "fallback", "the fallback is in the recorded trace"
     assert len(server.requests) == 3
 
 
 @pytest.mark.slow
 async def test_after_n_llm_candidates_fail_verification_the_offline_template_is_tried(temporal_env, tmp_path, file_store):
     with ScriptedOpenAIServer([code_answer(MASKING_BUG), code_answer(OTHER_MASKING_BUG)]) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only",
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only",
                                          request_kw={"llm_rejections_before_fallback": 2})
 
     assert result.outcome is KernelOutcome.VERIFIED
-    assert [(e.agent, e.ok) for e in result.trace] == [("coder", True), ("verifier", False), ("coder", True),
+    assert [(e.agent, e.ok) for e in trace] == [("coder", True), ("verifier", False), ("coder", True),
                                                        ("verifier", False), ("coder", True), ("verifier", True)]
-    fallback = result.trace[4].provenance
+    fallback = trace[4].provenance
     assert fallback is not None and fallback.source is AnswerSource.FALLBACK
     assert fallback.fallback_reason == "the verifier rejected 2 LLM candidates; trying the offline template's candidate"
     assert result.fallbacks and len(server.requests) == 2
@@ -200,10 +200,10 @@ async def test_a_rejected_candidate_sent_again_is_not_verified_again_and_the_job
     cumsum = cumsum.replace("torch.cumsum(x, dim=self.dim)", "torch.sort(x, dim=self.dim)[0]")  # no offline fallback
     wrong = KERNEL_SOURCE.format(mask="offs < n").replace("def __init__(self):", "def __init__(self, dim):")
     with ScriptedOpenAIServer([code_answer(wrong)] * 4) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only", source=cumsum)
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only", source=cumsum)
 
     assert result.finish_reason is FinishReason.NO_PROGRESS and result.status is JobStatus.FAILED
-    assert [(e.agent, e.ok) for e in result.trace] == [("coder", True), ("verifier", False), ("coder", False)]
+    assert [(e.agent, e.ok) for e in trace] == [("coder", True), ("verifier", False), ("coder", False)]
     assert result.duplicates_refused == 3, "three answers repeated the rejected candidate; none was verified"
     assert "identical to the one the verifier rejected at step 2" in prompt_of(server.requests[2])
     assert result.failure is not None and result.failure.code == "NO_PROGRESS"
@@ -218,14 +218,14 @@ async def test_an_akg_workflow_yaml_runs_and_its_sequence_limit_stops_the_loop(t
     script = [answer(json.dumps({"code": "for each block: y = max(x, 0)"})), code_answer(MASKING_BUG),
               decision("coder", "write the tail"), code_answer(OTHER_MASKING_BUG)]
     with ScriptedOpenAIServer(script) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, load_workflow_config(path))
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, load_workflow_config(path))
 
-    assert [(e.agent, e.ok) for e in result.trace] == [
+    assert [(e.agent, e.ok) for e in trace] == [
         ("designer", True), ("coder", True), ("verifier", False), ("coder", True), ("verifier", False)]
     assert result.finish_reason is FinishReason.REPEAT_LIMIT and result.status is JobStatus.FAILED
     assert result.failure is not None and result.failure.code == "REPEAT_LIMIT"
     assert "sequence coder_verifier (coder -> verifier) ran 2 times" in result.failure.message
-    design = json.loads(file_store.get_bytes(result.trace[0].artifact))
+    design = json.loads(file_store.get_bytes(trace[0].artifact))
     assert design["sketch"] == "for each block: y = max(x, 0)", "designer_parser read the AKG `code` field"
     assert '"code" (str, mandatory): Algorithm pseudocode implementation' in prompt_of(server.requests[0])
     assert len(server.requests) == 4, "the limit ended the run before another analysis or coder answer"
@@ -235,19 +235,17 @@ async def test_an_akg_workflow_yaml_runs_and_its_sequence_limit_stops_the_loop(t
 async def test_max_step_ends_with_max_steps_and_the_full_trace(temporal_env, tmp_path, file_store):
     script = [code_answer(MASKING_BUG), code_answer(OTHER_MASKING_BUG)]
     with ScriptedOpenAIServer(script) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only", max_step=5)
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only", max_step=5)
 
     assert result.outcome is KernelOutcome.MAX_STEPS and result.finish_reason is FinishReason.MAX_STEPS
     assert result.status is JobStatus.FAILED and result.steps == 4, "step 5 would be an unverified coder"
-    assert [(e.step, e.agent, e.ok) for e in result.trace] == [
+    assert [(e.step, e.agent, e.ok) for e in trace] == [
         (1, "coder", True), (2, "verifier", False), (3, "coder", True), (4, "verifier", False)]
-    for entry in result.trace:
+    for entry in trace:
         assert entry.started_at is not None and entry.duration_s >= 0
-    coders = [e for e in result.trace if e.agent == "coder"]
+    coders = [e for e in trace if e.agent == "coder"]
     assert all(e.prompt and e.output and e.artifact and e.tokens.total == 140 for e in coders)
-    assert result.trace[1].report is not None and result.trace[1].report.mismatches
-    stored = read_trace(file_store, result.trace_artifact)
-    assert [(e["step"], e["agent"]) for e in stored] == [(1, "coder"), (2, "verifier"), (3, "coder"), (4, "verifier")]
+    assert trace[1].report is not None and trace[1].report.mismatches
     assert (result.tokens.total_tokens, result.tokens.calls) == (2 * 140, 2)
     assert "no room for coder" in result.failure.message
 
@@ -257,10 +255,10 @@ async def test_unusable_analysis_decisions_fall_back_to_the_deterministic_rule(t
     script = [design_answer(), code_answer(MASKING_BUG), decision("banana", "peel it"), decision("banana", "peel it"),
               code_answer(GOOD)]
     with ScriptedOpenAIServer(script) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default", max_step=5)
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default", max_step=5)
 
-    assert [e.agent for e in result.trace] == ["designer", "coder", "verifier", "coder", "verifier"]
-    rerouted = result.trace[3]
+    assert [e.agent for e in trace] == ["designer", "coder", "verifier", "coder", "verifier"]
+    rerouted = trace[3]
     assert rerouted.fallback, "the trace marks the fallback"
     assert rerouted.routing.startswith("fallback: 2 LLM answer(s) refused; the last: decision 'banana' not in ['coder']"), \
         rerouted.routing
@@ -271,10 +269,10 @@ async def test_unusable_analysis_decisions_fall_back_to_the_deterministic_rule(t
 @pytest.mark.slow
 async def test_parallel_candidates_first_verified_one_wins(temporal_env, tmp_path, file_store):
     with ScriptedOpenAIServer([code_answer(MASKING_BUG), code_answer(GOOD)]) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only", num_candidates=2)
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only", num_candidates=2)
 
     assert result.outcome is KernelOutcome.VERIFIED and result.steps == 2
-    coder, verifier = result.trace
+    coder, verifier = trace
     assert len(coder.candidates) == 2 and coder.tokens.total == 280
     assert verifier.ok and verifier.candidates == coder.candidates
     assert file_store.get_bytes(result.best_candidate).decode() == GOOD
@@ -283,10 +281,10 @@ async def test_parallel_candidates_first_verified_one_wins(temporal_env, tmp_pat
 
 async def test_unusable_llm_endpoint_falls_back_to_the_offline_templates(temporal_env, tmp_path, file_store):
     with ScriptedOpenAIServer([error(401, "bad key")]) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only")
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "coder_only")
 
     assert result.outcome is KernelOutcome.VERIFIED
-    coder = result.trace[0]
+    coder = trace[0]
     assert coder.provider == "offline" and coder.provenance is not None
     assert coder.provenance.source is AnswerSource.FALLBACK
     assert coder.provenance.fallback_reason.startswith("the LLM call failed: [LLM_AUTH]"), coder.provenance.fallback_reason
@@ -307,19 +305,19 @@ async def test_a_torch_wrapper_and_a_size_baked_in_kernel_are_rejected_and_the_c
     script = [design_answer(), code_answer(TORCH_WRAPPER), decision("Coder"), code_answer(SIZE_BAKED_IN),
               decision("Coder"), code_answer(GOOD)]
     with ScriptedOpenAIServer(script) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default")
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default")
 
-    assert result.outcome is KernelOutcome.VERIFIED, [e.summary for e in result.trace]
-    assert [(e.agent, e.ok) for e in result.trace] == [
+    assert result.outcome is KernelOutcome.VERIFIED, [e.summary for e in trace]
+    assert [(e.agent, e.ok) for e in trace] == [
         ("designer", True), ("coder", True), ("verifier", False), ("coder", True), ("verifier", False),
         ("coder", True), ("verifier", True)]
-    wrapper, baked = result.trace[2].report, result.trace[4].report
+    wrapper, baked = trace[2].report, trace[4].report
     assert wrapper is not None and baked is not None
     line = 1 + TORCH_WRAPPER.splitlines().index("        x = torch.relu(x).contiguous()")
     assert wrapper.reason.startswith("torch did the work, not the Triton kernel: the reference's relu ran as torch "
                                      f"op aten.relu.default at candidate.py:{line}"), wrapper.reason
     assert [(u.op, u.line, u.in_reference) for u in wrapper.torch_ops] == [("relu", line, True)]
-    assert result.trace[2].summary.startswith("FAILED: torch did the work"), "the trace (and Web UI) shows it"
+    assert trace[2].summary.startswith("FAILED: torch did the work"), "the trace (and Web UI) shows it"
     assert wrapper.reason in prompt_of(server.requests[3]), "the rejection reached the coder as feedback"
     assert "must not assume the sample's sizes" in prompt_of(server.requests[1])
 
@@ -327,7 +325,7 @@ async def test_a_torch_wrapper_and_a_size_baked_in_kernel_are_rejected_and_the_c
     assert baked.reason in prompt_of(server.requests[5])
     assert result.report is not None and result.report.held_out == {"batch_size": 9, "dim": 1125}
     assert result.shapes == "also verified at held-out sizes batch_size=9, dim=1125"
-    assert result.trace[6].summary.startswith("PASSED (also verified at held-out sizes batch_size=9, dim=1125")
+    assert trace[6].summary.startswith("PASSED (also verified at held-out sizes batch_size=9, dim=1125")
 
 
 SLOW = GOOD.replace("        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)\n",
@@ -344,19 +342,19 @@ async def test_a_candidate_slower_than_its_limit_is_a_verdict_and_the_same_worke
     script = [design_answer(), code_answer(SLOW), decision("Coder", "make it fast"), code_answer(GOOD)]
     task_id = f"relu-slow-{uuid.uuid4().hex[:6]}"
     with ScriptedOpenAIServer(script) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default",
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default",
                                          request_kw={"time_limit": limit}, task_id=task_id)
 
     assert result.outcome is KernelOutcome.VERIFIED and file_store.get_bytes(result.best_candidate).decode() == GOOD
-    assert [(e.agent, e.ok) for e in result.trace] == [
+    assert [(e.agent, e.ok) for e in trace] == [
         ("designer", True), ("coder", True), ("verifier", False), ("coder", True), ("verifier", True)]
-    slow = result.trace[2].report
+    slow = trace[2].report
     assert slow is not None and slow.time_limit_s == limit.for_reference(slow.reference_s) < limit.ceiling_s
     assert slow.reason.startswith(f"candidate timed out after {slow.time_limit_s:g}s (killed), before its first forward "
                                   "call ended: its time limit is 2x the reference's time, at least 10 s, at most 120 s, "
                                   "and the reference took "), slow.reason
     assert slow.reason in prompt_of(server.requests[3]), "the coder is told its candidate was too slow"
-    assert result.trace[4].report is not None and result.trace[4].report.time_limit_s == slow.time_limit_s
+    assert trace[4].report is not None and trace[4].report.time_limit_s == slow.time_limit_s
     history = await temporal_env.client.get_workflow_handle(f"kernel/{task_id}").fetch_history()
     attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
                 if e.HasField("activity_task_started_event_attributes")]

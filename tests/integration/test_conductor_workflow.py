@@ -12,10 +12,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from activities.kernels.activities import read_trace
 from activities.kernels.config_loader import load_workflow_config
 from activities.kernels.task_source import apply_overrides
 from activities.storage import ArtifactStore
+from client.artifacts import kernel_trace
 from contracts.common import JobKind, JobStatus
 from contracts.kernel import FinishReason, KernelTask
 from contracts.kernel_job import KernelOutcome, KernelRequest, KernelResult
@@ -79,30 +79,30 @@ async def test_all_eight_examples_end_verified_offline_through_one_worker(tempor
 
     assert {t.op_name: r.outcome for t, r in zip(tasks, results)} == {op: KernelOutcome.VERIFIED for op in ALL_EXAMPLES}, \
         [r.report.reason for r in results if r.report and not r.report.passed]
-    for result in results:
+    traces = [kernel_trace(file_store, r) for r in results]
+    for result, trace in zip(results, traces):
         assert result.status is JobStatus.COMPLETED and result.finish_reason is FinishReason.VERIFIED
         assert result.report is not None and result.report.passed and result.report.static.ok
-        assert [(e.agent, e.ok, e.provider) for e in result.trace] == [
+        assert [(e.agent, e.ok, e.provider) for e in trace] == [
             ("designer", True, "offline"), ("coder", True, "offline"), ("verifier", True, None)]
         assert result.speedup is None and result.timing is None  # nothing measured on CPU: modeled only
         modeled = result.modeled
         assert modeled is not None and result.speed == modeled.summary and result.speed.startswith("modeled on H100")
         assert modeled.launches >= 1 and modeled.sol_ms <= modeled.modeled_ms and modeled.breakdown is not None
-        assert result.trace[-1].modeled == modeled and result.precision_used == "strict"
+        assert trace[-1].modeled == modeled and result.precision_used == "strict"
         assert json.loads(file_store.get_bytes(modeled.breakdown))["label"] == "modeled, not measured"
         assert (result.tokens.calls, result.tokens.total_tokens) == (2, 0), "designer + coder answers, offline"
         source = file_store.get_bytes(result.best_candidate).decode()
         assert "@triton.jit" in source and "class ModelNew" in source
-        assert [e["agent"] for e in read_trace(file_store, result.trace_artifact)] == ["designer", "coder", "verifier"]
-        assert [e.provenance.source for e in result.trace[:2]] == ["offline", "offline"]
+        assert [e.provenance.source for e in trace[:2]] == ["offline", "offline"]
         assert result.fallbacks == [] and result.duplicates_refused == 0 and result.aten_ops
-        for entry in result.trace[:2]:  # offline answers are recorded exactly like LLM answers
+        for entry in trace[:2]:  # offline answers are recorded exactly like LLM answers
             assert entry.transcript is not None, entry
             transcript = json.loads(file_store.get_bytes(entry.transcript))
             assert (transcript["provider"], transcript["agent"]) == ("offline", f"kernel-{entry.agent}")
             assert transcript["response"]["usage"]["total"] == 0
             assert transcript["response"]["content"][0]["text"] == file_store.get_bytes(entry.output).decode()
-    assert first_trace == results[0].trace
+    assert first_trace == traces[0], "the stored trace is the one the job queried"
     assert [r.op_family for r in results] == [
         "lowered: relu", "lowered: leaky_relu", "lowered: gelu", "lowered: softmax",
         "lowered: log_softmax", "lowered: sum", "lowered: mul → mean → add → sqrt → div", "lowered: mm"]
@@ -136,6 +136,24 @@ async def test_a_max_step_without_room_to_verify_ends_before_any_agent_runs(temp
     assert result.failure is not None and result.failure.code == "MAX_STEPS"
     assert "max_step 2 leaves no room to verify a candidate" in result.failure.message
     assert result.op_family == "lowered: relu" and result.aten_ops == ["aten.relu.default"]
+
+
+async def test_a_job_that_fails_after_some_steps_keeps_its_trace_in_the_store(temporal_env, file_store, settings):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a kernels worker without a GPU (the verifier refuses an h100 task there)")
+    histories: list = []
+    task = task_for("relu").model_copy(update={"arch": "h100"})
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task, histories=histories)
+
+    assert result.status is JobStatus.FAILED and result.failure is not None and result.failure.code == "VERIFIER_ERROR"
+    assert "needs a GPU" in result.failure.message
+    assert [(e.agent, e.ok) for e in trace] == [("designer", True), ("coder", True)]
+    assert kernel_trace(file_store, result) == trace, "the steps before the failure are recorded like a finished job's"
+    replay = await Replayer(workflows=[ConductorWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        histories[0], raise_on_replay_failure=False)
+    assert replay.replay_failure is None
 
 
 SORT = (KERNELBENCH / "36_Cumsum.py").read_text().replace("torch.cumsum(x, dim=self.dim)", "torch.sort(x, dim=self.dim)[0]")
@@ -186,3 +204,7 @@ async def test_the_task_source_and_the_trace_stay_out_of_the_history_after_the_s
               if e.HasField("activity_task_scheduled_event_attributes")][1:]
     assert stored and all(b"KernelTask.source" in a.input.SerializeToString() for a in stored
                           if a.activity_type.name in ("design", "code", "verify"))
+    verifier = kernel_trace(file_store, result)[-1]
+    entry = f'"step":{verifier.step},"agent":"verifier"'.encode()  # how a TraceEntry is serialized, and nothing else
+    recorded = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events if entry in e.SerializeToString()]
+    assert recorded == ["record_trace"], "the trace is in the history once: record_trace's input, not the result"

@@ -44,10 +44,10 @@ async def test_a_planted_secret_reaches_no_history_prompt_result_artifact_or_log
     store = FileStore(tmp_path / "artifacts")
     task_id = f"hunter-{uuid.uuid4().hex[:6]}"
     with ScriptedOpenAIServer([code_answer(HUNTER), code_answer(GOOD)]) as server:
-        result = await run_llm_conductor(temporal_env.client, tmp_path, store, server, "coder_only", task_id=task_id)
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, store, server, "coder_only", task_id=task_id)
 
     assert result.outcome is KernelOutcome.VERIFIED
-    rejected = result.trace[1].report
+    rejected = trace[1].report
     assert rejected is not None and not rejected.passed and "FOUND" in rejected.log, "the hunter ran and raised"
     assert "FOUND" in json.dumps(server.requests[1]), "what it found went back to the coder as feedback"
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.kernels.activities import read_trace
 from activities.kernels.config_loader import load_workflow_config
 from activities.storage import open_store
+from client.artifacts import kernel_trace
 from contracts.common import JobKind
 from contracts.kernel import KernelTask
 from contracts.kernel_job import KernelOutcome, KernelRequest, KernelResult
@@ -46,9 +46,8 @@ async def test_worker_killed_mid_verification_completes_after_restart_with_one_e
         result: KernelResult = await handle.result()
 
     assert result.outcome is KernelOutcome.VERIFIED, result.report
-    assert [(e.step, e.agent, e.ok) for e in result.trace] == [(1, "coder", True), (2, "verifier", True)]
-    stored = read_trace(open_store(wp.settings), result.trace_artifact)
-    assert [(e["step"], e["agent"]) for e in stored] == [(1, "coder"), (2, "verifier")]
+    trace = kernel_trace(open_store(wp.settings), result)
+    assert [(e.step, e.agent, e.ok) for e in trace] == [(1, "coder", True), (2, "verifier", True)]
 
     history = await handle.fetch_history()
     scheduled = {e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name

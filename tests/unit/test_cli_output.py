@@ -56,13 +56,16 @@ def test_the_jobs_table_has_a_header_and_one_line_per_job_with_its_target():
 def test_a_kernel_result_says_what_the_reference_is_its_sizes_and_every_fallback(capsys):
     from client.cli import show_kernel
     from contracts.common import JobStatus
-    from contracts.kernel_job import KernelOutcome, KernelResult
+    from contracts.kernel_job import KernelOutcome, KernelResult, TraceEntry
 
     result = KernelResult(outcome=KernelOutcome.VERIFIED, status=JobStatus.COMPLETED, steps=4,
                           op_family="elementwise(relu)", aten_ops=["aten.relu.default"], overrides={"dim": 4096},
                           fallbacks=["step 2 coder: 3 LLM answers refused (syntax error)"], duplicates_refused=1)
-    show_kernel(result, "http://127.0.0.1:8233/x")
+    trace = [TraceEntry(step=1, agent="coder", summary="candidate written", ok=True),
+             TraceEntry(step=2, agent="verifier", summary="FAILED: elements differ", ok=False)]
+    show_kernel(result, trace, "http://127.0.0.1:8233/x")
     shown = capsys.readouterr()
+    assert "    1 coder      ok  candidate written" in shown.out and "    2 verifier   err FAILED: elements differ" in shown.out
     assert "reference: elementwise(relu) (aten: aten.relu.default)" in shown.out and "sizes: dim=4096" in shown.out
     assert "1 candidate(s) identical to a rejected one" in shown.out
     assert "fallback: step 2 coder: 3 LLM answers refused" in shown.err
@@ -78,7 +81,7 @@ def test_a_kernel_result_shows_the_measured_speed_first_the_modeled_beside_it_an
     timing = KernelTiming(candidate_ms=0.01, eager_ms=0.012, baseline="eager", ref_ms=0.012)
     result = KernelResult(outcome=KernelOutcome.VERIFIED, status=JobStatus.COMPLETED, modeled=modeled, timing=timing,
                           speed=timing.summary, precision_used="kernelbench")
-    show_kernel(result, "http://127.0.0.1:8233/x")
+    show_kernel(result, [], "http://127.0.0.1:8233/x")
     lines = capsys.readouterr().out.splitlines()
     speed = next(i for i, line in enumerate(lines) if line.startswith("speed: "))
     assert lines[speed].startswith("speed: speedup 1.20x over eager")
