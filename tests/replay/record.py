@@ -1,4 +1,4 @@
-"""Record workflow histories for the replay tests: `python -m tests.replay.record [inspect|convert_gate ...]`.
+"""Record workflow histories for the replay tests: `python -m tests.replay.record [inspect|convert_gate|kernel_failed ...]`.
 
 Re-run after a deliberate change to a workflow's commands (and keep the old history too when the
 change is behind `workflow.patched`, so old runs are still proven replayable). When a patch is
@@ -14,21 +14,26 @@ from pathlib import Path
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from activities.kernels.config_loader import load_workflow_config
 from activities.storage import FileStore
 from client.binaries import temporal_binary
 from contracts.common import JobKind, JobStatus
 from contracts.convert import Precision
 from contracts.convert_job import ConversionRequest, ProvideInput
 from contracts.inspect import InspectRequest
+from contracts.kernel import KernelTask
+from contracts.kernel_job import KernelRequest, KernelResult
 from contracts.settings import Settings
 from examples.tiny_model import build_tiny_cnn
-from tests.helpers import assert_eventually, fresh_queues, new_worker
+from tests.helpers import assert_eventually, fresh_queues, new_worker, outcome_of
 from worker import build_registry
 from workflows._visibility import SEARCH_ATTRIBUTES, start_attributes
+from workflows.conductor import ConductorWorkflow
 from workflows.converter import ConverterWorkflow
 from workflows.inspect import InspectModelWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 async def record_inspect(env: WorkflowEnvironment, tmp: Path) -> None:
@@ -76,7 +81,32 @@ async def record_convert_gate(env: WorkflowEnvironment, tmp: Path) -> None:
     (HISTORIES / "convert_held_out_gate_int8.json").write_text(history.to_json())
 
 
-async def main(which: tuple[str, ...] = ("inspect", "convert_gate")) -> None:
+async def record_kernel_failed(env: WorkflowEnvironment, tmp: Path, name: str = "kernel_failed-after-steps.json") -> None:
+    """A kernel job that fails after its designer and coder ran: an h100 task on a kernels worker without a
+    GPU (the verifier refuses it, VERIFIER_ERROR); the steps before are recorded in the store."""
+    import torch
+
+    assert not torch.cuda.is_available(), "record this on a machine without a GPU (the verifier must refuse h100)"
+    settings = Settings(state_dir=tmp / "state-kernel", llm="offline")
+    store = FileStore(tmp / "artifacts-kernel")
+    queues = fresh_queues()
+    reg = build_registry(settings, store)
+    task = KernelTask(op_name="relu", task_desc=(EXAMPLES / "kernels" / "relu.py").read_text(), task_id="relu-replay",
+                      arch="h100")
+    async with new_worker(env.client, workflows=[ConductorWorkflow], activities=reg.by_kind["llm"] + reg.by_kind["kernels"],
+                          task_queue=queues.workflows):
+        handle = await env.client.start_workflow(
+            ConductorWorkflow.run, KernelRequest(task=task, config=load_workflow_config("default"), queues=queues),
+            id=f"kernel/{uuid.uuid4().hex[:8]}", task_queue=queues.workflows,
+            search_attributes=start_attributes(JobKind.KERNEL, "relu"),
+        )
+        result = await outcome_of(handle, KernelResult)
+        assert result.failure is not None and result.failure.code == "VERIFIER_ERROR" and result.steps == 2, result
+    history = await handle.fetch_history()
+    (HISTORIES / name).write_text(history.to_json())
+
+
+async def main(which: tuple[str, ...] = ("inspect", "convert_gate", "kernel_failed")) -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
         data_converter=pydantic_data_converter,
@@ -87,6 +117,8 @@ async def main(which: tuple[str, ...] = ("inspect", "convert_gate")) -> None:
                 await record_inspect(env, Path(tmp))
             if "convert_gate" in which:
                 await record_convert_gate(env, Path(tmp))
+            if "kernel_failed" in which:
+                await record_kernel_failed(env, Path(tmp))
     finally:
         await env.shutdown()
 
@@ -94,4 +126,4 @@ async def main(which: tuple[str, ...] = ("inspect", "convert_gate")) -> None:
 if __name__ == "__main__":
     import sys
 
-    asyncio.run(main(tuple(sys.argv[1:]) or ("inspect", "convert_gate")))
+    asyncio.run(main(tuple(sys.argv[1:]) or ("inspect", "convert_gate", "kernel_failed")))

@@ -9,6 +9,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from workflows.conductor import ConductorWorkflow
 from workflows.converter import ConverterWorkflow
 from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
 from workflows.inspect import InspectModelWorkflow
@@ -20,7 +21,7 @@ RECORDED_IDS = {
 """Histories whose workflow derives names from its own id (a fleet started without a fleet id) replay
 under the id they were recorded with; the others under `replay-<file>`."""
 WORKFLOWS = {"inspect": InspectModelWorkflow, "convert": ConverterWorkflow, "fleet": FleetTestWorkflow,
-             "modeltest": ModelTestWorkflow}
+             "modeltest": ModelTestWorkflow, "kernel": ConductorWorkflow}
 
 
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
