@@ -1,5 +1,5 @@
 """Build tiny, deterministic models as ONNX (seeded RNG: byte-identical across runs): a CNN, and an MLP
-with an outlier activation (mixed precision's case).
+and a Vision Transformer with an outlier activation (mixed precision's case).
 
     python -m examples.tiny_model out.onnx
 """
@@ -84,6 +84,82 @@ def build_outlier_mlp(path: Path, *, seed: int = 0, offset: float = 300.0) -> Pa
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="fleetforge-examples")
     model.ir_version = 8
     onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def build_outlier_vit(path: Path, *, seed: int = 0, offset: float = 1000.0, dim: int = 32) -> Path:
+    """A two-block Vision Transformer whose residual stream carries one outlier channel (an offset of
+    `offset` on one hidden channel added at the end of block 1, taken off again as block 2 starts; its
+    neighbours are about 1, at most about 4, and 300 still left all-int8 at cosine 0.974), as the massive
+    activations of trained ViTs sit in a few residual channels: what build_outlier_mlp shows for an
+    MLP, with a transformer's ops around it (patch Conv, LayerNormalization, MatMul/Softmax attention, an
+    Erf GELU, residual Adds, mean pool). Built with onnx.helper, not exported from torch, so no torch is
+    needed and the node names are stable.
+    x[1, 3, 16, 16] → Conv 4x4/4 (16 patches of `dim`) → +pos → 2 x (LN → attention → +, LN → MLP → +) →
+    LN → mean over patches → MatMul+Add → y[1, 10]."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+
+    def init(name: str, shape: tuple[int, ...], scale: float | None = None) -> str:
+        fan_in = int(np.prod(shape[1:])) if len(shape) == 4 else shape[0]
+        w = rng.standard_normal(shape) * (scale if scale is not None else 1 / np.sqrt(fan_in))
+        inits.append(numpy_helper.from_array(w.astype(np.float32), name))
+        return name
+
+    def const(name: str, value: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def node(op: str, inputs: list[str], name: str, **attrs: object) -> str:
+        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        return name
+
+    def dense(x: str, name: str, n_in: int, n_out: int) -> str:
+        return node("Add", [node("MatMul", [x, init(f"{name}_w", (n_in, n_out))], name), init(f"{name}_b", (n_out,), 0.02)],
+                    f"{name}_bias")
+
+    def layer_norm(x: str, name: str) -> str:
+        return node("LayerNormalization", [x, const(f"{name}_g", np.ones(dim, np.float32)),
+                                           const(f"{name}_beta", np.zeros(dim, np.float32))], name, axis=-1)
+
+    def block(x: str, i: int) -> str:
+        h = layer_norm(x, f"b{i}_ln1")
+        q, k, v = (dense(h, f"b{i}_{t}", dim, dim) for t in "qkv")
+        scores = node("Mul", [node("MatMul", [q, node("Transpose", [k], f"b{i}_kT", perm=[0, 2, 1])], f"b{i}_qk"),
+                              const(f"b{i}_scale", np.array(1 / np.sqrt(dim), np.float32))], f"b{i}_scaled")
+        attn = node("MatMul", [node("Softmax", [scores], f"b{i}_softmax", axis=-1), v], f"b{i}_attn")
+        x = node("Add", [x, dense(attn, f"b{i}_proj", dim, dim)], f"b{i}_res1")
+        h = dense(layer_norm(x, f"b{i}_ln2"), f"b{i}_fc1", dim, 2 * dim)
+        erf = node("Erf", [node("Mul", [h, const(f"b{i}_rsqrt2", np.array(1 / np.sqrt(2), np.float32))], f"b{i}_gelu_in")],
+                   f"b{i}_erf")
+        half = node("Mul", [node("Add", [erf, const(f"b{i}_one", np.array(1, np.float32))], f"b{i}_gelu_1p"),
+                            const(f"b{i}_half", np.array(0.5, np.float32))], f"b{i}_gelu_half")
+        return node("Add", [x, dense(node("Mul", [h, half], f"b{i}_gelu"), f"b{i}_fc2", 2 * dim, dim)], f"b{i}_res2")
+
+    spike = np.zeros(dim, np.float32)
+    spike[3] = offset
+    x = node("Conv", ["x", init("patch_w", (dim, 3, 4, 4)), init("patch_b", (dim,), 0.02)], "patch_embed",
+             kernel_shape=[4, 4], strides=[4, 4])
+    x = node("Transpose", [node("Reshape", [x, const("tokens_shape", np.array([1, dim, 16], np.int64))], "tokens")],
+             "tokens_t", perm=[0, 2, 1])
+    x = node("Add", [x, init("pos", (1, 16, dim), 0.02)], "pos_embed")
+    x = node("Add", [block(x, 1), const("spike", spike)], "outlier")
+    x = block(node("Sub", [x, "spike"], "cancel"), 2)
+    pooled = node("ReduceMean", [layer_norm(x, "ln_f")], "pool", axes=[1], keepdims=0)
+    dense(pooled, "head", dim, 10)
+    nodes[-1].output[0] = "y"
+    graph = helper.make_graph(nodes, "outlier_vit", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="fleetforge-examples")
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return path
