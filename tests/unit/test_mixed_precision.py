@@ -44,23 +44,37 @@ def cosines(a: "ort.InferenceSession", b: "ort.InferenceSession", xs: np.ndarray
     return out
 
 
+def int8_then_mixed(root: Path, model: str, fp32: "ort.InferenceSession", held_out: np.ndarray) -> tuple[list[float], dict]:
+    """All-int8's cosines on held-out inputs, and the mixed-precision search's report (mixed.onnx), both
+    calibrated on calib.npz."""
+    from activities.toolchains.ort_qnn import QuantizeQdqParams, quantize_qdq
+
+    quantize_qdq(root, QuantizeQdqParams(model=model, output="q8.onnx", precision="int8", calibration_data="calib.npz"))
+    all8 = cosines(fp32, ort.InferenceSession(str(root / "q8.onnx"), providers=["CPUExecutionProvider"]), held_out)
+    out = quantize_qdq(root, QuantizeQdqParams(model=model, output="mixed.onnx", precision="int8",
+                                               calibration_data="calib.npz", mixed_precision=True, min_cosine=0.95))
+    return all8, out.details["mixed_precision"]
+
+
+def on_the_htp(root: Path, fp32: "ort.InferenceSession", held_out: np.ndarray) -> tuple[dict, list[float]]:
+    """mixed.onnx compiled for the HTP: what stayed on the CPU, and its cosines on held-out inputs."""
+    from activities.toolchains.ort_qnn import ContextBinaryParams, context_binary, qnn_session
+
+    ctx = context_binary(root, ContextBinaryParams(model="mixed.onnx", soc="sm8550", output="ctx/m_ctx.onnx",
+                                                   precision="int8"))
+    return ctx.details["offload"], cosines(fp32, qnn_session(root / "ctx/m_ctx.onnx", {"backend_type": "htp"}), held_out)
+
+
 def test_the_fewest_sensitive_layers_at_16_bits_bring_an_outlier_model_above_the_gate_on_the_htp(tmp_path: Path):
     pytest.importorskip("onnxruntime_qnn")
-    from activities.toolchains.ort_qnn import ContextBinaryParams, QuantizeQdqParams, context_binary, qnn_session, quantize_qdq
-
     rng = np.random.default_rng(0)
     calib, held_out = (rng.standard_normal((n, 4, 16)).astype(np.float32) for n in (64, 32))
     build_outlier_mlp(tmp_path / "m.onnx")
     np.savez(tmp_path / "calib.npz", x=calib)
     fp32 = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
 
-    quantize_qdq(tmp_path, QuantizeQdqParams(model="m.onnx", output="q8.onnx", precision="int8", calibration_data="calib.npz"))
-    all8 = cosines(fp32, ort.InferenceSession(str(tmp_path / "q8.onnx"), providers=["CPUExecutionProvider"]), held_out)
+    all8, report = int8_then_mixed(tmp_path, "m.onnx", fp32, held_out)
     assert min(all8) < 0.95, "the outlier makes every 8-bit activation of this model miss the gate"
-
-    out = quantize_qdq(tmp_path, QuantizeQdqParams(model="m.onnx", output="mixed.onnx", precision="int8",
-                                                   calibration_data="calib.npz", mixed_precision=True, min_cosine=0.95))
-    report = out.details["mixed_precision"]
     chosen = report["sixteen_bit"]
     assert 1 <= len(chosen) < 0.2 * report["layers_total"], report
     assert report["cosine_int8"] < 0.95 <= report["target"] <= report["cosine_mixed"]
@@ -69,10 +83,8 @@ def test_the_fewest_sensitive_layers_at_16_bits_bring_an_outlier_model_above_the
     sixteen = [n for n in q.graph.node if n.op_type == "QuantizeLinear" and n.input[0] in {c["tensor"] for c in chosen}]
     assert sixteen and all(n.domain == "com.microsoft" for n in sixteen), "16-bit QDQ below opset 21 is the contrib op"
 
-    ctx = context_binary(tmp_path, ContextBinaryParams(model="mixed.onnx", soc="sm8550", output="ctx/m_ctx.onnx",
-                                                       precision="int8"))
-    assert ctx.details["offload"]["cpu_nodes"] == 0, "the HTP takes the 8 <-> 16-bit conversions"
-    htp = cosines(fp32, qnn_session(tmp_path / "ctx/m_ctx.onnx", {"backend_type": "htp"}), held_out)
+    offload, htp = on_the_htp(tmp_path, fp32, held_out)
+    assert offload["cpu_nodes"] == 0, "the HTP takes the 8 <-> 16-bit conversions"
     assert min(htp) >= 0.95, (min(htp), min(all8))
 
 
@@ -85,7 +97,6 @@ def test_a_vit_with_an_outlier_residual_channel_keeps_int8_above_the_gate_with_u
     pass comes first, as its planner picks it when Erf is placed on the CPU."""
     pytest.importorskip("onnxruntime_qnn")
     from activities.toolchains.graph_passes import GraphPassesParams, run_passes
-    from activities.toolchains.ort_qnn import ContextBinaryParams, QuantizeQdqParams, context_binary, qnn_session, quantize_qdq
 
     rng = np.random.default_rng(0)
     calib, held_out = (rng.standard_normal((n, 1, 3, 16, 16)).astype(np.float32) for n in (32, 16))
@@ -95,21 +106,14 @@ def test_a_vit_with_an_outlier_residual_channel_keeps_int8_above_the_gate_with_u
     fused = run_passes(tmp_path, GraphPassesParams(model="m.onnx", output="g.onnx", passes=["gelu_fusion"]))
     assert fused.details["applied"] == {"gelu_fusion": 2}, fused.details
 
-    quantize_qdq(tmp_path, QuantizeQdqParams(model="g.onnx", output="q8.onnx", precision="int8", calibration_data="calib.npz"))
-    all8 = cosines(fp32, ort.InferenceSession(str(tmp_path / "q8.onnx"), providers=["CPUExecutionProvider"]), held_out)
+    all8, report = int8_then_mixed(tmp_path, "g.onnx", fp32, held_out)
     assert min(all8) < 0.95, "the outlier channel makes 8-bit activations miss the gate"
-
-    out = quantize_qdq(tmp_path, QuantizeQdqParams(model="g.onnx", output="mixed.onnx", precision="int8",
-                                                   calibration_data="calib.npz", mixed_precision=True, min_cosine=0.95))
-    report = out.details["mixed_precision"]
     assert 1 <= len(report["sixteen_bit"]) < 0.2 * report["layers_total"], report
     assert report["cosine_int8"] < 0.95 <= report["target"] <= report["cosine_mixed"], report
     assert "outlier" in {layer["node"] for layer in report["sixteen_bit"]}, report
 
-    ctx = context_binary(tmp_path, ContextBinaryParams(model="mixed.onnx", soc="sm8550", output="ctx/m_ctx.onnx",
-                                                       precision="int8"))
-    assert ctx.details["offload"]["cpu_nodes"] == 0, ctx.details["offload"]
-    htp = cosines(fp32, qnn_session(tmp_path / "ctx/m_ctx.onnx", {"backend_type": "htp"}), held_out)
+    offload, htp = on_the_htp(tmp_path, fp32, held_out)
+    assert offload["cpu_nodes"] == 0, offload
     assert min(htp) >= 0.95, (min(htp), min(all8))
 
 
