@@ -47,3 +47,16 @@ def test_the_candidate_cannot_write_outside_its_folder(tmp_path) -> None:
     assert wrong and note.startswith("ERROR")
     assert not escape.exists()
     assert "Read-only file system" in note or "Permission denied" in note
+
+
+LOG_TASK = TASK.replace("torch.relu(x)", "torch.log(x)")
+"""Signed-normal inputs make half of log's outputs NaN in the reference too (KernelBench's KLDivLoss)."""
+
+
+def test_nan_where_the_reference_has_nan_is_agreement_and_elsewhere_wrong(tmp_path) -> None:
+    same = CANDIDATE.format(line="pass", tail="").replace("torch.clamp(x, min=0.0)", "torch.log(x.clone())")
+    note, wrong = recheck(LOG_TASK, same, tmp_path / "same")
+    assert not wrong and "NaN/Inf as the reference's" in note
+    hidden = same.replace("torch.log(x.clone())", "torch.nan_to_num(torch.log(x))")
+    note, wrong = recheck(LOG_TASK, hidden, tmp_path / "hidden")
+    assert wrong and "NaN/Inf positions differ" in note
