@@ -241,10 +241,13 @@ def conv_weights(model: Path) -> list[str]:
     held-out per-sample cosine 0.9418 on the HTP against 0.9768 on the CPU; with these weights 0.9918 on the
     HTP (0.9966 on the CPU). Signed symmetric weights one scale per tensor lost EfficientNet (0.9553 ->
     0.9307); other ops' weights keep the default: the HTP leaves a LayerNormalization with a signed scale on
-    the CPU."""
+    the CPU. Below opset 13 QuantizeLinear/DequantizeLinear have no `axis` (one scale per channel cannot be
+    written), so an older model keeps the quantizer's default there."""
     import onnx
 
     m = onnx.load(str(model), load_external_data=False)
+    if next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0) < 13:
+        return []
     inits = {i.name for i in m.graph.initializer}
     return sorted({n.input[1] for n in m.graph.node if n.op_type == "Conv" and len(n.input) > 1 and n.input[1] in inits})
 
