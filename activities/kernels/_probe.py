@@ -299,6 +299,19 @@ def _sizes_of(graph: Any, fakes: list, tensor_at: list[int]) -> _Sizes:
     return _Sizes(env, symbols)
 
 
+def _scalar_constant(graph: Any, target: str) -> bool | int | float | None:
+    """The value of a 0-d tensor forward built from a number (`torch.tensor(0.5)`): the trace keeps it as an
+    attribute of the traced module, not as a call, so its value is recorded here. Larger constants stay
+    unread (the reader refuses them)."""
+    import torch
+    from torch._subclasses.fake_tensor import is_fake
+
+    t = getattr(graph.owning_module, target, None)
+    if isinstance(t, torch.Tensor) and t.dim() == 0 and not t.is_complex() and not t.is_meta and not is_fake(t):
+        return t.item()
+    return None
+
+
 def _record(result: dict, graph: Any, *, names: list[str], tensor_at: list[int], sentinels: dict[float, int],
             sizes: _Sizes | None) -> dict:
     """The traced graph written into `result`: calls with JSON arguments, outputs, the size symbols."""
@@ -318,7 +331,9 @@ def _record(result: dict, graph: Any, *, names: list[str], tensor_at: list[int],
                           "out": _outs(node, sizes)})
             refs[node] = {"ref": "node", "index": len(calls) - 1}
         elif node.op == "get_attr":
-            calls.append({"op": f"get_attr {node.target}", "out": _outs(node, sizes)})
+            scalar = _scalar_constant(graph, node.target)
+            calls.append({"op": f"get_attr {node.target}", "out": _outs(node, sizes),
+                          "args": [] if scalar is None else [_json(scalar, refs, sentinels, sizes)]})
             refs[node] = {"ref": "node", "index": len(calls) - 1}
         elif node.op == "output":
             out = node.args[0]

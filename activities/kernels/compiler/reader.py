@@ -230,6 +230,8 @@ class Reader:
             target = c.op.split(" ", 1)[-1]
             if target in self.assigned:  # a tensor attribute forward filled with copy_ (a recurrent model's state)
                 return self.assigned[target]
+            if c.args and c.out and not c.out[0].shape:  # a 0-d constant built from a number: its value
+                return self.value(c.args[0])
             raise Refused("a tensor constant built inside forward (get_attr): its value is not in the trace")
         if p in ("lift_fresh_copy", "alias"):  # the trace's own bookkeeping: a constant's wrapper, a no-op view
             return self.value(c.args[0])

@@ -51,6 +51,7 @@ CASES: dict[str, Case] = {
     "mul:scalar_input": Case("x * s", "torch.randn(4, N), 3.5", args="x, s"),
     "maximum": Case("torch.maximum(x, x * 0.5)", X),
     "minimum": Case("torch.minimum(x, x * 0.5)", X),
+    "minimum:tensor_constant_built_in_forward": Case("torch.min(x, torch.tensor(0.5)) * 2", X),
     "pow": Case("torch.pow(x, 3) + torch.pow(x.abs(), 0.5) + torch.pow(x.abs() + 1, 1.7)", X),
     "pow:tensor_exponent": Case("torch.pow(x.abs() + 1, y)", "torch.randn(3, N), torch.randn(3, N)", args="x, y"),
     "rsub": Case("1.5 - x", X),
