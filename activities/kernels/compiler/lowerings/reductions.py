@@ -74,10 +74,13 @@ def variance(r: Reader, v: Any, dims: Any, keep: bool, correction: float, shape:
     return r.reduce("mean", r.pw("mul", [d, d], r.shape(v)), dims, keep, shape, correction=correction)
 
 
-@lowers(aten.linalg_vector_norm)
+@lowers(aten.linalg_vector_norm, aten.norm)
 def vector_norm(r: Reader, c: Call) -> int:
+    """linalg_vector_norm(x, ord, dim, keepdim) and the older norm(x, p, dim, keepdim) (pairwise_distance, the
+    triplet loss): (sum |x|^p)^(1/p), with the 1, 2 and inf orders in their cheaper forms."""
     v = c.x()
-    ord_ = c.arg(1, "ord", 2)
+    ord_ = c.arg(1, "p" if c.op == "norm" else "ord", 2)
+    ord_ = 2 if ord_ is None else ord_
     dims, keep, shape, s = c.arg(2, "dim"), bool(c.arg(3, "keepdim", False)), c.shape, r.shape(v)
     if ord_ in (2, 2.0):
         return r.pw("sqrt", [r.reduce("sum", r.pw("mul", [v, v], s), dims, keep, shape)], shape)
@@ -85,6 +88,9 @@ def vector_norm(r: Reader, c: Call) -> int:
         return r.reduce("sum", r.pw("abs", [v], s), dims, keep, shape)
     if ord_ == {"float": "inf"}:
         return r.reduce("amax", r.pw("abs", [v], s), dims, keep, shape)
+    if isinstance(ord_, (int, float)) and ord_ > 0:
+        powered = r.pw("pow", [r.pw("abs", [v], s), Const(float(ord_))], s)
+        return r.pw("pow", [r.reduce("sum", powered, dims, keep, shape), Const(1.0 / float(ord_))], shape)
     raise Refused(f"vector norm of order {ord_}")
 
 
