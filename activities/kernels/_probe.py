@@ -221,6 +221,39 @@ def _recurrent_layers_whole() -> Any:
     return Whole()
 
 
+def _attention_scale_from_sizes() -> Any:
+    """A torch function mode that writes `F.scaled_dot_product_attention` out in ops while tracing, its default
+    scale 1/sqrt(E) as tensor ops on the size E: torch's own decomposition turns that scale into a number of the
+    traced E, which the candidate would then bake in (wrong at any other head size)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+
+    def attention(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
+                  scale: float | None = None, enable_gqa: bool = False) -> Any:
+        if dropout_p or enable_gqa or (is_causal and attn_mask is not None):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale=scale,
+                                                  enable_gqa=enable_gqa)
+        factor = torch.rsqrt(torch.ones((), dtype=q.dtype, device=q.device) * q.shape[-1]) if scale is None else scale
+        scores = (q @ k.transpose(-2, -1)) * factor
+        if is_causal:
+            keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+            scores = scores.masked_fill(~keep, float("-inf"))
+        elif attn_mask is not None and attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        elif attn_mask is not None:
+            scores = scores + attn_mask
+        return torch.ops.aten._safe_softmax(scores, -1) @ v  # a fully masked row is 0, as in torch's own
+
+    class Written(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+            if func is F.scaled_dot_product_attention:
+                return attention(*args, **(kwargs or {}))
+            return func(*args, **(kwargs or {}))
+
+    return Written()
+
+
 def probe(task_path: str, seed: int, symbolic: bool = True) -> dict:
     """The ReferenceAnalysis as JSON; `symbolic`: try the symbolic trace first (the held-out size sets, which only
     need the sizes, are traced concretely)."""
@@ -266,7 +299,7 @@ def probe(task_path: str, seed: int, symbolic: bool = True) -> dict:
         args = list(traced_args)
         for i, t in zip(tensor_at, tensors):
             args[i] = t
-        with _recurrent_layers_whole():
+        with _recurrent_layers_whole(), _attention_scale_from_sizes():
             return torch.func.functional_call(model, params, tuple(args))
 
     tensors = [inputs[i] for i in tensor_at]

@@ -31,6 +31,14 @@ CASES: dict[str, Case] = {
     "_safe_softmax:causal": Case("F.scaled_dot_product_attention(q, k, v, is_causal=True)",
                                  "torch.randn(2, 3, N, 4), torch.randn(2, 3, N, 4), torch.randn(2, 3, N, 4)",
                                  args="q, k, v"),
+    "_safe_softmax:head_size_varies": Case("F.scaled_dot_product_attention(q, k, v)",
+                                           "torch.randn(2, 3, 5, N), torch.randn(2, 3, 6, N), torch.randn(2, 3, 6, 4)",
+                                           args="q, k, v"),
+    "_safe_softmax:causal_head_size_varies": Case("F.scaled_dot_product_attention(x, x, x, is_causal=True)",
+                                                  "torch.randn(2, 3, 4, N)"),
+    "_safe_softmax:float_mask": Case("F.scaled_dot_product_attention(x, x, x, attn_mask=m)",
+                                     "torch.randn(2, 3, 4, N), torch.randn(4, 4)", args="x, m"),
+    "_safe_softmax:given_scale": Case("F.scaled_dot_product_attention(x, x, x, scale=0.3)", "torch.randn(2, 3, 4, N)"),
     "_log_softmax": Case("F.log_softmax(x, dim=1)", X),
 }
 
