@@ -70,6 +70,15 @@ def test_propose_applies_the_planned_rewrites_in_order_and_names_them(rewrites):
     assert "does not lower" in optimizer.propose("ref", [], lambda _r: "no lowering for foo", render)
 
 
+def test_a_rewrite_that_cannot_be_written_out_ends_the_optimizer_saying_so_instead_of_failing_the_job(rewrites):
+    def render(g):  # noqa: ANN001, ANN202
+        raise ValueError("12 is not in list")
+
+    said = optimizer.propose("ref", [], lambda _r: Graph(nodes=["a", "b", "c"]), render)
+    assert isinstance(said, str) and "fuse+blocks could not be written out (ValueError: 12 is not in list)" in said
+    assert "the verified candidate stands" in said
+
+
 def test_a_rewrite_registered_twice_is_refused(rewrites):
     with pytest.raises(ValueError, match="registered twice"):
         optimizer.rewrite("fuse", order=1, summary="again")(lambda g: g)

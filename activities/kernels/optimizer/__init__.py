@@ -115,7 +115,11 @@ def propose(reference: Any, tried: list[str], lower: Lower, render: Render) -> P
     if combo is None:
         return f"every applicable rewrite was tried ({', '.join(tried)})"
     applied, rewritten = (full, rewritten) if combo == full else _apply(graph, combo)
-    return Proposal(source=render(rewritten), rewrite="+".join(applied))
+    try:
+        return Proposal(source=render(rewritten), rewrite="+".join(applied))
+    except Exception as e:  # noqa: BLE001 - a rewrite's emitter bug must not cost the job its verified kernel
+        return (f"the rewrite {'+'.join(applied)} could not be written out ({type(e).__name__}: {e}): a bug in "
+                "fleetforge's optimizer, to report; the verified candidate stands")
 
 
 def _apply(graph: Any, names: list[str]) -> tuple[list[str], Any]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from activities.kernels.compiler.blocks.common import decompose, jit, kernel_name, offset
 from activities.kernels.compiler.expr import expression, num
-from activities.kernels.compiler.graph import Const, Node, Scalar, Sym, broadcast
+from activities.kernels.compiler.graph import Const, Node, Scalar, Sym
 from activities.kernels.compiler.registry import emits
 from activities.kernels.optimizer import reaches, rewrite
 
@@ -45,16 +45,33 @@ class Region:
 
 @rewrite("rows", order=10, summary="one launch per row computation: online softmax, one-read norms")
 def rows(graph: Graph) -> Graph | None:
-    """Every qualifying row region becomes one `rows` node (None: the graph has none)."""
+    """Every qualifying row region becomes one `rows` node (None: the graph has none). A region whose operands,
+    once the others are nodes, include a per-row value it cannot broadcast is left as it was."""
     regions = find_regions(graph)
+    while regions:
+        rewritten = _substitute(copy.deepcopy(graph), regions)
+        bad = [r for r in regions if not all(_broadcasts(rewritten.nodes[a].shape, r.shape)
+                                             for a in rewritten.nodes[r.out].args)]
+        if not bad:
+            return rewritten
+        regions = [r for r in regions if r not in bad]
+    return None
+
+
+def _substitute(graph: Graph, regions: list[Region]) -> Graph:
+    """Each region's output node replaced by its `rows` node, whose operands are read once every region is a
+    node: one region's output may be another's operand."""
+    originals = {region.out: graph.nodes[region.out] for region in regions}
     for region in regions:
-        original = graph.nodes[region.out]
+        original = originals[region.out]
         graph.nodes[region.out] = Node(
-            op="rows", args=leaves_of(graph, region), shape=list(original.shape), dtype=original.dtype,
-            sizes=list(original.sizes),
+            op="rows", args=[], shape=list(original.shape), dtype=original.dtype, sizes=list(original.sizes),
             attrs={"region": sorted(region.nodes), "shape": region.shape, "dims": region.dims,
                    "out_node": copy.deepcopy(original)})
-    return graph if regions else None
+    for region in regions:
+        node, graph.nodes[region.out] = graph.nodes[region.out], originals[region.out]
+        node.args, graph.nodes[region.out] = leaves_of(graph, region), node
+    return graph
 
 
 def find_regions(graph: Graph) -> list[Region]:
@@ -130,7 +147,13 @@ def _qualifies(graph: Graph, region: set[int], out: int, shape: list[int], dims:
             if node.op == "pw" and list(node.shape) == dropped and any(
                     isinstance(a, int) and list(graph.nodes[a].shape) == shape for a in node.args):
                 return False
-    return all(broadcast(shape, graph.nodes[a].shape) == shape for a in leaves_of(graph, Region(shape, dims, region, out)))
+    return all(_broadcasts(graph.nodes[a].shape, shape) for a in leaves_of(graph, Region(shape, dims, region, out)))
+
+
+def _broadcasts(leaf: list[int], shape: list[int]) -> bool:
+    """Does `leaf` broadcast to `shape` by numpy's rules (a per-row value without its reduced dims does not: it
+    would line up with the wrong dims)?"""
+    return len(leaf) <= len(shape) and all(s in (1, f) for s, f in zip(leaf[::-1], shape[::-1]))
 
 
 def leaves_of(graph: Graph, region: Region) -> list[int]:
