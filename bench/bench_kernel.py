@@ -14,7 +14,7 @@ in-process worker (kernel agents + verifier, file store). Then, in one run:
      candidate, verified. Every answer is padded with 8 KiB of prose, to show that answer size
      does not reach the history;
   3. history bytes per agent step of every run, from the real history (protobuf size of all events
-     / agent steps), with PASS/FAIL against the target <= 10 KiB per step (the largest run counts).
+     / agent steps; jobs start as the SDK starts them, with the task's source in the store), with PASS/FAIL against the target <= 10 KiB per step (the largest run counts).
 Exit code 0 on PASS, 1 on FAIL.
 """
 
@@ -54,6 +54,7 @@ async def main_async(workdir: Path) -> int:
     from activities.storage import FileStore
     from client.artifacts import kernel_trace
     from client.binaries import temporal_binary
+    from client.kernel import with_source_in_store
     from contracts.common import JobKind, TaskQueues
     from contracts.kernel import KernelTask
     from contracts.kernel_job import KernelOutcome, KernelRequest, KernelResult
@@ -92,6 +93,7 @@ async def main_async(workdir: Path) -> int:
                                   task_queue=queues.workflows):
                 async def start(task: KernelTask, llm: str):
                     req = KernelRequest(task=task, config=load_workflow_config("default"), queues=queues, llm=llm)
+                    req = with_source_in_store(req, store)  # as the SDK starts a job
                     return await client.start_workflow(ConductorWorkflow.run, req, id=f"bench-kernel/{task.task_id}",
                                                        task_queue=queues.workflows,
                                                        search_attributes=start_attributes(JobKind.KERNEL, task.op_name))

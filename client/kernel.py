@@ -1,11 +1,12 @@
 """The kernel job's rules: a KernelRequest from a KernelBench-format task file, checked before a job
 starts (BAD_INPUT / KERNEL_TASK_INVALID / WORKFLOW_CONFIG_INVALID). The task's source (with any
-`sets` applied) and its workflow config travel in the request, so no worker reads the client's disk."""
+`sets` applied) goes to the artifact store and its workflow config travels in the request, so no worker
+reads the client's disk."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -13,6 +14,9 @@ from client.paths import local_path
 from contracts.errors import Err, FleetforgeError
 from contracts.kernel import TimeLimit
 from contracts.kernel_job import KernelRequest
+
+if TYPE_CHECKING:
+    from activities.storage import ArtifactStore
 
 
 class KernelStart(BaseModel):
@@ -80,3 +84,14 @@ def time_limit_from(base: TimeLimit, given: dict[str, float | None]) -> TimeLimi
         problems = "; ".join(".".join(map(str, err["loc"])) + ": " * bool(err["loc"])
                              + err["msg"].removeprefix("Value error, ") for err in e.errors(include_url=False))
         raise FleetforgeError(Err.BAD_INPUT, f"verifier time limit: {problems}") from None
+
+
+def with_source_in_store(request: KernelRequest, store: "ArtifactStore") -> KernelRequest:
+    """The request with its task's source put in the store (KernelTask.stored): the job's start then holds a
+    ref, and the workflow history never holds the source (a whole model's file is kilobytes, and the first
+    activity's request would hold it again)."""
+    task = request.task
+    if task.source is not None:
+        return request
+    ref = store.put_bytes(task.task_desc.encode("utf-8"), media_type="text/x-python", name="task.py")
+    return request.model_copy(update={"task": task.stored(ref)})

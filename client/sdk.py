@@ -49,7 +49,7 @@ from client.jobs import (  # noqa: F401  (the SDK's public names live here too)
     CANCELLED, JobCancelled, JobFailed, JobFinished, JobHandle, JobNotFound, JobSnapshot, JobSummary, JobView, ResultT,
     _not_found, fleet_label, fleet_step, job_summary, list_query, status_of,
 )
-from client.kernel import kernel_request
+from client.kernel import kernel_request, with_source_in_store
 from client.paths import local_path
 from client.uploads import Uploader, UploadProgress
 from contracts.common import JobKind, JobStatus
@@ -270,6 +270,7 @@ class FleetforgeClient:
             request = start.request
             notes = [start.hint] if start.hint else []
         req = request.model_copy(update=_with_llm(KernelRequest, request, {"queues": self.settings.queues}, self.settings))
+        req = await asyncio.to_thread(with_source_in_store, req, self.store)
         return await self._start(ConductorWorkflow.run, req, kind=JobKind.KERNEL, run_id=run_id,
                                  result_type=KernelResult, model=req.task.op_name, target=req.task.arch, notes=notes)
 

@@ -366,8 +366,9 @@ class KernelTask(BaseModel, frozen=True):
     source_file: str = ""
     """The task file's name, for people (the op name is derived from it)."""
     source: ArtifactRef | None = None
-    """Where `task_desc` is when it reads SOURCE_IN_STORE: the conductor's activity requests carry the source
-    as this ref (a whole model's file is kilobytes; the history holds it once, in the job's start)."""
+    """Where `task_desc` is when it reads SOURCE_IN_STORE: the SDK starts a job with its source in the store
+    (client.kernel.with_source_in_store), and the conductor's activity requests carry this ref (a whole model's
+    file is kilobytes; a request started with the source inline holds it once, in the job's start)."""
 
     def stored(self, source: ArtifactRef) -> "KernelTask":
         """This task with its source left in the store at `source` (the activity reads it back)."""

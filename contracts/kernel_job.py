@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, JsonValue, field_serializer
+from pydantic import BaseModel, Field, JsonValue, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
 from contracts.agents import AgentProvenance
 from contracts.common import ArtifactRef, Failure, JobStatus, TaskQueues, TokenTotals
@@ -22,9 +22,38 @@ from contracts.kernel import (
     TimeLimit,
 )
 from contracts.messages import TokenUsage
+from pydantic_core import to_jsonable_python
 
 Provider = Literal["offline", "openai"]
 """Who answers the LLM agents (designer, coder, optimizer, conductor analysis)."""
+
+
+class ActivityMessage(BaseModel, frozen=True):
+    """A kernel activity's request or result: it lives in the workflow history only, where it is sent without
+    its default fields, its nested models' too (empty strings, lists and refs, zero usage: a third of a whole
+    model's history). Validation restores them. Python-mode dumps keep every field. Keep a recorded result's
+    defaults as they are: a replay reads the current ones."""
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        full = handler(self)
+        if info.mode != "json":
+            return full
+        slim = {}
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if name not in full or (not field.is_required() and value == field.get_default(call_default_factory=True)):
+                continue
+            slim[name] = _without_defaults(value) if not isinstance(value, ActivityMessage) else full[name]
+        return slim
+
+
+def _without_defaults(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_defaults=True)
+    if isinstance(value, list) and any(isinstance(v, BaseModel) for v in value):
+        return [_without_defaults(v) for v in value]
+    return to_jsonable_python(value)
 
 
 class Mismatch(BaseModel, frozen=True):
@@ -188,7 +217,7 @@ class ReferenceAnalysis(BaseModel, frozen=True):
         return seen
 
 
-class TraceReferenceRequest(BaseModel, frozen=True):
+class TraceReferenceRequest(ActivityMessage, frozen=True):
     task: KernelTask
     timeout_s: float = Field(default=120.0, gt=0)
 
@@ -283,7 +312,7 @@ class Rejection(StrEnum):
     """The offline agent has no template for the reference's aten ops."""
 
 
-class DesignRequest(BaseModel, frozen=True):
+class DesignRequest(ActivityMessage, frozen=True):
     task: KernelTask
     suggestion: str = ""
     step: int = 1
@@ -296,7 +325,7 @@ class DesignRequest(BaseModel, frozen=True):
     """Why this decision's earlier answers were refused (the ladder's repair rounds), oldest first."""
 
 
-class DesignResult(BaseModel, frozen=True):
+class DesignResult(ActivityMessage, frozen=True):
     parsed_ok: bool
     design: KernelDesign | None = None
     artifact: ArtifactRef | None = None
@@ -393,7 +422,7 @@ class ModeledSpeed(BaseModel, frozen=True):
                 f"S={self.score:.2f}")
 
 
-class CodeRequest(BaseModel, frozen=True):
+class CodeRequest(ActivityMessage, frozen=True):
     """The coder's (or optimizer's) context: the workflow sends this, never a prompt string."""
 
     task: KernelTask
@@ -428,7 +457,7 @@ class CodeRequest(BaseModel, frozen=True):
     """The offline optimizer's rewrites tried so far (kept or reverted), so it proposes the next one."""
 
 
-class CodeResult(BaseModel, frozen=True):
+class CodeResult(ActivityMessage, frozen=True):
     parsed_ok: bool
     candidate: ArtifactRef | None = None
     """The candidate source (text/x-python)."""
@@ -439,7 +468,7 @@ class CodeResult(BaseModel, frozen=True):
     call: AgentCall = Field(default_factory=AgentCall)
 
 
-class AnalyzeRequest(BaseModel, frozen=True):
+class AnalyzeRequest(ActivityMessage, frozen=True):
     """The conductor's routing question (analyze.j2): which of `options` runs after `agent`."""
 
     task: KernelTask
@@ -458,14 +487,14 @@ class AnalyzeRequest(BaseModel, frozen=True):
     repair: list[str] = Field(default_factory=list)
 
 
-class AnalyzeResult(BaseModel, frozen=True):
+class AnalyzeResult(ActivityMessage, frozen=True):
     decision: LLMDecision | None = None
     """None when the answer was unusable; the workflow then applies the deterministic fallback."""
     reason: str = ""
     call: AgentCall = Field(default_factory=AgentCall)
 
 
-class VerifyRequest(BaseModel, frozen=True):
+class VerifyRequest(ActivityMessage, frozen=True):
     task: KernelTask
     candidate: ArtifactRef
     timeout_s: float = Field(default=120.0, gt=0)
@@ -513,7 +542,7 @@ class KernelTiming(BaseModel, frozen=True):
                 f"eager {self.eager_ms:.4f} ms, {compiled}; do_bench medians)")
 
 
-class VerifyResult(BaseModel, frozen=True):
+class VerifyResult(ActivityMessage, frozen=True):
     report: VerifierReport
     speed: str = ""
     """Profiler note (on CPU: speed is not measurable)."""
@@ -571,16 +600,12 @@ class TraceEntry(BaseModel, frozen=True):
         return list(self.candidates) or ([self.artifact] if self.artifact is not None else [])
 
 
-class RecordTraceRequest(BaseModel, frozen=True):
+class RecordTraceRequest(ActivityMessage, frozen=True):
     previous: ArtifactRef | None = None
     """The trace.jsonl so far; the new entries are appended to it."""
     entries: list[TraceEntry]
-    """Sent without their default fields (unset refs, empty lists, zero tokens: a sixth of a trace): this
-    request is where the workflow history holds the trace. Validation restores them; trace.jsonl has all."""
-
-    @field_serializer("entries")
-    def _without_defaults(self, entries: list[TraceEntry]) -> list[dict[str, Any]]:
-        return [e.model_dump(mode="json", exclude_defaults=True) for e in entries]
+    """This request is where the workflow history holds the trace (sent without default fields, like every
+    ActivityMessage: a sixth of a trace); trace.jsonl has all."""
 
 
 class KernelOutcome(StrEnum):

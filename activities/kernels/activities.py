@@ -17,6 +17,7 @@ import hashlib
 import json
 from collections.abc import Callable
 
+from pydantic_core import to_jsonable_python
 from temporalio import activity
 
 from activities.heartbeat import heartbeating
@@ -73,10 +74,12 @@ class KernelActivities:
         from activities.kernels.reference import size_problem, trace_reference
 
         with heartbeating("tracing the reference") as note:
-            analysis = trace_reference(req.task.task_desc, timeout_s=req.timeout_s, heartbeat=note)
+            task = self._task(req.task)  # the SDK's jobs start with the source in the store
+            analysis = trace_reference(task.task_desc, timeout_s=req.timeout_s, heartbeat=note)
             ref = self.store.put_bytes(analysis.model_dump_json().encode(), media_type="application/json",
                                        name="reference.json")
-            source = self.store.put_bytes(req.task.task_desc.encode("utf-8"), media_type=PY, name="task.py")
+            source = req.task.source or self.store.put_bytes(task.task_desc.encode("utf-8"), media_type=PY,
+                                                             name="task.py")
             plan = offline_designer.choose_plan(analysis)
             family = f"no offline template: {plan}" if isinstance(plan, str) else plan.label
             return analysis.without_trace(artifact=ref, source=source, family=family,
@@ -195,7 +198,7 @@ class KernelActivities:
     async def _offline(self, agent: str, base: str, context: DesignRequest | CodeRequest, text: str) -> AgentCall:
         """The offline provider's answer, recorded exactly like an LLM answer (transcript, usage zero).
         Its "prompt" is the typed context it decided from; its answer uses the agreed format."""
-        shown = context.model_dump(mode="json", exclude={"reference"})
+        shown = to_jsonable_python(context.model_dump(exclude={"reference"}))  # every field (json mode leaves defaults out)
         prompt_ref = await self._put(json.dumps(shown, indent=2), JSON, f"{base}-context.json")
         output_ref = await self._put(text, MD, f"{base}-answer.md")
         result = await asyncio.to_thread(record_offline_answer, self.store, f"kernel-{agent}", shown, text)

@@ -16,6 +16,7 @@ from activities.kernels.config_loader import load_workflow_config
 from activities.kernels.task_source import apply_overrides
 from activities.storage import ArtifactStore
 from client.artifacts import kernel_trace
+from client.kernel import with_source_in_store
 from contracts.common import JobKind, JobStatus
 from contracts.kernel import FinishReason, KernelTask
 from contracts.kernel_job import KernelOutcome, KernelRequest, KernelResult
@@ -208,3 +209,17 @@ async def test_the_task_source_and_the_trace_stay_out_of_the_history_after_the_s
     entry = f'"step":{verifier.step},"agent":"verifier"'.encode()  # how a TraceEntry is serialized, and nothing else
     recorded = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events if entry in e.SerializeToString()]
     assert recorded == ["record_trace"], "the trace is in the history once: record_trace's input, not the result"
+
+
+async def test_a_job_started_as_the_sdk_starts_it_holds_no_source_in_its_history(temporal_env, file_store, settings):
+    # The SDK puts the task's source in the store before the start (with_source_in_store): no event holds it, and
+    # the job reads it back from there.
+    marker = "# " + "a long docstring of a whole model " * 200 + "\n"
+    task = task_for("relu").model_copy(update={"task_desc": marker + (EXAMPLES / "relu.py").read_text()})
+    stored = with_source_in_store(KernelRequest(task=task, config=load_workflow_config("default")), file_store).task
+    histories: list = []
+    result, _ = await run_conductor(temporal_env.client, file_store, settings, stored, histories=histories)
+
+    assert result.outcome is KernelOutcome.VERIFIED and result.aten_ops == ["aten.relu.default"]
+    assert file_store.get_bytes(stored.source).decode() == task.task_desc
+    assert not [e.event_type for e in histories[0].events if marker[:200].encode() in e.SerializeToString()]

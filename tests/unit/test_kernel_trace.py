@@ -11,8 +11,17 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from activities.kernels.activities import KernelActivities
 from activities.storage import FileStore
 from client.artifacts import kernel_trace
-from contracts.common import JobStatus
-from contracts.kernel_job import KernelOutcome, KernelResult, RecordTraceRequest, TraceEntry
+from contracts.common import ArtifactRef, JobStatus
+from contracts.kernel import KernelTask
+from contracts.kernel_job import (
+    KernelOutcome,
+    KernelResult,
+    RecordTraceRequest,
+    TraceEntry,
+    VerifierReport,
+    VerifyRequest,
+    VerifyResult,
+)
 from contracts.settings import Settings
 
 
@@ -45,3 +54,18 @@ def test_record_traces_request_holds_the_entries_without_their_defaults_and_they
     assert json.loads(payload.data)["entries"] == [
         {"step": 1, "agent": "coder", "summary": "candidate written", "ok": True, "routing": "config"}]
     assert converter.from_payloads([payload], [RecordTraceRequest])[0].entries == [entry]
+
+
+def test_every_kernel_activity_message_leaves_its_defaults_out_of_the_history_and_comes_back_whole():
+    converter = pydantic_data_converter.payload_converter
+    task = KernelTask(op_name="relu", task_desc="x", task_id="relu-1", arch="cpu-interpreter")
+    candidate = ArtifactRef(uri="file:///a/c.py", sha256="0" * 64, size=3)
+    req = VerifyRequest(task=task, candidate=candidate, held_out={"n": 7})
+    res = VerifyResult(report=VerifierReport(passed=True, reason="", static={"ok": True}), speed="correctness only")
+    sent = [json.loads(p.data) for p in converter.to_payloads([req, res])]
+
+    assert sent[0] == {"task": {"op_name": "relu", "task_desc": "x", "task_id": "relu-1", "arch": "cpu-interpreter"},
+                       "candidate": {"uri": "file:///a/c.py", "sha256": "0" * 64, "size": 3}, "held_out": {"n": 7}}
+    assert sent[1] == {"report": {"passed": True, "reason": "", "static": {"ok": True}}, "speed": "correctness only"}
+    assert converter.from_payloads(converter.to_payloads([req, res]), [VerifyRequest, VerifyResult]) == [req, res]
+    assert req.model_dump().keys() == VerifyRequest.model_fields.keys(), "python-mode dumps keep every field"
