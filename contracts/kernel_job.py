@@ -176,6 +176,10 @@ class ReferenceAnalysis(BaseModel, frozen=True):
     """A symbolic trace's size symbols (the forward inputs' sizes that stayed free). Sizes computed from them in
     forward come as `{"sym": "s0*s1", "hint": 14}` arguments, and outputs carry `TensorSpec.sizes`; empty when
     the trace was concrete (the symbolic one failed)."""
+    specialized: dict[str, Number] = Field(default_factory=dict)
+    """Size expressions over the symbols that forward's Python code turned into plain numbers, with their traced
+    values (`for t in range(x.size(0))` unrolls the loop that many times, `int(n)` bakes n in): the traced graph
+    holds only where they have these values, so no general kernel is lowered from it."""
     constants: dict[str, Number] = Field(default_factory=dict)
     """The task file's module-level numeric constants (after --set)."""
     input_bytes: int = 0

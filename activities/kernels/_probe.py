@@ -144,6 +144,7 @@ def _trace(forward: Any, state: dict, tensors: list, symbolic: bool) -> tuple[An
 
     if not symbolic:
         return make_fx(forward)(state, tensors).graph, None
+    import sympy
     from torch._dynamo.source import ConstantSource
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
@@ -156,15 +157,50 @@ def _trace(forward: Any, state: dict, tensors: list, symbolic: bool) -> tuple[An
         def _set_replacement(self, a: Any, tgt: Any, msg: str) -> None:
             if not getattr(tgt, "is_number", False):
                 super()._set_replacement(a, tgt, msg)
+            elif not self.converting:  # a comparison fixed it (to a parameter's size): not a conversion
+                self.pinned.add(str(a))
+
+        def evaluate_expr(self, orig_expr: Any, *args: Any, **kwargs: Any) -> Any:
+            """Records a size that the model's own Python code turned into a plain number (`range(x.size(0))`,
+            `int(n)`: SymInt.__index__/__int__/__float__ called from outside torch; torch's own conversions, a
+            split's chunk count, are its decompositions' business): the graph traced past it holds for that
+            value only."""
+            converting = not isinstance(orig_expr, (sympy.Rel, sympy.logic.boolalg.BooleanFunction))
+            self.converting += converting
+            try:
+                value = super().evaluate_expr(orig_expr, *args, **kwargs)
+            finally:
+                self.converting -= converting
+            if converting and getattr(orig_expr, "free_symbols", None) and getattr(value, "is_number", False) \
+                    and _converted_by_model_code():
+                self.specialized[str(orig_expr)] = int(value) if value.is_Integer else float(value)
+            return value
 
     logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)  # a failed try is not news
     env = KeepSymbols(duck_shape=False)  # equal sizes stay separate symbols unless the forward equates them
+    env.specialized, env.pinned, env.converting = {}, set(), 0  # type: ignore[attr-defined] - see KeepSymbols
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)  # a plain tensor attribute: a constant
     params = {k: mode.from_tensor(v, static_shapes=True) for k, v in state.items()}
     fakes = [mode.from_tensor(t, source=ConstantSource(f"input{i}"), symbolic_context=StatelessSymbolicContext(
         dynamic_sizes=[DimDynamic.DYNAMIC] * t.dim())) for i, t in enumerate(tensors)]
     graph = make_fx(forward, tracing_mode="symbolic")(params, fakes).graph
     return graph, fakes
+
+
+def _converted_by_model_code() -> bool:
+    """Whether the size being evaluated is converted to a Python number (SymInt.__index__ / __int__ / __float__)
+    by code outside torch: the model's own."""
+    import torch
+
+    torch_dir = str(Path(torch.__file__).parent)
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name in ("__index__", "__int__", "__float__") and frame.f_code.co_filename.startswith(
+                torch_dir):
+            caller = frame.f_back
+            return caller is not None and not caller.f_code.co_filename.startswith(torch_dir)
+        frame = frame.f_back
+    return False
 
 
 RECURRENT = ("lstm", "gru", "rnn_tanh", "rnn_relu")
@@ -374,6 +410,8 @@ def _record(result: dict, graph: Any, *, names: list[str], tensor_at: list[int],
     result["calls"] = calls
     if sizes is not None:
         result["symbols"] = sizes.symbols
+        result["specialized"] = {expr: value for expr, value in sizes.env.specialized.items()
+                                 if not set(re.findall(r"[A-Za-z_]\w*", expr)) <= sizes.env.pinned}
     return result
 
 
@@ -412,8 +450,45 @@ def held_out_sizes(task_path: str, analysis: Any, seed: int) -> dict:
         except Exception:  # noqa: BLE001 - a size the model cannot be built with is tried (and refused) later
             return None
 
-    sizes, note = held_out.choose(source, analysis, trace, parameters)
+    own = _load(task_path, "fleetforge_task_own_sizes")
+
+    def reads_module(overrides: dict[str, int]) -> bool:
+        """Whether the model the task file builds at `overrides` differs from the one the task's own model code
+        (a candidate carries it at the task's sizes) builds from the same init inputs (held_out.module_settings)."""
+        held.write_text(apply_overrides(source, overrides, path.name), encoding="utf-8")
+        try:
+            task = _load(str(held), "fleetforge_task_reads_module")
+            with torch.device("meta"):
+                init = list(task.get_init_inputs())
+                torch.manual_seed(seed)
+                reference = _construction(task.Model(*init))
+        except Exception:  # noqa: BLE001 - a size the model cannot be built with is tried (and refused) later
+            return False
+        try:
+            with torch.device("meta"):
+                torch.manual_seed(seed)
+                return _construction(own.Model(*init)) != reference
+        except Exception:  # noqa: BLE001 - the task's own code cannot take these init inputs: neither could a candidate
+            return True
+
+    sizes, note = held_out.choose(source, analysis, trace, parameters, reads_module)
     return {"held_out": sizes, "held_out_note": note}
+
+
+def _construction(model: Any) -> list[tuple]:
+    """What a model's construction made, comparable across two builds: each parameter's and buffer's name, shape
+    and dtype, and each submodule's plain tensor attributes (shape, dtype) and number or string attributes."""
+    import torch
+
+    made: list[tuple] = [(k, tuple(v.shape), str(v.dtype)) for k, v in (*model.named_parameters(),
+                                                                         *model.named_buffers())]
+    for prefix, module in model.named_modules():
+        for k, v in vars(module).items():
+            if isinstance(v, torch.Tensor):
+                made.append((prefix, k, tuple(v.shape), str(v.dtype)))
+            elif isinstance(v, (bool, int, float, str)):
+                made.append((prefix, k, repr(v)))
+    return made
 
 
 def main(argv: list[str]) -> int:

@@ -12,7 +12,9 @@ channels divisible by the groups), so several size sets are tried, fewest change
 that builds and traces on the meta device, changes a dimension, and fits the memory bound is taken.
 A size that changes the model's parameters (an LSTM's `num_layers`, a block count) is an architecture
 setting, not a size: varying it changes the operation (a kernel for a two-layer LSTM is a fine kernel), so it
-stays like a kernel size. Each size is checked alone by building the model (on the meta device, no trace).
+stays like a kernel size. So does a size the model's construction reads from the task file itself, not through
+get_init_inputs() (`module_settings`): a candidate file keeps the task's value. Each size is checked alone by
+building the model (on the meta device, no trace).
 The probe child (`_probe`) does the trying; this module holds the rules.
 """
 
@@ -74,6 +76,17 @@ def architecture_settings(sizes: dict[str, int], parameters: Callable[[dict[str,
     return changed
 
 
+def module_settings(sizes: dict[str, int], reads_module: Callable[[dict[str, int]], bool]) -> list[str]:
+    """The sizes the model's construction reads from the task file's module itself, not through
+    get_init_inputs() (`self.hidden = torch.randn((batch_size, hidden_size))` in `__init__`, batch_size a module
+    constant). The candidate is a file of its own: built from the held-out init inputs it still sees the task's
+    value there, so its state, and every parameter drawn after it, would differ from the reference's (a false
+    "no" of a right kernel). The reference itself only runs where that constant matches its inputs, so such a
+    size stays, like an architecture setting. `reads_module(overrides)`: whether the model built from the task file
+    at `overrides` differs from the one the task's own model code builds from those overrides' init inputs."""
+    return [k for k, v in sizes.items() if reads_module({k: held_out_value(v)})]
+
+
 def check(original: ReferenceAnalysis, held: ReferenceAnalysis) -> str:
     """Why a traced held-out size set cannot be used ("" when it can)."""
     if held.trace_error:
@@ -94,18 +107,25 @@ def check(original: ReferenceAnalysis, held: ReferenceAnalysis) -> str:
 
 
 def choose(source: str, analysis: ReferenceAnalysis, trace: Callable[[dict[str, int]], ReferenceAnalysis],
-           parameters: Callable[[dict[str, int]], list[str] | None] | None = None) -> tuple[dict[str, Number], str]:
+           parameters: Callable[[dict[str, int]], list[str] | None] | None = None,
+           reads_module: Callable[[dict[str, int]], bool] | None = None) -> tuple[dict[str, Number], str]:
     """The first usable size set (traced with `trace(overrides)`), or ({}, "verified at its own shapes only: why").
     `parameters(overrides)`: the model's parameter and buffer names with them (None: it cannot be built);
-    a size that changes them is an architecture setting and stays."""
+    a size that changes them is an architecture setting and stays; so does one the model's construction reads
+    from the task file itself (`reads_module`, see module_settings)."""
     if analysis.trace_error:
         return {}, f"{OWN_SHAPES_ONLY}: the task could not be traced, so its dimensions are unknown"
     sizes = knobs(source, analysis)
     architecture = architecture_settings(sizes, parameters) if parameters is not None else []
     sizes = {k: v for k, v in sizes.items() if k not in architecture}
+    built_in = module_settings(sizes, reads_module) if reads_module is not None else []
+    sizes = {k: v for k, v in sizes.items() if k not in built_in}
     if not sizes:
         also = (f"; {', '.join(architecture)} change the model's parameters (architecture settings, kept)"
                 if architecture else "")
+        also += (f"; the model's construction reads {', '.join(built_in)} from the task file itself, not through "
+                 "get_init_inputs(), so a candidate (a file of its own) cannot follow a change of it (kept)"
+                 if built_in else "")
         return {}, (f"{OWN_SHAPES_ONLY}: the task has no size to vary (a module-level integer constant that "
                     "get_inputs() reads, or an integer literal it passes to a tensor factory, that is a dimension "
                     f"of its inputs or parameters){also}")

@@ -191,3 +191,41 @@ def test_architecture_settings_are_the_sizes_that_change_the_parameter_names():
 
     assert held_out.architecture_settings({"hidden_size": 8, "num_layers": 2}, names) == ["num_layers"]
     assert held_out.architecture_settings({"hidden_size": 8}, lambda _o: None) == [], "cannot build: tried later"
+
+
+STATE_FROM_THE_MODULE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.state = torch.randn((batch_size, dim))  # batch_size read from this file, not passed in
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.fc(x + self.state)
+
+
+batch_size = 4
+dim = 16
+
+
+def get_inputs():
+    return [torch.rand(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [dim]
+'''
+
+
+def test_a_size_the_construction_reads_from_the_task_file_stays_and_the_note_says_so(tmp_path: Path):
+    """A candidate is a file of its own: built from the held-out init inputs it would still draw a (4, dim) state
+    and with it other Linear weights than the reference, a false "no" of a right kernel."""
+    assert sizes_of(STATE_FROM_THE_MODULE, tmp_path) == {"held_out": {"dim": 19}, "held_out_note": ""}
+    analysis = analyse(STATE_FROM_THE_MODULE, tmp_path)
+    sizes, note = held_out.choose(STATE_FROM_THE_MODULE, analysis, lambda _o: analysis, reads_module=lambda _o: True)
+    assert sizes == {} and note.startswith("verified at its own shapes only") \
+        and "construction reads batch_size, dim from the task file itself" in note, note
+    assert held_out.module_settings({"batch_size": 4, "dim": 16}, lambda o: "batch_size" in o) == ["batch_size"]

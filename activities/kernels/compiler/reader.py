@@ -43,6 +43,19 @@ NOT_LOWERED = {
 """Ops that are not lowered on purpose, with the reason the refusal gives."""
 
 
+def specialized(a: ReferenceAnalysis) -> str:
+    """Why a trace whose forward turned an input's size into a plain number is not lowered: the graph traced past
+    that point (a loop unrolled that many times, a size baked in) holds at the traced size only."""
+    sources = {name: f"input {src.input}'s dim {src.dim}" for name, src in a.symbols.items()}
+    parts = []
+    for expr, value in a.specialized.items():
+        named = [sources[n] for n in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", expr)) if n in sources]
+        parts.append(f"{expr} = {value} at the trace" + (f" ({expr} is {', '.join(named)})" if named else ""))
+    return ("forward turns a size of its inputs into a plain Python number (" + "; ".join(parts) + "): a loop "
+            "over it such as `for t in range(x.size(0))` is unrolled that many times, and int() of it is a constant, "
+            "so the traced graph holds at that size only and a kernel lowered from it would bake the size in")
+
+
 def read(a: ReferenceAnalysis) -> Graph:
     """The lowered graph of the traced forward; raises Refused naming what cannot be lowered."""
     return Reader(a).read()
@@ -101,6 +114,8 @@ class Reader:
         operand is lowered before its user); a call whose lowering refuses refuses the graph only if used."""
         if self.a.trace_error:
             raise Refused(f"the reference could not be traced ({self.a.trace_error})")
+        if self.a.specialized:
+            raise Refused(specialized(self.a))
         for i in self.needed():
             try:
                 self.memo[("node", i)] = self.call(i)

@@ -154,6 +154,78 @@ def get_init_inputs():
     return [hidden, 4, 32]
 '''
 
+STATE_IN_ATTRIBUTE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """KernelBench L3 33's shape: the state a plain tensor attribute, built in __init__ from a module constant."""
+
+    def __init__(self, input_size, hidden_size, output_size):
+        super().__init__()
+        self.hidden = torch.randn((batch_size, hidden_size))
+        self.i2h = nn.Linear(input_size + hidden_size, hidden_size)
+        self.h2o = nn.Linear(hidden_size, output_size)
+        self.tanh = nn.Tanh()
+
+    def forward(self, x, initial_hidden=None):
+        if initial_hidden is not None:
+            self.hidden.copy_(initial_hidden)
+        self.hidden = self.hidden.to(x.device)
+        self.hidden = self.tanh(self.i2h(torch.cat((x, self.hidden), dim=1)))
+        return self.h2o(self.hidden)
+
+
+batch_size = 4
+input_size = 6
+hidden_size = 5
+output_size = 3
+
+
+def get_inputs():
+    return [torch.rand(batch_size, input_size), torch.rand(batch_size, hidden_size)]
+
+
+def get_init_inputs():
+    return [input_size, hidden_size, output_size]
+'''
+
+LOOP_OVER_A_SIZE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """KernelBench L3 34's shape: a Python loop over the sequence length read from x.size()."""
+
+    def __init__(self, input_size, hidden_size, output_size):
+        super().__init__()
+        self.i2h = nn.Linear(input_size + hidden_size, hidden_size)
+        self.h2o = nn.Linear(hidden_size, output_size)
+
+    def forward(self, x, h0):
+        seq_len, _, _ = x.size()
+        hidden, outputs = h0, []
+        for t in range(seq_len):
+            hidden = torch.tanh(self.i2h(torch.cat((x[t], hidden), dim=1)))
+            outputs.append(self.h2o(hidden))
+        return torch.stack(outputs, dim=0)
+
+
+batch_size = 2
+input_size = 6
+hidden_size = 5
+output_size = 3
+sequence_length = 4
+
+
+def get_inputs():
+    return [torch.rand(sequence_length, batch_size, input_size), torch.rand(batch_size, hidden_size)]
+
+
+def get_init_inputs():
+    return [input_size, hidden_size, output_size]
+'''
+
 
 def offline_candidate(task: str) -> tuple[str, dict, str]:
     analysis = trace_reference(task, timeout_s=300)
@@ -183,3 +255,22 @@ def test_an_lstm_task_verifies_at_another_sequence_length():
 def test_a_task_wrapping_a_transformers_layer_verifies():
     pytest.importorskip("transformers")
     verified(BERT_LAYER)
+
+
+def test_a_model_keeping_its_state_in_a_tensor_attribute_verifies_at_other_sizes():
+    """Its __init__ draws `torch.randn((batch_size, hidden_size))` with batch_size read from the task file: the
+    candidate, a file of its own, cannot follow a held-out batch_size (it would draw another state and so other
+    parameters: a false "no"), so batch_size stays and the other sizes are held out."""
+    _, held_out, note = offline_candidate(STATE_IN_ATTRIBUTE)
+    assert "batch_size" not in held_out and {"input_size", "hidden_size"} <= set(held_out), (held_out, note)
+    verified(STATE_IN_ATTRIBUTE)
+
+
+def test_a_loop_over_an_input_size_is_refused_naming_it_not_lowered_with_the_traced_count():
+    """`for t in range(x.size(0))` unrolls at the traced length: a candidate lowered from that trace returns the
+    traced number of steps at every length, so the compiler refuses it, saying why (an LLM may still write it)."""
+    analysis = trace_reference(LOOP_OVER_A_SIZE, timeout_s=300)
+    assert analysis.specialized == {next(s for s, src in analysis.symbols.items() if (src.input, src.dim) == (0, 0)): 4}
+    plan = offline_designer.choose_plan(analysis)
+    assert isinstance(plan, str) and "range(x.size(0))" in plan and "input 0's dim 0" in plan, plan
+    assert analysis.held_out.get("sequence_length"), "the task still has held-out sizes for any other candidate"
