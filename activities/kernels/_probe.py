@@ -290,6 +290,24 @@ def _attention_scale_from_sizes() -> Any:
     return Written()
 
 
+def _number_tensors_keep_their_value() -> Any:
+    """A torch function mode that makes `torch.tensor(number, device=x.device)` on the CPU while tracing on the
+    meta device, where it would have no value: a 0-d CPU tensor combines with tensors on any device as the number
+    it holds, and the trace keeps it (`_scalar_constant`)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class OnCpu(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+            kwargs = kwargs or {}
+            if func is torch.tensor and args and isinstance(args[0], (bool, int, float)) \
+                    and torch.device(kwargs.get("device") or "cpu").type == "meta":
+                kwargs = {**kwargs, "device": "cpu"}
+            return func(*args, **kwargs)
+
+    return OnCpu()
+
+
 def probe(task_path: str, seed: int, symbolic: bool = True) -> dict:
     """The ReferenceAnalysis as JSON; `symbolic`: try the symbolic trace first (the held-out size sets, which only
     need the sizes, are traced concretely)."""
@@ -335,7 +353,7 @@ def probe(task_path: str, seed: int, symbolic: bool = True) -> dict:
         args = list(traced_args)
         for i, t in zip(tensor_at, tensors):
             args[i] = t
-        with _recurrent_layers_whole(), _attention_scale_from_sizes():
+        with _recurrent_layers_whole(), _attention_scale_from_sizes(), _number_tensors_keep_their_value():
             return torch.func.functional_call(model, params, tuple(args))
 
     tensors = [inputs[i] for i in tensor_at]

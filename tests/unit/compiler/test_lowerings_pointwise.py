@@ -52,6 +52,7 @@ CASES: dict[str, Case] = {
     "maximum": Case("torch.maximum(x, x * 0.5)", X),
     "minimum": Case("torch.minimum(x, x * 0.5)", X),
     "minimum:tensor_constant_built_in_forward": Case("torch.min(x, torch.tensor(0.5)) * 2", X),
+    "minimum:tensor_constant_on_the_input_device": Case("torch.min(x, torch.tensor(0.0, device=x.device)) * 2", X),
     "pow": Case("torch.pow(x, 3) + torch.pow(x.abs(), 0.5) + torch.pow(x.abs() + 1, 1.7)", X),
     "pow:tensor_exponent": Case("torch.pow(x.abs() + 1, y)", "torch.randn(3, N), torch.randn(3, N)", args="x, y"),
     "rsub": Case("1.5 - x", X),
