@@ -15,6 +15,7 @@ the same limits as the verifier's children.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import operator
@@ -236,76 +237,67 @@ def _rnn_op() -> Any:
     return torch.ops.fleetforge.rnn
 
 
-def _recurrent_layers_whole() -> Any:
-    """A torch function mode that routes torch._VF's recurrent layers to `fleetforge.rnn` while tracing."""
-    import torch
-    from torch.overrides import TorchFunctionMode
-
-    op = _rnn_op()
-    vf = {getattr(torch._VF, m): m for m in RECURRENT}
-
-    class Whole(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
-            mode = vf.get(func)
-            if mode is None or kwargs or len(args) != 9 or not isinstance(args[1], (list, tuple, torch.Tensor)) \
-                    or not isinstance(args[2], (list, tuple)):
-                return func(*args, **(kwargs or {}))
-            hx = list(args[1]) if isinstance(args[1], (list, tuple)) else [args[1]]
-            out = op(mode, args[0], hx, list(args[2]), *args[3:])
-            return out[0], *out[1:]
-
-    return Whole()
-
-
-def _attention_scale_from_sizes() -> Any:
-    """A torch function mode that writes `F.scaled_dot_product_attention` out in ops while tracing, its default
-    scale 1/sqrt(E) as tensor ops on the size E: torch's own decomposition turns that scale into a number of the
-    traced E, which the candidate would then bake in (wrong at any other head size)."""
+def _trace_rewrites() -> Any:
+    """One torch function mode for the calls the trace must see otherwise than eager runs them, each handled by
+    the function below that says why; every other call runs as it is."""
     import torch
     import torch.nn.functional as F
     from torch.overrides import TorchFunctionMode
 
-    def attention(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
-                  scale: float | None = None, enable_gqa: bool = False) -> Any:
-        if dropout_p or enable_gqa or (is_causal and attn_mask is not None):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale=scale,
-                                                  enable_gqa=enable_gqa)
-        factor = torch.rsqrt(torch.ones((), dtype=q.dtype, device=q.device) * q.shape[-1]) if scale is None else scale
-        scores = (q @ k.transpose(-2, -1)) * factor
-        if is_causal:
-            keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-            scores = scores.masked_fill(~keep, float("-inf"))
-        elif attn_mask is not None and attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attn_mask, float("-inf"))
-        elif attn_mask is not None:
-            scores = scores + attn_mask
-        return torch.ops.aten._safe_softmax(scores, -1) @ v  # a fully masked row is 0, as in torch's own
+    handlers: dict[Any, Any] = {getattr(torch._VF, m): functools.partial(_recurrent_whole, m) for m in RECURRENT}
+    handlers[F.scaled_dot_product_attention] = _attention_written_out
+    handlers[torch.tensor] = _number_tensor_keeps_its_value
 
-    class Written(TorchFunctionMode):
+    class Rewrites(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
-            if func is F.scaled_dot_product_attention:
-                return attention(*args, **(kwargs or {}))
-            return func(*args, **(kwargs or {}))
+            handler = handlers.get(func)
+            return func(*args, **(kwargs or {})) if handler is None else handler(func, *args, **(kwargs or {}))
 
-    return Written()
+    return Rewrites()
 
 
-def _number_tensors_keep_their_value() -> Any:
-    """A torch function mode that makes `torch.tensor(number, device=x.device)` on the CPU while tracing on the
-    meta device, where it would have no value: a 0-d CPU tensor combines with tensors on any device as the number
-    it holds, and the trace keeps it (`_scalar_constant`)."""
+def _recurrent_whole(mode: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """torch._VF's recurrent layer `mode` as one `fleetforge.rnn` op, not unrolled over time steps."""
     import torch
-    from torch.overrides import TorchFunctionMode
 
-    class OnCpu(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
-            kwargs = kwargs or {}
-            if func is torch.tensor and args and isinstance(args[0], (bool, int, float)) \
-                    and torch.device(kwargs.get("device") or "cpu").type == "meta":
-                kwargs = {**kwargs, "device": "cpu"}
-            return func(*args, **kwargs)
+    if kwargs or len(args) != 9 or not isinstance(args[1], (list, tuple, torch.Tensor)) \
+            or not isinstance(args[2], (list, tuple)):
+        return func(*args, **kwargs)
+    hx = list(args[1]) if isinstance(args[1], (list, tuple)) else [args[1]]
+    out = _rnn_op()(mode, args[0], hx, list(args[2]), *args[3:])
+    return out[0], *out[1:]
 
-    return OnCpu()
+
+def _attention_written_out(func: Any, q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+                           is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
+    """`F.scaled_dot_product_attention` written out in ops, its default scale 1/sqrt(E) as tensor ops on the size
+    E: torch's own decomposition turns that scale into a number of the traced E, which the candidate would then
+    bake in (wrong at any other head size)."""
+    import torch
+
+    if dropout_p or enable_gqa or (is_causal and attn_mask is not None):
+        return func(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    factor = torch.rsqrt(torch.ones((), dtype=q.dtype, device=q.device) * q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * factor
+    if is_causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    elif attn_mask is not None and attn_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    return torch.ops.aten._safe_softmax(scores, -1) @ v  # a fully masked row is 0, as in torch's own
+
+
+def _number_tensor_keeps_its_value(func: Any, *args: Any, **kwargs: Any) -> Any:
+    """`torch.tensor(number, device=x.device)` made on the CPU while tracing on the meta device, where it would
+    have no value: a 0-d CPU tensor combines with tensors on any device as the number it holds, and the trace
+    keeps it (`_scalar_constant`)."""
+    import torch
+
+    if args and isinstance(args[0], (bool, int, float)) and torch.device(kwargs.get("device") or "cpu").type == "meta":
+        kwargs = {**kwargs, "device": "cpu"}
+    return func(*args, **kwargs)
 
 
 def probe(task_path: str, seed: int, symbolic: bool = True) -> dict:
@@ -353,7 +345,7 @@ def probe(task_path: str, seed: int, symbolic: bool = True) -> dict:
         args = list(traced_args)
         for i, t in zip(tensor_at, tensors):
             args[i] = t
-        with _recurrent_layers_whole(), _attention_scale_from_sizes(), _number_tensors_keep_their_value():
+        with _trace_rewrites():
             return torch.func.functional_call(model, params, tuple(args))
 
     tensors = [inputs[i] for i in tensor_at]
@@ -455,37 +447,38 @@ def held_out_sizes(task_path: str, analysis: Any, seed: int) -> dict:
         except Exception as e:  # noqa: BLE001 - a size set the task cannot take is one not to use
             return ReferenceAnalysis(trace_error=f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
 
-    def parameters(overrides: dict[str, int]) -> list[str] | None:
-        """The names of the parameters and buffers the model has with `overrides` (built on the meta device:
-        no trace), or None when it cannot be built."""
+    def build(overrides: dict[str, int]) -> tuple[list, Any] | None:
+        """(init inputs, model) of the task file rewritten with `overrides`, built on the meta device (no
+        trace), or None when it cannot be built."""
         held.write_text(apply_overrides(source, overrides, path.name), encoding="utf-8")
         try:
-            task = _load(str(held), "fleetforge_task_parameters")
+            task = _load(str(held), "fleetforge_task_built")
             with torch.device("meta"):
+                init = list(task.get_init_inputs())
                 torch.manual_seed(seed)
-                model = task.Model(*task.get_init_inputs())
-            return [name for name, _ in (*model.named_parameters(), *model.named_buffers())]
+                return init, task.Model(*init)
         except Exception:  # noqa: BLE001 - a size the model cannot be built with is tried (and refused) later
             return None
+
+    def parameters(overrides: dict[str, int]) -> list[str] | None:
+        """The names of the parameters and buffers the model has with `overrides`, or None when it cannot be
+        built."""
+        built = build(overrides)
+        return None if built is None else [name for name, _ in (*built[1].named_parameters(), *built[1].named_buffers())]
 
     own = _load(task_path, "fleetforge_task_own_sizes")
 
     def reads_module(overrides: dict[str, int]) -> bool:
         """Whether the model the task file builds at `overrides` differs from the one the task's own model code
         (a candidate carries it at the task's sizes) builds from the same init inputs (held_out.module_settings)."""
-        held.write_text(apply_overrides(source, overrides, path.name), encoding="utf-8")
-        try:
-            task = _load(str(held), "fleetforge_task_reads_module")
-            with torch.device("meta"):
-                init = list(task.get_init_inputs())
-                torch.manual_seed(seed)
-                reference = _construction(task.Model(*init))
-        except Exception:  # noqa: BLE001 - a size the model cannot be built with is tried (and refused) later
+        built = build(overrides)
+        if built is None:
             return False
+        init, model = built
         try:
             with torch.device("meta"):
                 torch.manual_seed(seed)
-                return _construction(own.Model(*init)) != reference
+                return _construction(own.Model(*init)) != _construction(model)
         except Exception:  # noqa: BLE001 - the task's own code cannot take these init inputs: neither could a candidate
             return True
 
