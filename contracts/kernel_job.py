@@ -44,15 +44,16 @@ class ActivityMessage(BaseModel, frozen=True):
             value = getattr(self, name)
             if name not in full or (not field.is_required() and value == field.get_default(call_default_factory=True)):
                 continue
-            slim[name] = _without_defaults(value) if not isinstance(value, ActivityMessage) else full[name]
+            slim[name] = _dumped_without_defaults(value) if not isinstance(value, ActivityMessage) else full[name]
         return slim
 
 
-def _without_defaults(value: Any) -> Any:
+def _dumped_without_defaults(value: Any) -> Any:
+    """A field's JSON value, its models dumped without their default fields."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", exclude_defaults=True)
     if isinstance(value, list) and any(isinstance(v, BaseModel) for v in value):
-        return [_without_defaults(v) for v in value]
+        return [_dumped_without_defaults(v) for v in value]
     return to_jsonable_python(value)
 
 
