@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 from bench._history import activity_times
+from bench._dev_server import dev_server
 
 
 def find_model() -> tuple[Path | None, str]:
@@ -32,11 +33,7 @@ def find_model() -> tuple[Path | None, str]:
 
 
 async def main_async(model_arg: str | None, workdir: Path) -> None:
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
     from activities.storage import FileStore
-    from client.binaries import temporal_binary
     from contracts.common import JobKind, JobStatus, TaskQueues
     from contracts.convert import Precision
     from contracts.convert_job import ConversionRequest, ConversionResult
@@ -44,7 +41,7 @@ async def main_async(model_arg: str | None, workdir: Path) -> None:
     from examples.tiny_model import build_tiny_cnn
     from tests.helpers import new_worker, outcome_of
     from worker import build_registry
-    from workflows._visibility import SEARCH_ATTRIBUTES, start_attributes
+    from workflows._visibility import start_attributes
     from workflows.converter import ConverterWorkflow
 
     if model_arg:
@@ -60,9 +57,7 @@ async def main_async(model_arg: str | None, workdir: Path) -> None:
     store = FileStore(workdir / "artifacts")
     reg = build_registry(settings, store)
     queues = TaskQueues.single(f"bench-{uuid.uuid4().hex[:8]}")
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
-                                                data_converter=pydantic_data_converter, dev_server_log_level="error")
-    try:
+    async with dev_server() as env:
         client = env.client
         async with new_worker(client, workflows=[ConverterWorkflow], activities=reg.by_kind["toolchain"],
                               task_queue=queues.workflows):
@@ -79,8 +74,6 @@ async def main_async(model_arg: str | None, workdir: Path) -> None:
                 if result.status is not JobStatus.COMPLETED:
                     raise SystemExit(f"conversion failed: {result.failure}")
                 runs.append((wall, result, await activity_times(handle)))
-    finally:
-        await env.shutdown()
 
     (w1, r1, acts1), (w2, r2, acts2) = runs
     print(f"model: {label} ({model.stat().st_size / 1e6:.1f} MB) → SM8550 int8 QNN context binary, offline planner, file store")

@@ -39,6 +39,8 @@ from typing import TypeVar
 from pydantic import BaseModel
 from temporalio import activity, workflow
 
+from bench._dev_server import dev_server
+
 with workflow.unsafe.imports_passed_through():  # the sandbox re-imports this module for every bare child
     from activities.sandbox import proc_stat
 
@@ -179,19 +181,14 @@ class Round:
 
 
 async def main_async(rows: int, concurrency: int, workdir: Path, baseline: bool = True, rounds: int = ROUNDS) -> int:
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
     from activities.containers.activities import ContainerActivities, upload_manifest
     from activities.storage import FileStore
-    from client.binaries import temporal_binary
     from contracts.common import JobStatus, TaskQueues
     from contracts.fleet import HardwareProfile
     from contracts.fleet_job import FleetTestRequest, ProcessMode, RunnerKind
     from contracts.settings import Settings
     from tests.helpers import new_worker
     from worker import cache_bytecode
-    from workflows._visibility import SEARCH_ATTRIBUTES
     from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
 
     # the sandbox imports each run's module afresh: the bare children's module (this file) gets the
@@ -203,9 +200,7 @@ async def main_async(rows: int, concurrency: int, workdir: Path, baseline: bool 
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     # instant tests need no GPU: a GPU-less host whose port range does not cap the window
     hardware = HardwareProfile(gpu_count=0, port_range=(20000, 20000 + concurrency - 1))
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
-                                                data_converter=pydantic_data_converter, dev_server_log_level="error")
-    try:
+    async with dev_server() as env:
         client = env.client
 
         server = server_pid()
@@ -255,8 +250,6 @@ async def main_async(rows: int, concurrency: int, workdir: Path, baseline: bool 
                     results.append(Round(took, first or await bare(rows), bare_first))
             history_runs, largest = await largest_run_history(client, f"fleet/{fleet_id}")
             _, child_events = await largest_run_history(client, f"fleet/{fleet_id}/0")
-    finally:
-        await env.shutdown()
 
     print(f"rows {rows}, concurrency {concurrency}, process runner, instant tests, per row {per_row} activities + "
           f"{local_per_row} local activities, {runs} fleet workflow runs")

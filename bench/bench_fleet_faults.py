@@ -36,6 +36,8 @@ from pathlib import Path
 from tests.conftest import MODEL_SERVER_IMAGE, import_model_server_image
 from tests.private_dockerd import PrivateDockerd
 
+from bench._dev_server import dev_server
+
 BENCH_IMAGE = "fleetforge-bench/faults:1"
 
 
@@ -103,19 +105,14 @@ def errors_by_category(verdicts) -> dict[str, int]:
 
 
 async def main_async(rows: int, concurrency: int, workdir: Path, daemon: PrivateDockerd) -> int:
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
     from activities.containers.activities import ContainerActivities, collect_verdicts, upload_manifest
     from activities.containers.manifest import apply_verdicts
     from activities.containers.runners import DockerRunner
     from activities.storage import FileStore
-    from client.binaries import temporal_binary
     from contracts.fleet import HardwareProfile, RowStatus
     from contracts.fleet_job import FleetTestRequest, FleetTestResult, RunnerKind
     from contracts.settings import Settings
     from tests.helpers import free_port_range, new_worker, outcome_of
-    from workflows._visibility import SEARCH_ATTRIBUTES
     from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
 
     (workdir / "rootfs").mkdir()
@@ -127,10 +124,8 @@ async def main_async(rows: int, concurrency: int, workdir: Path, daemon: Private
     queue = f"faults-{uuid.uuid4().hex[:8]}"
     hw = HardwareProfile(name="cpu", gpu_count=0, gpu_memory_gb=0, port_range=free_port_range(concurrency + 2),
                          model_cache_dir=str(workdir))
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
-                                                data_converter=pydantic_data_converter, dev_server_log_level="error")
     faults: list[str] = []
-    try:
+    async with dev_server() as env:
         async with new_worker(env.client, workflows=[FleetTestWorkflow, ModelTestWorkflow], activities=acts.all(),
                               task_queue=queue, max_concurrent_activities=32):
             from contracts.common import TaskQueues
@@ -165,8 +160,6 @@ async def main_async(rows: int, concurrency: int, workdir: Path, daemon: Private
             second_id, second, second_s = await fleet(after, chaos=False)
             second_verdicts = collect_verdicts(store, second_id).values() if second.total - second.skipped else []
             final = apply_verdicts(after, second_verdicts)
-    finally:
-        await env.shutdown()
     statuses = [r["status"] for r in csv.DictReader(io.StringIO(final))]
     left = [cid for fleet_id in (first_id, second_id)
             for cid in daemon.docker("ps", "-aq", "--filter", f"label=fleetforge.run={fleet_id}").stdout.split()]

@@ -34,6 +34,8 @@ import time
 import uuid
 from pathlib import Path
 
+from bench._dev_server import dev_server
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -94,63 +96,55 @@ def engine_starts(events: subprocess.Popen) -> collections.Counter[tuple[int, in
 
 
 async def main_async(rows: int, concurrency: int, kill_after: int, workdir: Path) -> int:
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
     from activities.containers.activities import collect_verdicts, upload_manifest
     from activities.storage import open_store
-    from client.binaries import temporal_binary
     from contracts.fleet import HardwareProfile
     from contracts.fleet_job import FleetTestRequest, RunnerKind
     from contracts.settings import Settings
     from tests.helpers import free_port_range
-    from workflows._visibility import SEARCH_ATTRIBUTES
     from workflows.fleet import FleetTestWorkflow
 
     image = build_image()
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(),
-                                                search_attributes=SEARCH_ATTRIBUTES,
-                                                data_converter=pydantic_data_converter, dev_server_log_level="error")
-    prefix = f"scale-{uuid.uuid4().hex[:6]}"
-    state = workdir / "state"
-    wenv = {**os.environ, "FLEETFORGE_TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
-            "FLEETFORGE_NAMESPACE": env.client.namespace, "FLEETFORGE_QUEUE_PREFIX": prefix,
-            "FLEETFORGE_STATE_DIR": str(state), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
-    settings = Settings(queue_prefix=prefix, state_dir=state)
-    workers = {q: Worker(q, wenv, workdir / f"worker-{q.split(',')[0]}.log")
-               for q in ("workflows", "containers", "llm,toolchain,kernels")}
-    fleet = f"scale-{uuid.uuid4().hex[:8]}"
-    events = subprocess.Popen(
-        ["docker", "events", "--filter", "type=container", "--filter", f"label=fleetforge.run={fleet}", "--format",
-         '{{.Action}} {{index .Actor.Attributes "fleetforge.key"}} {{index .Actor.Attributes "fleetforge.attempt"}}'],
-        stdout=subprocess.PIPE, text=True)
-    t0 = time.monotonic()
-    killed_at = -1
-    try:
-        for w in workers.values():
-            w.start()
-        store = open_store(settings)
-        hw = HardwareProfile(name="cpu", gpu_count=0, gpu_memory_gb=0, port_range=free_port_range(concurrency))
-        handle = await env.client.start_workflow(
-            FleetTestWorkflow.run,
-            FleetTestRequest(manifest=upload_manifest(store, manifest(rows, image)), runner=RunnerKind.DOCKER,
-                             concurrency=concurrency, max_attempts=2, test_timeout_s=60, hardware=hw,
-                             queues=settings.queues, fleet_id=fleet),
-            id=f"fleet-test/{fleet}", task_queue=settings.queues.workflows)
-        while killed_at < 0:
-            done = (await handle.query(FleetTestWorkflow.progress)).done
-            if done >= kill_after:
-                workers["containers"].kill()
-                killed_at = done
-                workers["containers"].start()
-            await asyncio.sleep(0.2)
-        result = await handle.result()
-        wall = time.monotonic() - t0
-    finally:
-        for w in workers.values():
-            w.stop()
-        starts = engine_starts(events)
-        await env.shutdown()
+    async with dev_server() as env:
+        prefix = f"scale-{uuid.uuid4().hex[:6]}"
+        state = workdir / "state"
+        wenv = {**os.environ, "FLEETFORGE_TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+                "FLEETFORGE_NAMESPACE": env.client.namespace, "FLEETFORGE_QUEUE_PREFIX": prefix,
+                "FLEETFORGE_STATE_DIR": str(state), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
+        settings = Settings(queue_prefix=prefix, state_dir=state)
+        workers = {q: Worker(q, wenv, workdir / f"worker-{q.split(',')[0]}.log")
+                   for q in ("workflows", "containers", "llm,toolchain,kernels")}
+        fleet = f"scale-{uuid.uuid4().hex[:8]}"
+        events = subprocess.Popen(
+            ["docker", "events", "--filter", "type=container", "--filter", f"label=fleetforge.run={fleet}", "--format",
+             '{{.Action}} {{index .Actor.Attributes "fleetforge.key"}} {{index .Actor.Attributes "fleetforge.attempt"}}'],
+            stdout=subprocess.PIPE, text=True)
+        t0 = time.monotonic()
+        killed_at = -1
+        try:
+            for w in workers.values():
+                w.start()
+            store = open_store(settings)
+            hw = HardwareProfile(name="cpu", gpu_count=0, gpu_memory_gb=0, port_range=free_port_range(concurrency))
+            handle = await env.client.start_workflow(
+                FleetTestWorkflow.run,
+                FleetTestRequest(manifest=upload_manifest(store, manifest(rows, image)), runner=RunnerKind.DOCKER,
+                                 concurrency=concurrency, max_attempts=2, test_timeout_s=60, hardware=hw,
+                                 queues=settings.queues, fleet_id=fleet),
+                id=f"fleet-test/{fleet}", task_queue=settings.queues.workflows)
+            while killed_at < 0:
+                done = (await handle.query(FleetTestWorkflow.progress)).done
+                if done >= kill_after:
+                    workers["containers"].kill()
+                    killed_at = done
+                    workers["containers"].start()
+                await asyncio.sleep(0.2)
+            result = await handle.result()
+            wall = time.monotonic() - t0
+        finally:
+            for w in workers.values():
+                w.stop()
+            starts = engine_starts(events)
     verdicts = collect_verdicts(store, fleet)
     twice = {k: n for k, n in starts.items() if n > 1}
     invisible = []

@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 
 from bench._history import activity_times
+from bench._dev_server import dev_server
 
 TARGET_BYTES_PER_STEP = 10 * 1024
 EXAMPLES = ["relu", "leaky_relu", "gelu", "softmax", "log_softmax", "sum_dim", "rmsnorm", "matmul"]
@@ -47,13 +48,9 @@ async def history_bytes(handle) -> int:
 
 
 async def main_async(workdir: Path) -> int:
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
     from activities.kernels.config_loader import load_workflow_config
     from activities.storage import FileStore
     from client.artifacts import kernel_trace
-    from client.binaries import temporal_binary
     from client.kernel import with_source_in_store
     from contracts.common import JobKind, TaskQueues
     from contracts.kernel import KernelTask
@@ -63,7 +60,7 @@ async def main_async(workdir: Path) -> int:
     from tests.helpers import new_worker, outcome_of
     from tests.integration.test_conductor_llm import GOOD, MASKING_BUG
     from worker import build_registry
-    from workflows._visibility import SEARCH_ATTRIBUTES, start_attributes
+    from workflows._visibility import start_attributes
     from workflows.conductor import ConductorWorkflow
 
     examples = Path(__file__).resolve().parents[1] / "examples" / "kernels"
@@ -79,10 +76,8 @@ async def main_async(workdir: Path) -> int:
               answer(json.dumps({"decision": "coder", "suggestion": "mask must be offs < n"})),
               answer(f"```python\n{GOOD}```")]
 
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
-                                                data_converter=pydantic_data_converter, dev_server_log_level="error")
     runs: list[tuple[str, KernelResult, int]] = []
-    try:
+    async with dev_server() as env:
         client = env.client
         store = FileStore(workdir / "artifacts")
         with ScriptedOpenAIServer(script) as server:
@@ -118,8 +113,6 @@ async def main_async(workdir: Path) -> int:
                                       task_id=f"relu-llm-{uuid.uuid4().hex[:6]}", arch="cpu-interpreter")
                 h = await start(llm_task, "openai")
                 runs.append(("llm relu (scripted, 8 KiB answers)", await h.result(), await history_bytes(h)))
-    finally:
-        await env.shutdown()
 
     verified = sum(r.outcome is KernelOutcome.VERIFIED for r in results)
     print(f"offline agents, default workflow, 8 example tasks at once on one worker ({len(EXAMPLES)} jobs):")

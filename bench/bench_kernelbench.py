@@ -44,6 +44,7 @@ from pathlib import Path
 
 from activities.kernels.task_source import apply_overrides, numeric_constants
 from bench.kernelbench_shrink import ladder, ladder3, scale, shrink
+from bench._dev_server import dev_server
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "examples" / "kernelbench"
@@ -142,28 +143,23 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = 
                   workflow: str = "default", time_limit: object = None) -> list[Row]:
     """`time_limit`: a TimeLimit for every job (None: the workflow.yaml's)."""
     from temporalio.client import WorkflowFailureError
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
 
     from activities.kernels.config_loader import load_workflow_config
     from activities.kernels.task_source import op_name_for
     from activities.storage import FileStore
     from client.artifacts import kernel_trace
-    from client.binaries import temporal_binary
     from contracts.common import JobKind, TaskQueues
     from contracts.kernel import KernelTask
     from contracts.kernel_job import KernelRequest, KernelResult
     from contracts.settings import Settings
     from tests.helpers import new_worker, outcome_of
     from worker import build_registry
-    from workflows._visibility import SEARCH_ATTRIBUTES, start_attributes
+    from workflows._visibility import start_attributes
     from workflows.conductor import ConductorWorkflow
 
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
-                                                data_converter=pydantic_data_converter, dev_server_log_level="error")
     store = FileStore(workdir / "artifacts")
     rows: list[Row] = []
-    try:
+    async with dev_server() as env:
         client = env.client
         reg = build_registry(Settings(state_dir=workdir / "state", llm="offline"), store)
         queues = TaskQueues.single(f"bench-kb-{uuid.uuid4().hex[:8]}")
@@ -219,8 +215,6 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = 
         async with new_worker(client, workflows=[ConductorWorkflow], activities=reg.by_kind["llm"] + reg.by_kind["kernels"],
                               task_queue=queues.workflows):
             rows = list(await asyncio.gather(*(one(j) for j in jobs)))
-    finally:
-        await env.shutdown()
     return rows
 
 

@@ -34,6 +34,8 @@ from pathlib import Path
 
 from temporalio import workflow
 
+from bench._dev_server import dev_server
+
 with workflow.unsafe.imports_passed_through():
     from contracts.messages import ChatRequest, ChatResult, Message
     from workflows._llm import ask
@@ -163,12 +165,9 @@ def to_openai(req: ChatRequest) -> list[dict]:
 
 async def main_async(rounds: int, loop_calls: int, latency_ms: int, workdir: Path, real_rounds: int = 6) -> bool:
     import openai
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
 
     from activities.llm.activity import LLMActivities
     from activities.storage import FileStore
-    from client.binaries import temporal_binary
     from contracts.settings import Settings
     from tests.doubles.openai_server import ScriptedOpenAIServer, text_stream
     from tests.helpers import new_worker
@@ -177,13 +176,10 @@ async def main_async(rounds: int, loop_calls: int, latency_ms: int, workdir: Pat
     per_round = 2 * loop_calls + 1
     script = [text_stream(PARTS, delay_s=latency_ms / 1000) for _ in range((rounds + warmup) * per_round)]
     expected = "".join(PARTS)
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter, dev_server_log_level="error",
-    )
     direct_s: list[float] = []
     loop_s: list[float] = []
     single_s: list[float] = []
-    try:
+    async with dev_server() as env:
         with ScriptedOpenAIServer(script) as server:
             settings = Settings(state_dir=workdir / "state", llm="openai", llm_base_url=server.base_url, llm_model="bench")
             llm = LLMActivities(settings, FileStore(workdir / "artifacts"))
@@ -221,8 +217,6 @@ async def main_async(rounds: int, loop_calls: int, latency_ms: int, workdir: Pat
         ok = _print_scripted(direct_s, loop_s, single_s, latency_ms=latency_ms, rounds=rounds, loop_calls=loop_calls)
         print()
         real_ok = await real_server_row(env, real_rounds, 3, workdir) if real_rounds else True
-    finally:
-        await env.shutdown()
     return ok and real_ok
 
 

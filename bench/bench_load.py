@@ -22,6 +22,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from bench._dev_server import dev_server
+
 
 def summary(label: str, run) -> tuple[bool, str]:  # noqa: ANN001 - LoadRun
     internal = [j.job_id for j in run.jobs if j.failure_code == "INTERNAL"]
@@ -40,20 +42,11 @@ def summary(label: str, run) -> tuple[bool, str]:  # noqa: ANN001 - LoadRun
 
 
 async def main_async(workdir: Path, cpus: int, also_unthrottled: bool) -> int:
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
-    from client.binaries import temporal_binary
     from tests.reliability.load_scenario import run_load
-    from workflows._visibility import SEARCH_ATTRIBUTES
 
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
-                                                data_converter=pydantic_data_converter, dev_server_log_level="error")
-    try:
+    async with dev_server() as env:
         run = await run_load(env.client, workdir / "throttled", cpus=cpus)
         loose = await run_load(env.client, workdir / "unthrottled", cpus=cpus, cpu_slots=32) if also_unthrottled else None
-    finally:
-        await env.shutdown()
 
     print(f"{'job':<44} {'verdict':<20} {'ended s':>8} {'slot wait s':>12}")
     for j in sorted(run.jobs, key=lambda j: j.ended_s):

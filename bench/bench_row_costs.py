@@ -27,6 +27,8 @@ from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
 
+from bench._dev_server import dev_server
+
 with workflow.unsafe.imports_passed_through():  # the sandbox re-imports this module for every child
     from bench.bench_fleet import cpu_s, noop, server_pid, sliding_window
     from workflows._visibility import JOB, MODEL, STATUS
@@ -69,18 +71,11 @@ class VariantParent:
 
 
 async def main_async(rows: int, concurrency: int, rounds: int) -> None:
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
-    from client.binaries import temporal_binary
     from tests.helpers import new_worker
-    from workflows._visibility import SEARCH_ATTRIBUTES
 
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
-                                                data_converter=pydantic_data_converter, dev_server_log_level="error")
     queue = f"row-costs-{uuid.uuid4().hex[:8]}"
     taken: dict[str, list[tuple[float, float, float, float]]] = {v: [] for v in VARIANTS}
-    try:
+    async with dev_server() as env:
         server = server_pid()
 
         async def run(variant: str, n: int) -> tuple[float, float, float, float]:
@@ -98,8 +93,6 @@ async def main_async(rows: int, concurrency: int, rounds: int) -> None:
             for r in range(rounds):
                 for variant in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
                     taken[variant].append(await run(variant, rows))
-    finally:
-        await env.shutdown()
 
     def per_row(variant: str, k: int) -> float:
         return statistics.median(t[k] for t in taken[variant]) / rows * 1000

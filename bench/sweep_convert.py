@@ -33,6 +33,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench._dev_server import dev_server
+
 PRECISIONS = ("fp16", "int8", "w8a16")
 NODE_PRECISION = "int8"
 MAX_OPSET = 22
@@ -163,24 +165,17 @@ def table(rows: list[Row]) -> str:
 
 
 async def main_async(args: argparse.Namespace, workdir: Path) -> int:
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
-    from client.binaries import temporal_binary
     from tests.reliability.worker_process import WorkerProcess
-    from workflows._visibility import SEARCH_ATTRIBUTES
 
     jobs = [(m, p) for m in light_models() for p in PRECISIONS]
     if not args.light_only:
         jobs += [(m, NODE_PRECISION) for m in node_models(workdir / "nodes", args.nodes)]
     if args.only:
         jobs = [(m, p) for m, p in jobs if re.search(args.only, f"{m.stem} {p}")]
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
-                                                data_converter=pydantic_data_converter, dev_server_log_level="error")
     rows: list[Row] = []
     crashes = 0
     started = time.monotonic()
-    try:
+    async with dev_server() as env:
         wp = WorkerProcess(env.client, workdir / "state", env={"FLEETFORGE_LLM": "offline"})
         await wp.start()
         assert wp.proc is not None
@@ -204,8 +199,6 @@ async def main_async(args: argparse.Namespace, workdir: Path) -> int:
         finally:
             same = wp.proc is not None and wp.proc.pid == pid and wp.proc.poll() is None
             wp.stop()
-    finally:
-        await env.shutdown()
 
     order = {(m.stem, p): i for i, (m, p) in enumerate(jobs)}
     rows.sort(key=lambda r: order[(r.model, r.precision)])

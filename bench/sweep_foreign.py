@@ -34,6 +34,7 @@ import uuid
 from pathlib import Path
 
 from bench.sweep_convert import Row, fmt, specific, table
+from bench._dev_server import dev_server
 
 PRECISIONS = ("fp16", "int8")
 ORIGINAL = 13
@@ -124,27 +125,20 @@ def keep_artifacts(store: object, result: object, dest: Path) -> str | None:
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
     from activities.storage import open_store
     from bench.foreign_models import ARCHS
-    from client.binaries import temporal_binary
     from tests.reliability.worker_process import WorkerProcess
-    from workflows._visibility import SEARCH_ATTRIBUTES
 
     out = Path(args.out).resolve()
     names = [n for n in ARCHS if not args.only or re.search(args.only, n)]
     inputs = build_inputs(out, names)
     stability = test_model_stability({n: model for n, (model, _) in inputs.items()})
     jobs = [(n, p) for n in names for p in (*PRECISIONS, *ARCHS[n].extra_precisions) if not args.precision or p == args.precision]
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
-                                                data_converter=pydantic_data_converter, dev_server_log_level="error")
     rows: list[Row] = []
     manifest: list[dict] = []
     crashes = 0
     started = time.monotonic()
-    try:
+    async with dev_server() as env:
         wp = WorkerProcess(env.client, out / "state", env={"FLEETFORGE_LLM": "offline"})
         await wp.start()
         store = open_store(wp.settings)
@@ -176,8 +170,6 @@ async def main_async(args: argparse.Namespace) -> int:
             await asyncio.gather(*(one(n, p) for n, p in jobs))
         finally:
             wp.stop()
-    finally:
-        await env.shutdown()
 
     order = {job: i for i, job in enumerate(jobs)}
     rows.sort(key=lambda r: order[(r.model, r.precision)])
