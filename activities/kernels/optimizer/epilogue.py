@@ -151,7 +151,7 @@ def emit_epilogue(fw: Forward, v: int) -> str:
         fw.launcher("_matmul", matmul_block.LAUNCHER)
         call, rank, pad = f"_matmul({operands[0]}, {operands[1]})", 3, True
     else:
-        made = conv_block.conv_kernel(len(main.shape) - 2, main.attrs["transposed"])
+        made = conv_block.conv_kernel_for(main)
         fw.launcher("_conv", conv_block.LAUNCHER)
         m = main.attrs
         bias = operands[2] if len(operands) > 2 else "None"
