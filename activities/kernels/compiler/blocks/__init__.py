@@ -5,7 +5,8 @@ emitter registered for its graph nodes (`registry.emits`). Importing this packag
 * pointwise: a fused chain of elementwise ops over broadcast inputs (also flip, triu/tril, cat's copies);
 * reduction: sum / mean / amax / amin / argmax / argmin / logsumexp over any dims, its input chain fused in;
 * matmul: (batched) A @ B on strided operands, tl.dot with an fp32 accumulator;
-* conv: 1-3D convolution as an implicit GEMM (stride, padding, dilation, groups, transposed);
+* conv: 1-3D convolution as an implicit GEMM (stride, padding, dilation, groups, transposed; a strided transposed
+  one by output phase, so no program computes the kernel offsets that cannot reach its outputs);
 * pool: 1-3D max / average pooling;
 * scan: cumsum / cumprod along one dim, tile by tile with a carry;
 * gather: x[i, idx[i]];
