@@ -32,11 +32,12 @@ CHUNK_DELAY_S = 0.25
 """24 chunks at 0.25 s: a 6 s stream, long enough to kill the worker in the middle of it."""
 
 FAST_CRASH_DETECTION = CallOptions(
-    start_to_close=timedelta(seconds=60), heartbeat=timedelta(seconds=2),
+    start_to_close=timedelta(seconds=60), heartbeat=timedelta(seconds=5),
     retry=RetryPolicy(initial_interval=timedelta(seconds=0.2), backoff_coefficient=1.0, maximum_attempts=3,
                       non_retryable_error_types=LLM.retry.non_retryable_error_types),
 )
-"""The LLM options with a 2 s heartbeat timeout, so the server notices the dead worker quickly."""
+"""The LLM options with a 5 s heartbeat timeout, so the server notices the dead worker quickly (2 s was too short
+for the fresh worker's heartbeats while `make test` runs a test file per core)."""
 
 
 @workflow.defn(sandboxed=False)
