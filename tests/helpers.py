@@ -105,6 +105,12 @@ def proc_bytes(pid: int | str, name: str) -> bytes:
         return b""
 
 
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an exited child its parent has not reaped yet)."""
+    stat = proc_bytes(pid, "stat")
+    return bool(stat) and stat.rsplit(b")", 1)[1].split()[0] != b"Z"
+
+
 def free_ports(n: int = 1) -> list[int]:
     """`n` distinct free TCP ports on 127.0.0.1 (held together while chosen, then released)."""
     socks = [socket.socket() for _ in range(n)]

@@ -12,7 +12,7 @@ from pathlib import Path
 from client.binaries import temporal_binary
 from examples.tiny_model import build_tiny_cnn
 from tests.e2e.test_cli import ff, port_open, stack_env, start_dev, stop_dev
-from tests.helpers import free_ports, wait_until
+from tests.helpers import alive, free_ports, wait_until
 
 
 def test_restarted_dev_stack_still_lists_earlier_runs(tmp_path: Path):
@@ -47,15 +47,6 @@ def test_restarted_dev_stack_still_lists_earlier_runs(tmp_path: Path):
 def worker_pids(log: Path) -> list[int]:
     return [int(line.rsplit("pid ", 1)[1].rstrip(")")) for line in log.read_text().splitlines()
             if line.startswith("worker started (pid ")]
-
-
-def alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def metrics_served(port: int) -> bool:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import assert_eventually
+from tests.helpers import alive, assert_eventually
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,14 +27,6 @@ async def main():
 
 asyncio.run(main())
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 async def test_sigterm_to_a_bench_stops_its_dev_server() -> None:

@@ -15,7 +15,7 @@ from activities.containers.runners import ScriptRunner
 from activities.storage import FileStore
 from contracts.fleet import HardwareProfile
 from contracts.fleet_job import RunnerKind, RunTestRequest
-from tests.helpers import assert_eventually
+from tests.helpers import alive, assert_eventually
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,13 +25,6 @@ echo $$ >> {starts}
 [ "$(wc -l < {starts})" -gt 1 ] && exit 0
 exec sleep 300
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 async def test_a_script_test_interrupted_by_a_killed_worker_is_stopped_rerun_and_reported(tmp_path: Path):
@@ -50,9 +43,9 @@ async def test_a_script_test_interrupted_by_a_killed_worker_is_stopped_rerun_and
     first = int(starts.read_text().split()[0])
     os.killpg(worker.pid, signal.SIGKILL)
     worker.wait(timeout=30)
-    assert _alive(first), "the script outlives the killed worker (its own session)"
+    assert alive(first), "the script outlives the killed worker (its own session)"
     out = await ScriptRunner(FileStore(tmp_path / "store"), script, marker_dir=tmp_path / "markers").run(req, print)
-    assert not _alive(first), "the interrupted run was killed before the rerun"
+    assert not alive(first), "the interrupted run was killed before the rerun"
     assert len(starts.read_text().split()) == 2, "the script ran exactly twice"
     assert out.passed and out.test_runs == 2, out.log_tail
     assert "1 earlier run(s) of this test were interrupted (1 still running and killed first)" in out.log_tail
