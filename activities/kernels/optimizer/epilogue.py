@@ -153,10 +153,7 @@ def emit_epilogue(fw: Forward, v: int) -> str:
     else:
         made = conv_block.conv_kernel_for(main)
         fw.launcher("_conv", conv_block.LAUNCHER)
-        m = main.attrs
-        bias = operands[2] if len(operands) > 2 else "None"
-        call = (f"_conv({operands[0]}, {operands[1]}, {bias}, {m['stride']}, {m['padding']}, {m['dilation']}, "
-                f"{m['transposed']}, {m['output_padding']}, {m['groups']})")
+        call = conv_block.conv_call(main, operands)
         rank, pad = len(main.shape), False
     call = with_blocks(call, at.get("inner_blocks"))  # the product's block sizes (the `blocks` rewrite)
     name = fw.kernel(splice(made, main.op, rank, len(k.leaves), len(k.scalars), k.lines, result))

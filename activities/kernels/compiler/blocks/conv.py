@@ -91,8 +91,9 @@ def phased_lines(d: int) -> list[str]:
 
 LAUNCHER = '''
 
-def _conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups, BM=None, BN=None, BK=None):
-    """(out, grid, args, meta) of the implicit-GEMM convolution; output sizes from the input and weight."""
+def _conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups, phased, BM=None, BN=None, BK=None):
+    """(out, grid, args, meta) of the implicit-GEMM convolution; output sizes from the input and weight.
+    `phased`: the kernel computes one output phase per program (its rows and K shrink by the stride)."""
     d = x.dim() - 2
     NB, CI = x.shape[0], x.shape[1]
     I, K = list(x.shape[2:]), list(w.shape[2:])
@@ -104,7 +105,6 @@ def _conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups
         CO_G = w.shape[0] // groups
         O = [(I[j] + 2 * padding[j] - dilation[j] * (K[j] - 1) - 1) // stride[j] + 1 for j in range(d)]
     out = torch.empty((NB, CO_G * groups, *O), dtype=x.dtype, device=x.device)
-    phased = transposed and all(dd == 1 for dd in dilation)  # conv_phased(): rows and K of one output phase
     M = NB * math.prod(triton.cdiv(O[j], stride[j]) if phased else O[j] for j in range(d))
     KTOT = (CI // groups) * math.prod(triton.cdiv(K[j], stride[j]) if phased else K[j] for j in range(d))
     cpu = x.device.type == "cpu"  # the Triton interpreter: fewer, larger tiles run faster
@@ -118,12 +118,20 @@ def _conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups
 
 
 def conv_phased(attrs: dict) -> bool:
-    """A transposed convolution without dilation runs by output phase (phased_lines); LAUNCHER decides the same."""
+    """A transposed convolution without dilation runs by output phase (phased_lines); conv_call tells LAUNCHER."""
     return bool(attrs["transposed"]) and all(x == 1 for x in attrs["dilation"])
 
 
 def conv_kernel_for(node: Node) -> tuple[str, str]:
     return conv_kernel(len(node.shape) - 2, node.attrs["transposed"], conv_phased(node.attrs))
+
+
+def conv_call(node: Node, operands: list[str]) -> str:
+    """The launcher call for `node` on the candidate's tensors `operands` (input, weight[, bias])."""
+    at = node.attrs
+    bias = operands[2] if len(operands) > 2 else "None"
+    return (f"_conv({operands[0]}, {operands[1]}, {bias}, {at['stride']}, {at['padding']}, {at['dilation']}, "
+            f"{at['transposed']}, {at['output_padding']}, {at['groups']}, {conv_phased(at)})")
 
 
 @emits("conv")
@@ -132,7 +140,4 @@ def conv(fw: "Forward", v: int) -> str:
     t = [fw.tensor(x) for x in n.args]
     name = fw.kernel(conv_kernel_for(n))
     fw.launcher("_conv", LAUNCHER)
-    bias = t[2] if len(t) > 2 else "None"
-    at = n.attrs
-    return fw.launch(v, name, f"_conv({t[0]}, {t[1]}, {bias}, {at['stride']}, {at['padding']}, "
-                              f"{at['dilation']}, {at['transposed']}, {at['output_padding']}, {at['groups']})")
+    return fw.launch(v, name, conv_call(n, t))
