@@ -7,12 +7,14 @@ anything starts, to refuse a task that cannot fit and say which `--set` names sh
 
 from __future__ import annotations
 
+import hashlib
 import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from activities.kernels._proc import MEMORY_LIMIT_BYTES, spawn, wait_all
+from activities.kernels.lru import LRU
 from contracts.errors import Err, FleetforgeError
 from contracts.kernel_job import ReferenceAnalysis, TensorSpec
 
@@ -25,6 +27,9 @@ PRECHECK_TIMEOUT_S = 300
 """The CLI's reading of the task (build and trace on the meta device): a whole model's trace takes seconds."""
 SLOW_INPUT_BYTES = 64 * 1024**2
 """Above this the Triton interpreter takes minutes per trial: worth a hint, not a refusal."""
+_ANALYSES: LRU[ReferenceAnalysis] = LRU(64)
+"""The probe's analyses by (task source, seed, held-out): a rerun of a task in this worker skips the child
+(about 4 s of CPU for torch's import and the trace)."""
 
 
 def trace_reference(task_source: str, *, timeout_s: float, seed: int = 0,
@@ -32,7 +37,10 @@ def trace_reference(task_source: str, *, timeout_s: float, seed: int = 0,
     """The probe's ReferenceAnalysis, with its held-out sizes unless `held_out` is false (then only what the
     task is: the CLI's size check). A task that cannot be built or traced on the meta device comes back
     with `trace_error` set (sizes unknown, no offline template; the verifier still runs it for real); a
-    probe that crashes or times out raises KERNEL_TASK_INVALID with the task's own error."""
+    probe that crashes or times out raises KERNEL_TASK_INVALID with the task's own error (not remembered)."""
+    key = hashlib.sha256(f"{seed}:{held_out}:{task_source}".encode()).hexdigest()
+    if (known := _ANALYSES.get(key)) is not None:
+        return known.model_copy(deep=True)
     with tempfile.TemporaryDirectory(prefix="ff-probe-") as tmp:
         root = Path(tmp)
         (root / "task.py").write_text(task_source, encoding="utf-8")
@@ -47,7 +55,9 @@ def trace_reference(task_source: str, *, timeout_s: float, seed: int = 0,
             raise FleetforgeError(Err.KERNEL_TASK_INVALID,
                                   f"reading the task failed ({child.error.split(':')[0]}): "
                                   + " | ".join(detail.splitlines()[-6:]))
-        return ReferenceAnalysis.model_validate_json((root / "analysis.json").read_text(encoding="utf-8"))
+        analysis = ReferenceAnalysis.model_validate_json((root / "analysis.json").read_text(encoding="utf-8"))
+    _ANALYSES.put(key, analysis)
+    return analysis.model_copy(deep=True)
 
 
 def precheck(source: str, name: str) -> str:

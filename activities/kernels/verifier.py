@@ -28,7 +28,6 @@ import shutil
 import tempfile
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -44,6 +43,7 @@ from activities.kernels._child import (
 )
 from activities.kernels._proc import MEMORY_LIMIT_BYTES, Child, spawn, wait_all
 from activities.kernels.held_out import OWN_SHAPES_ONLY
+from activities.kernels.lru import LRU
 from activities.kernels.precision import tf32_problem, tolerance
 from activities.kernels.static_checks import static_check
 from activities.kernels.task_source import apply_overrides
@@ -278,30 +278,8 @@ class _Reference(NamedTuple):
     """The reference child's time on these runs (the candidate's time limit is a multiple of it)."""
 
 
-class _LRU:
-    """Reference outputs by (task source and held-out source, seed, trials): the reference is deterministic and trusted,
-    so one run per worker process is enough. Thread-safe (activities run in a thread pool)."""
-
-    def __init__(self, size: int = 32):
-        self._size = size
-        self._data: OrderedDict[str, _Reference] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> _Reference | None:
-        with self._lock:
-            if key in self._data:
-                self._data.move_to_end(key)
-                return self._data[key]
-            return None
-
-    def put(self, key: str, value: _Reference) -> None:
-        with self._lock:
-            self._data[key] = value
-            while len(self._data) > self._size:
-                self._data.popitem(last=False)
-
-
-_REFERENCE_CACHE = _LRU()
+_REFERENCE_CACHE: LRU[_Reference] = LRU()
+"""Reference outputs by (task source and held-out source, seed, trials, precision)."""
 
 
 def _reference_key(task_source: str, seed: int, trials: int, precision: PrecisionPolicy) -> str:
