@@ -8,6 +8,7 @@ anything starts, to refuse a task that cannot fit and say which `--set` names sh
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import math
 import tempfile
 from collections.abc import Callable
@@ -63,10 +64,9 @@ def trace_reference(task_source: str, *, timeout_s: float, seed: int = 0,
 def precheck(source: str, name: str) -> str:
     """Before a job starts (the CLI): KERNEL_TASK_INVALID when the task cannot be built or the verifier
     cannot hold its inputs (with the --set names that shrink it); else a hint when the interpreter will be
-    slow, or "". Needs torch (the kernels extra): without it the worker checks, and this returns ""."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    slow, or "". Needs torch (the kernels extra): without it the worker checks, and this returns "". The
+    probe child imports torch; this process only looks for it (importing it here would cost the CLI 2 s)."""
+    if importlib.util.find_spec("torch") is None:
         return ""
     try:
         analysis = trace_reference(source, timeout_s=PRECHECK_TIMEOUT_S, held_out=False)
