@@ -69,6 +69,8 @@ class FleetTestWorkflow:
         self._ended = 0
         """Children that ended in this run (the window wakes on a change)."""
         self._paused = False
+        self._pause_signalled = False
+        """A pause or resume reached this run; one sent as the run starts is handled before run() reads the carry."""
         self._capacity = 0
         self._ahead: set[int] = set()
         """Positions past the cursor already started (a family cap let them go first)."""
@@ -79,7 +81,8 @@ class FleetTestWorkflow:
     async def run(self, req: FleetTestRequest) -> FleetTestResult:
         fleet_id = self._fleet_id(req)
         self._carry = req.carry or FleetCarry(started_at=workflow.now())
-        self._paused = self._paused or self._carry.paused  # a pause signal may arrive before run() starts
+        if not self._pause_signalled:  # else the signal is newer than the carried state
+            self._paused = self._carry.paused
         self._ahead = set(self._carry.ahead)
         workflow.deprecate_patch(FLEET_SLOTS_PATCH)
         try:
@@ -255,11 +258,11 @@ class FleetTestWorkflow:
     @workflow.signal
     def pause(self) -> None:
         """Start no new children (running ones finish)."""
-        self._paused = True
+        self._paused, self._pause_signalled = True, True
 
     @workflow.signal
     def resume(self) -> None:
-        self._paused = False
+        self._paused, self._pause_signalled = False, True
 
     @workflow.query
     def progress(self) -> FleetProgress:

@@ -25,7 +25,7 @@ from client.ids import candidates, kind_of
 from contracts.common import JobKind, JobStatus
 from contracts.fleet import ErrorCategory, HardwareProfile, RowStatus
 from contracts.fleet_job import (
-    ApprovalRequest, FleetProgress, FleetTestRequest, FleetTestResult, ModelTestRequest, ModelTestResult, RunnerKind,
+    ApprovalRequest, FleetCarry, FleetProgress, FleetTestRequest, FleetTestResult, ModelTestRequest, ModelTestResult, RunnerKind,
 )
 from contracts.settings import Settings
 from tests.doubles.recording_runner import RecordingRunner
@@ -341,6 +341,31 @@ async def test_pause_stops_new_children_and_resume_finishes_the_fleet(temporal_e
         child = await client.get_workflow_handle(f"fleet/{fleet_id}/0").describe()
     assert result.passed == 6 and result.runs == 1
     assert child.status is not None and child.status.name == "COMPLETED", "children have deterministic ids"
+
+
+async def test_a_resume_that_reaches_a_run_before_it_starts_is_not_overwritten_by_the_carried_pause(
+        temporal_env, file_store, tmp_path: Path):
+    """A paused fleet that continues as new carries `paused` to its next run. A resume sent while that run
+    starts is handled before run() reads the carry; the carry must not undo it (the fleet would wait forever).
+    Signal-with-start delivers the resume exactly there, every time."""
+    rows = [(f"org/m-{i}", "", "true") for i in range(3)]
+    queues, client = fresh_queues(), temporal_env.client
+    acts = ContainerActivities(file_store, Settings(state_dir=tmp_path / "s"), process_programs=("true",))
+    async with new_worker(client, workflows=[FleetTestWorkflow, ModelTestWorkflow], activities=acts.all(),
+                          task_queue=queues.workflows):
+        handle = await client.start_workflow(
+            FleetTestWorkflow.run, FleetTestRequest(manifest=upload_manifest(file_store, manifest(rows)), queues=queues,
+                                                    **SELF_TESTS, carry=FleetCarry(paused=True, runs=1)),
+            id=f"fleet/{uuid.uuid4().hex[:8]}", task_queue=queues.workflows, start_signal="resume",
+            search_attributes=start_attributes(JobKind.FLEET_TEST))
+
+        async def finished() -> FleetTestResult | None:
+            p = await handle.query(FleetTestWorkflow.progress)
+            assert not p.paused, "the resume sent as the run started was lost: the fleet stays paused"
+            return await outcome_of(handle, FleetTestResult) if p.done == 3 else None
+
+        result = await assert_eventually(finished, timeout=60, message="the resumed fleet finished")
+    assert (result.status, result.passed, result.runs) == (JobStatus.COMPLETED, 3, 2)
 
 
 async def test_invalid_manifest_fails_the_fleet_with_manifest_invalid(temporal_env, file_store, tmp_path: Path):
