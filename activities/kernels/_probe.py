@@ -15,6 +15,7 @@ the same limits as the verifier's children.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -146,9 +147,23 @@ def _trace(forward: Any, state: dict, tensors: list, symbolic: bool) -> tuple[An
     if not symbolic:
         return make_fx(forward)(state, tensors).graph, None
     import sympy
-    from torch._dynamo.source import ConstantSource
+    from torch._guards import GuardSource, Source
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, SLoc, StatelessSymbolicContext
+
+    @dataclasses.dataclass(frozen=True)
+    class Input(Source):
+        """torch._dynamo.source.ConstantSource, whose import loads torch._dynamo (about 1.3 s of CPU)."""
+
+        source_name: str
+
+        @property
+        def guard_source(self) -> GuardSource:
+            return GuardSource.CONSTANT
+
+        @property
+        def _name_template(self) -> str:
+            return self.source_name
 
     class KeepSymbols(ShapeEnv):
         """A size the forward compares with a constant (a Linear's features, `num_features` in a norm's check)
@@ -160,6 +175,11 @@ def _trace(forward: Any, state: dict, tensors: list, symbolic: bool) -> tuple[An
                 super()._set_replacement(a, tgt, msg)
             elif not self.converting:  # a comparison fixed it (to a parameter's size): not a conversion
                 self.pinned.add(str(a))
+
+        def _get_stack_summary(self, is_debug: bool = False, framework_loc: str | None = None) -> tuple[Any, str]:
+            """No source location for a symbol: torch finds the user's frame by importing torch._dynamo, _inductor
+            and export to list their files (about 2 s of a probe's CPU), and nothing here reads it."""
+            return SLoc(framework_loc, None), ""
 
         def evaluate_expr(self, orig_expr: Any, *args: Any, **kwargs: Any) -> Any:
             """Records a size that the model's own Python code turned into a plain number (`range(x.size(0))`,
@@ -182,7 +202,7 @@ def _trace(forward: Any, state: dict, tensors: list, symbolic: bool) -> tuple[An
     env.specialized, env.pinned, env.converting = {}, set(), 0  # type: ignore[attr-defined] - see KeepSymbols
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)  # a plain tensor attribute: a constant
     params = {k: mode.from_tensor(v, static_shapes=True) for k, v in state.items()}
-    fakes = [mode.from_tensor(t, source=ConstantSource(f"input{i}"), symbolic_context=StatelessSymbolicContext(
+    fakes = [mode.from_tensor(t, source=Input(f"input{i}"), symbolic_context=StatelessSymbolicContext(
         dynamic_sizes=[DimDynamic.DYNAMIC] * t.dim())) for i, t in enumerate(tensors)]
     graph = make_fx(forward, tracing_mode="symbolic")(params, fakes).graph
     return graph, fakes
