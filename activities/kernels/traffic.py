@@ -101,6 +101,11 @@ class Counter:
                                                                          if isinstance(t, torch.Tensor)), default=0)})
 
 
+HOOKED_TRITON = "3.9."
+"""The Triton release whose interpreter `install` hooks (its builder's signatures, `_round_f32_to_tf32`): under
+another, every candidate would crash inside a hook. The kernels extra pins it; the worker checks it."""
+
+
 def install(counter: Counter) -> None:
     """Wrap the interpreter's entry points (once per process) and count into `counter` from now on."""
     global _COUNTER, _INSTALLED

@@ -157,6 +157,22 @@ async def test_a_job_that_fails_after_some_steps_keeps_its_trace_in_the_store(te
     assert replay.replay_failure is None
 
 
+async def test_a_worker_with_another_triton_fails_the_job_as_its_own_problem_not_the_candidates(
+        temporal_env, file_store, settings, monkeypatch):
+    """Under Triton 3.6 with numpy 2.4 (a GPU box's own torch), every interpreted candidate crashed and was
+    blamed; the verifier's hooks need Triton 3.9's interpreter, so another release is the worker's failure."""
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "3.6.0" if name == "triton" else real(name))
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("relu"))
+
+    assert result.status is JobStatus.FAILED and result.failure is not None and result.failure.code == "VERIFIER_ERROR"
+    assert "this kernels worker has Triton 3.6.0" in result.failure.message
+    assert "triton==3.9.*" in result.failure.message
+    assert not [e for e in trace if e.agent == "verifier"], "no candidate got a verdict from a worker that cannot judge it"
+
+
 SORT = (KERNELBENCH / "36_Cumsum.py").read_text().replace("torch.cumsum(x, dim=self.dim)", "torch.sort(x, dim=self.dim)[0]")
 """An op nothing offline lowers (sorting)."""
 
