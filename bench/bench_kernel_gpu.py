@@ -115,9 +115,13 @@ def modeled(task: str, candidate: str, gpu: str, timeout_s: float) -> dict:
     from activities.kernels.cost_model import model
     from activities.kernels.reference import trace_reference
     from activities.kernels.verifier import verify
+    from contracts.errors import FleetforgeError
 
     costs: list = []
-    report = verify(task, candidate, timeout_s=timeout_s, gpu=False, costs=costs)
+    try:
+        report = verify(task, candidate, timeout_s=timeout_s, gpu=False, costs=costs)
+    except FleetforgeError as e:  # this machine cannot run the interpreter verifier (its Triton): not the kernel's
+        return {"model_note": f"not modeled: {e.message[:160]}"}
     if not report.passed:
         return {"model_note": f"not modeled: the interpreter run failed ({report.reason[:100]})"}
     result = model(trace_reference(task, timeout_s=timeout_s, held_out=False), costs, gpu)

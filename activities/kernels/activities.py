@@ -241,9 +241,7 @@ class KernelActivities:
             source = self.store.get_bytes(req.candidate).decode("utf-8")
         except UnicodeDecodeError as e:
             raise FleetforgeError(Err.VERIFIER_ERROR, f"candidate {req.candidate.uri} is not UTF-8 text") from e
-        if req.task.on_cpu:
-            _require_hooked_interpreter()
-        else:
+        if not req.task.on_cpu:
             _require_gpu(req.task.arch)
         limit = req.time_limit or TimeLimit.fixed(req.timeout_s)
         report = verify(req.task.task_desc, source, time_limit=limit, seed=req.seed, trials=req.trials,
@@ -293,24 +291,6 @@ def _offline_answer(source: str, fmt) -> str:  # noqa: ANN001 - OutputFormat
     if fmt.parser_name in CODE_PARSERS:
         return offline_coder.render_answer(source)
     return json.dumps({parsers.code_field(fmt): source}, indent=2)
-
-
-def _require_hooked_interpreter() -> None:
-    """The cpu-interpreter verifier counts costs and rounds TF32 through hooks on one Triton release's interpreter;
-    under another, every candidate would crash inside a hook and be blamed for it: the worker's problem."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from activities.kernels.traffic import HOOKED_TRITON
-
-    try:
-        found = version("triton")
-    except PackageNotFoundError:
-        found = "none"
-    if not found.startswith(HOOKED_TRITON):
-        raise FleetforgeError(Err.VERIFIER_ERROR, f"this kernels worker has Triton {found}; the cpu-interpreter "
-                                                  f"verifier hooks the interpreter of Triton {HOOKED_TRITON}x: pip "
-                                                  f"install 'triton=={HOOKED_TRITON}*' on the worker (the kernels extra "
-                                                  "pins it), or run the job on a GPU worker with --arch")
 
 
 def _require_gpu(arch: str) -> None:

@@ -103,7 +103,25 @@ class Counter:
 
 HOOKED_TRITON = "3.9."
 """The Triton release whose interpreter `install` hooks (its builder's signatures, `_round_f32_to_tf32`): under
-another, every candidate would crash inside a hook. The kernels extra pins it; the worker checks it."""
+another, every candidate would crash inside a hook. The kernels extra pins it; `require_hooked_triton` checks it."""
+
+
+def require_hooked_triton() -> None:
+    """Refuse to judge on another Triton release: every interpreted candidate would crash inside a hook and be
+    blamed for it (a false "no"), while the fault is the machine's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from contracts.errors import Err, FleetforgeError
+
+    try:
+        found = version("triton")
+    except PackageNotFoundError:
+        found = "none"
+    if not found.startswith(HOOKED_TRITON):
+        raise FleetforgeError(Err.VERIFIER_ERROR, f"this kernels worker has Triton {found}; the cpu-interpreter "
+                                                  f"verifier hooks the interpreter of Triton {HOOKED_TRITON}x: pip "
+                                                  f"install 'triton=={HOOKED_TRITON}*' on the worker (the kernels extra "
+                                                  "pins it), or run the job on a GPU worker with --arch")
 
 
 def install(counter: Counter) -> None:

@@ -48,6 +48,7 @@ from activities.kernels.precision import tf32_problem, tolerance
 from activities.kernels.static_checks import static_check
 from activities.kernels.task_source import apply_overrides
 from activities.kernels.torch_work import torch_work
+from activities.kernels.traffic import require_hooked_triton
 from contracts.kernel import Number, PrecisionPolicy, TimeLimit
 from contracts.kernel_job import KernelTiming, LaunchCost, Mismatch, TorchOpUse, VerifierReport
 
@@ -74,7 +75,10 @@ def verify(
     run (the candidate must be right there too); `reference_ops`: the reference's traced aten ops (named first
     when torch computed them); `allow_mixed`: torch may do part of the work (named in the report, not rejected);
     `precision`: the job's policy (tolerance, TF32). `costs`, when given, receives what the interpreter counted
-    per launch of the candidate's first forward call (the cost model's input; empty on a GPU)."""
+    per launch of the candidate's first forward call (the cost model's input; empty on a GPU). On the
+    interpreter, a Triton other than the hooked release raises VERIFIER_ERROR: the machine's fault, never a verdict."""
+    if not gpu:
+        require_hooked_triton()
     beat = heartbeat or (lambda _msg: None)
     limit = time_limit or TimeLimit.fixed(timeout_s)
     ceiling = limit.ceiling_s

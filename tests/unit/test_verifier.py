@@ -11,6 +11,7 @@ import pytest
 from activities.kernels import llm_agents, offline_coder
 from activities.kernels.static_checks import static_check
 from activities.kernels.verifier import NOT_KERNEL_DERIVED, compare, profile, verify
+from contracts.errors import Err, FleetforgeError
 from contracts.kernel import KernelTask
 from tests.unit.test_conductor_offline_designer import analyse
 
@@ -57,6 +58,17 @@ def test_accepts_the_offline_relu_kernel(tmp_path):
     assert report.reason == "" and report.mismatches == [] and report.static.ok
     assert report.families == ["task", "signed_normal", "large", "near_zero"] and report.input_family == ""
     assert report.durations["candidate"] > 0
+
+
+def test_on_another_triton_the_interpreter_verdict_is_the_machines_error_not_the_candidates(monkeypatch):
+    """Benches call verify() directly: under Triton 3.6 every candidate "crashed" on the lent H100."""
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "3.6.0" if name == "triton" else real(name))
+    with pytest.raises(FleetforgeError) as raised:
+        verify(RELU, candidate("return launch(x)"), timeout_s=TIMEOUT_S)
+    assert raised.value.code is Err.VERIFIER_ERROR and "has Triton 3.6.0" in raised.value.message
 
 
 NON_NEGATIVE_RELU = RELU.replace("torch.randn(batch_size, dim)", "torch.rand(batch_size, dim)")
