@@ -2,7 +2,7 @@
 (TRITON_INTERPRET=1, in the candidate's sandboxed child), and make the interpreter's `tl.dot` round fp32
 operands to TF32 when the kernel asks for TF32, as a GPU's tensor cores do.
 
-How triton 3.9's interpreter runs a kernel (triton/runtime/interpreter.py): `InterpretedFunction.run` hands the
+How Triton's interpreter (3.7-3.9) runs a kernel (triton/runtime/interpreter.py): `InterpretedFunction.run` hands the
 arguments to a `GridExecutor`, which sets `interpreter_builder.set_grid_dim(nx, ny, nz)` and calls the kernel's
 Python function once per program. Every `tl.*` call lands on that module-level `InterpreterBuilder` instance:
 
@@ -101,9 +101,13 @@ class Counter:
                                                                          if isinstance(t, torch.Tensor)), default=0)})
 
 
-HOOKED_TRITON = "3.9."
-"""The Triton release whose interpreter `install` hooks (its builder's signatures, `_round_f32_to_tf32`): under
-another, every candidate would crash inside a hook. The kernels extra pins it; `require_hooked_triton` checks it."""
+HOOKED_TRITONS = ("3.7.", "3.8.", "3.9.")
+"""The Triton releases whose interpreter `install` hooks: the ones torch 2.12-2.15's CUDA wheels require (torch
+2.13.0 pins triton 3.7.1), each run through the verifier tests. Their builders differ only in the load/store
+cache arguments, which the hooks pass through. 3.6 and older crash in the interpreter itself under numpy 2.4
+(triton-lang/triton#9171); a release not seen here may move the builder's other entry points."""
+TRITON_PIN = "triton>=3.7.1,<3.10"
+"""The kernels extra's requirement (pyproject.toml; a test holds the two and HOOKED_TRITONS together)."""
 
 
 def require_hooked_triton() -> None:
@@ -117,11 +121,24 @@ def require_hooked_triton() -> None:
         found = version("triton")
     except PackageNotFoundError:
         found = "none"
-    if not found.startswith(HOOKED_TRITON):
+    if not found.startswith(HOOKED_TRITONS):
+        known = ", ".join(f"{v}x" for v in HOOKED_TRITONS)
         raise FleetforgeError(Err.VERIFIER_ERROR, f"this kernels worker has Triton {found}; the cpu-interpreter "
-                                                  f"verifier hooks the interpreter of Triton {HOOKED_TRITON}x: pip "
-                                                  f"install 'triton=={HOOKED_TRITON}*' on the worker (the kernels extra "
-                                                  "pins it), or run the job on a GPU worker with --arch")
+                                                  f"verifier hooks the interpreter of Triton {known}: pip install "
+                                                  f"'{TRITON_PIN}' on the worker (the kernels extra asks for it), or "
+                                                  "run the job on a GPU worker with --arch")
+
+
+def round_to_tf32(data: Any) -> Any:
+    """fp32 values at TF32's 10 mantissa bits, rounded to nearest even, Inf and NaN kept (what Triton 3.9's
+    interpreter does for TF32 tensor-map loads; 3.7 and 3.8 have no such function)."""
+    import numpy as np
+
+    bits = np.asarray(data, dtype=np.float32).view(np.uint32)
+    special = (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
+    round_bias = ((bits >> np.uint32(13)) & np.uint32(1)) + np.uint32(0x00000FFF)
+    rounded = (bits + round_bias) & np.uint32(0xFFFFE000)
+    return np.where(special, bits, rounded).view(np.float32)
 
 
 def install(counter: Counter) -> None:
@@ -139,19 +156,19 @@ def install(counter: Counter) -> None:
         setattr(owner, name, make(getattr(owner, name)))
 
     def masked_load(orig: Callable) -> Callable:
-        def load(ptrs, mask, other, cache_policy, is_volatile):  # noqa: ANN001, ANN202
+        def load(ptrs, mask, *rest):  # noqa: ANN001, ANN002, ANN202  (rest: the release's cache arguments)
             launch = _current()
             if launch is not None:
                 launch.access(ptrs, mask.data, store=False)
-            return orig(ptrs, mask, other, cache_policy, is_volatile)
+            return orig(ptrs, mask, *rest)
         return load
 
     def masked_store(orig: Callable) -> Callable:
-        def store(ptrs, value, mask, cache_policy):  # noqa: ANN001, ANN202
+        def store(ptrs, value, mask, *rest):  # noqa: ANN001, ANN002, ANN202
             launch = _current()
             if launch is not None:
                 launch.access(ptrs, mask.data, store=True)
-            return orig(ptrs, value, mask, cache_policy)
+            return orig(ptrs, value, mask, *rest)
         return store
 
     def atomic_rmw(orig: Callable) -> Callable:
@@ -195,8 +212,8 @@ def install(counter: Counter) -> None:
             mode = getattr(input_precision, "name", str(input_precision)).upper()
             fp32 = a.get_element_ty() == it.tl.float32 and b.get_element_ty() == it.tl.float32
             if fp32 and mode == "TF32":  # what the tensor cores compute: operands at a 10-bit mantissa
-                a = it.TensorHandle(it._round_f32_to_tf32(a.data), a.dtype)
-                b = it.TensorHandle(it._round_f32_to_tf32(b.data), b.dtype)
+                a = it.TensorHandle(round_to_tf32(a.data), a.dtype)
+                b = it.TensorHandle(round_to_tf32(b.data), b.dtype)
             launch = _current()
             if launch is not None:
                 work = _dot_work(np, a.data, b.data)

@@ -151,3 +151,21 @@ def test_an_atomic_add_reads_and_writes_each_active_lane(counted):
 
 def test_only_launches_inside_counting_are_recorded(counted):
     assert len(counted["launches"]) == 5
+
+
+def test_the_kernels_extra_admits_the_triton_torchs_cuda_wheel_pins_and_only_hooked_releases():
+    """torch 2.13.0's CUDA wheel on PyPI requires triton==3.7.1: an extra pinned to 3.9 could not be installed
+    anywhere torch comes from PyPI (pip: ResolutionImpossible). The range and the hooked releases agree."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    from activities.kernels import traffic
+
+    root = Path(__file__).resolve().parents[2]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert traffic.TRITON_PIN in extras["kernels"]
+    pins = {Requirement(r).name: Requirement(r).specifier for r in extras["kernels"]}
+    assert pins["torch"].contains("2.13.0") and pins["triton"].contains("3.7.1")
+    for release in ("3.6.0", "3.7.1", "3.8.0", "3.9.0", "3.10.0"):
+        assert pins["triton"].contains(release) == release.startswith(traffic.HOOKED_TRITONS), release
