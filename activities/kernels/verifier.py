@@ -76,7 +76,7 @@ def verify(
     when torch computed them); `allow_mixed`: torch may do part of the work (named in the report, not rejected);
     `precision`: the job's policy (tolerance, TF32). `costs`, when given, receives what the interpreter counted
     per launch of the candidate's first forward call (the cost model's input; empty on a GPU). On the
-    interpreter, a Triton other than the hooked release raises VERIFIER_ERROR: the machine's fault, never a verdict."""
+    interpreter, a Triton other than the hooked releases raises VERIFIER_ERROR: the machine's fault, never a verdict."""
     if not gpu:
         require_hooked_triton()
     beat = heartbeat or (lambda _msg: None)
