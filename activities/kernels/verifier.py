@@ -462,7 +462,8 @@ def _arbitrate(truth: tuple[list[list[Any]], list[list[Any]] | None],
                 ) if unjudged else ""
     if new_reason:
         return reason, mismatches, (f"the float64 reference agrees with the fp32 one: the candidate is off by more "
-                                    f"than the fp32 reference's own error (at most {worst:.3g}){left_out}")
+                                    f"than the fp32 reference's own error (at most {worst:.3g}): against float64, "
+                                    f"{new_reason}{left_out}")
     if not judged[0]:
         return (f"ill-conditioned at these sizes: {reason}, and on every output the fp32 reference itself is off "
                 f"from float64 by more than {UNJUDGEABLE:g} of its scale (up to {worst:.3g}), so no output can judge "

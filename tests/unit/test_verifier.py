@@ -356,6 +356,7 @@ def test_an_ill_conditioned_task_is_judged_against_float64_and_a_wrong_kernel_st
     report = verify(CANCELLING_SUM, wrong, timeout_s=TIMEOUT_S)
     assert not report.passed and "elements differ beyond" in report.reason, report.reason
     assert report.accuracy_note.startswith("the float64 reference agrees with the fp32 one")
+    assert "against float64, trial 0 (signed_normal inputs) output 0: " in report.accuracy_note, report.accuracy_note
 
 
 
