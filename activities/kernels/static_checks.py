@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 
+from activities.kernels.ast_parse import parse
 from contracts.kernel import StaticReport
 
 ALLOWED_IMPORTS = frozenset({"torch", "triton", "math", "typing", "__future__"})
@@ -34,7 +35,7 @@ def static_check(source: str, task_source: str = "") -> StaticReport:
     (a whole-model candidate carries the task's model code: a helper from einops, a transformers layer). The task
     runs them already, in the same sandbox."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError as e:
         return StaticReport(ok=False, reasons=[f"syntax error at line {e.lineno}: {e.msg}"])
     reasons = _forbidden(tree, task_imports(task_source))
@@ -59,7 +60,7 @@ def _dotted(node: ast.AST) -> str:
 def task_imports(task_source: str) -> frozenset[str]:
     """The top-level modules a task file imports (none when it does not parse)."""
     try:
-        tree = ast.parse(task_source)
+        tree = parse(task_source)
     except SyntaxError:
         return frozenset()
     found = set()

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
+from activities.kernels.ast_parse import parse
 from contracts.errors import Err, FleetforgeError
 from contracts.kernel import Number
 
@@ -237,7 +238,7 @@ def _char_col(line: str, byte_col: int) -> int:
 
 def _parse(source: str, where: str) -> ast.Module:
     try:
-        return ast.parse(source)
+        return parse(source)
     except SyntaxError as e:
         raise FleetforgeError(Err.KERNEL_TASK_INVALID, f"{where}: line {e.lineno}: syntax error: {e.msg}") from None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from activities.kernels.ast_parse import parse
 from activities.kernels.compiler.expr import HELPERS
 from activities.kernels.compiler.forward import STATE, Forward
 from activities.kernels.compiler.graph import Graph, Refused
@@ -47,7 +48,7 @@ def model_code(source: str, ours: set[str]) -> tuple[str, str]:
     """(its `from __future__` imports, which must open the file; the rest of the task file without what only the
     harness runs: get_inputs, get_init_inputs, a __main__ block)."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError as e:
         raise Refused(f"the task does not parse ({e.msg}, line {e.lineno})") from None
     if not any(isinstance(n, ast.ClassDef) and n.name == "Model" for n in tree.body):
@@ -70,6 +71,6 @@ def model_code(source: str, ours: set[str]) -> tuple[str, str]:
 
 
 def _defined(source: str) -> set[str]:
-    tree = ast.parse(source)
+    tree = parse(source)
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))} | {
         t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
