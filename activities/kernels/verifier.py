@@ -49,6 +49,7 @@ from activities.kernels.static_checks import static_check
 from activities.kernels.task_source import apply_overrides
 from activities.kernels.torch_work import torch_work
 from activities.kernels.traffic import require_hooked_triton
+from contracts.errors import Err, FleetforgeError
 from contracts.kernel import Number, PrecisionPolicy, TimeLimit
 from contracts.kernel_job import KernelTiming, LaunchCost, Mismatch, TorchOpUse, VerifierReport
 
@@ -76,8 +77,11 @@ def verify(
     when torch computed them); `allow_mixed`: torch may do part of the work (named in the report, not rejected);
     `precision`: the job's policy (tolerance, TF32). `costs`, when given, receives what the interpreter counted
     per launch of the candidate's first forward call (the cost model's input; empty on a GPU). On the
-    interpreter, a Triton other than the hooked releases raises VERIFIER_ERROR: the machine's fault, never a verdict."""
-    if not gpu:
+    interpreter, a Triton other than the hooked releases raises VERIFIER_ERROR, and so does `gpu` on a machine
+    without one: the machine's fault, never a verdict."""
+    if gpu:
+        _require_gpu()
+    else:
         require_hooked_triton()
     beat = heartbeat or (lambda _msg: None)
     limit = time_limit or TimeLimit.fixed(timeout_s)
@@ -291,6 +295,15 @@ def _reference_key(task_source: str, seed: int, trials: int, precision: Precisio
 
 
 # --- child processes ------------------------------------------------------------------------
+
+
+def _require_gpu() -> None:
+    """A GPU target on a worker without one is the worker's problem, never the candidate's."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise FleetforgeError(Err.VERIFIER_ERROR, "the job's arch needs a GPU, and this kernels worker has none: run a "
+                                                  "kernels worker on a GPU machine, or use --arch cpu-interpreter")
 
 
 def _start(workdir: Path, seed: int, trials: int, *, candidate: bool, held: bool, gpu: bool, timeout_s: float,

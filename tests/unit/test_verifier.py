@@ -71,6 +71,16 @@ def test_on_another_triton_the_interpreter_verdict_is_the_machines_error_not_the
     assert raised.value.code is Err.VERIFIER_ERROR and "has Triton 3.6.0" in raised.value.message
 
 
+def test_a_gpu_verdict_on_a_machine_without_one_is_the_machines_error_not_the_candidates(monkeypatch):
+    """The GPU check lives in verify() too, so a bench calling it directly cannot blame the candidate either."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(FleetforgeError) as raised:
+        verify(RELU, candidate("return launch(x)"), timeout_s=TIMEOUT_S, gpu=True)
+    assert raised.value.code is Err.VERIFIER_ERROR and "needs a GPU" in raised.value.message
+
+
 NON_NEGATIVE_RELU = RELU.replace("torch.randn(batch_size, dim)", "torch.rand(batch_size, dim)")
 
 
