@@ -5,6 +5,7 @@ candidate's own traceback frames."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import sys
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from activities.sandbox import Child, Limits, SandboxPolicy, log_lines, scrub, spawn_child, wait_children
+from contracts.errors import Err, FleetforgeError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MEMORY_LIMIT_BYTES = 8 * 1024**3
@@ -23,6 +25,19 @@ PROCESS_LIMIT = 128
 LOG_LINES = 40
 LOG_CHARS = 4000
 """The bounds of a failure's log excerpt (enough to act on, small enough for a prompt and the history)."""
+KERNEL_PACKAGES = ("torch", "triton")
+"""What every kernels child imports from the worker's own environment (the kernels extra)."""
+
+
+def require_kernel_packages() -> None:
+    """Refuse to start a child that cannot import torch or triton: it would die of ModuleNotFoundError, and that
+    would read as the task's fault (KERNEL_TASK_INVALID) or the candidate's, while the worker lacks the extra."""
+    missing = [name for name in KERNEL_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise FleetforgeError(Err.VERIFIER_ERROR, f"this kernels worker has no {' or '.join(missing)}: install the "
+                                                  "kernels extra where the worker runs (pip install "
+                                                  "'fleetforge[kernels]'; in a checkout `make setup`), then start "
+                                                  "the worker again")
 
 
 def child_env(gpu: bool, cpu_s: int) -> dict[str, str]:
@@ -40,6 +55,7 @@ def spawn(module: str, workdir: Path, args: list[str], *, gpu: bool, timeout_s: 
     """`python -m module args` in the sandbox, `workdir` its scratch dir (no network; a GPU child gets the
     GPU's device nodes). `timeout_s` is the most wall time it may get; its CPU time may be that on every
     core (torch's threads), so a slow child is stopped by the wall-clock limit and reported as a timeout."""
+    require_kernel_packages()
     cpu_s = int(timeout_s * (os.cpu_count() or 1)) + 10
     limits = Limits(timeout_s=timeout_s, memory_bytes=0 if gpu else MEMORY_LIMIT_BYTES, cpu_s=cpu_s,
                     disk_bytes=DISK_BUDGET_BYTES, processes=PROCESS_LIMIT)

@@ -41,7 +41,7 @@ from activities.kernels._child import (
     PROGRESS_FILE,
     TRAFFIC_FILE,
 )
-from activities.kernels._proc import MEMORY_LIMIT_BYTES, Child, spawn, wait_all
+from activities.kernels._proc import MEMORY_LIMIT_BYTES, Child, require_kernel_packages, spawn, wait_all
 from activities.kernels.held_out import OWN_SHAPES_ONLY
 from activities.kernels.lru import LRU
 from activities.kernels.precision import tf32_problem, tolerance
@@ -76,9 +76,10 @@ def verify(
     run (the candidate must be right there too); `reference_ops`: the reference's traced aten ops (named first
     when torch computed them); `allow_mixed`: torch may do part of the work (named in the report, not rejected);
     `precision`: the job's policy (tolerance, TF32). `costs`, when given, receives what the interpreter counted
-    per launch of the candidate's first forward call (the cost model's input; empty on a GPU). On the
-    interpreter, a Triton other than the hooked releases raises VERIFIER_ERROR, and so does `gpu` on a machine
-    without one: the machine's fault, never a verdict."""
+    per launch of the candidate's first forward call (the cost model's input; empty on a GPU). A worker without
+    torch or triton, `gpu` on a machine without a GPU and, on the interpreter, a Triton other than the hooked
+    releases raise VERIFIER_ERROR: the machine's fault, never a verdict."""
+    require_kernel_packages()
     if gpu:
         _require_gpu()
     else:
