@@ -106,7 +106,7 @@ REMEDY: dict[Err, str] = {
     Err.LLM_CONTEXT_LENGTH: "the prompt does not fit the model's context window: use a model with a longer context",
     Err.LLM_QUOTA: "the LLM account is out of quota: add credit, use another key (FLEETFORGE_LLM_API_KEY) or FLEETFORGE_LLM=offline",
     Err.LLM_RATE_LIMITED: "the endpoint asked to wait longer than FLEETFORGE_LLM_MAX_RETRY_AFTER_S: raise it, or run the job later",
-    Err.TOOLCHAIN_UNAVAILABLE: "install the extra (pip install 'fleetforge[toolchains]') or set QAIRT_SDK_ROOT",
+    Err.TOOLCHAIN_UNAVAILABLE: "install the extra the message names where the worker runs, or set QAIRT_SDK_ROOT for the QAIRT CLIs",
     Err.EXECUTOR_ERROR: "see logs/last_error.json in the run's workspace; try another --precision or --preset",
     Err.COMPILER_ERROR: "the plan does not fit the tools: see the message, or start a new conversion without --rerun",
     Err.TOOL_CRASHED: "a native tool crashed (the worker is fine): try another --precision or --soc, or report the model",

@@ -92,7 +92,8 @@ def ensure_qnn_registered() -> list[Any]:
         import onnxruntime as ort
         import onnxruntime_qnn
     except ImportError as e:
-        raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, f"onnxruntime-qnn is not installed: {e}") from e
+        raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, f"onnxruntime-qnn is not installed ({e}): install the toolchains extra "
+                              "where the worker runs (pip install 'fleetforge[toolchains]')") from e
     with _register_lock:
         if not _registered and not any(d.ep_name == EP_NAME for d in ort.get_ep_devices()):
             ort.register_execution_provider_library(EP_NAME, onnxruntime_qnn.get_library_path())

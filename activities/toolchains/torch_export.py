@@ -15,6 +15,7 @@ The ONNX is written as one file (weights inline) up to protobuf's 2 GiB; larger 
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,16 @@ def example_inputs(specs: list[tuple[str, list[int], str]], seed: int = 0) -> tu
     return tuple(out)
 
 
+EXPORT_PACKAGES = ("torch", "onnxscript")
+"""The torch-export extra: torch loads the model, onnxscript is the ONNX exporter's (torch.onnx's default)."""
+
+
 def export_onnx(root: Path, params: TorchExportParams):  # -> StepOutput
+    missing = [name for name in EXPORT_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:  # the worker's problem: no replan or other --preset helps
+        raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, f"exporting a PyTorch model to ONNX needs {' and '.join(missing)} "
+                              "on the worker: install the torch-export extra where the worker runs (pip install "
+                              "'fleetforge[torch-export]'; in a checkout `make setup`), then start the worker again")
     import onnx
     import torch
 

@@ -64,6 +64,22 @@ def test_torchscript_needs_input_shapes_and_the_error_names_its_inputs(tmp_path:
     assert e.value.code is Err.INPUT_SHAPE_NEEDED and "--input-shape" in e.value.message and "input" in e.value.message
 
 
+@pytest.mark.parametrize("missing", ["torch", "onnxscript"])
+def test_a_worker_without_the_torch_export_extra_says_so_and_is_not_replanned(tmp_path: Path, monkeypatch, missing: str):
+    """Before, the step failed EXECUTOR_ERROR "No module named 'torch'" with the advice to try another --preset."""
+    import importlib.util
+
+    from workflows.converter_policy import NOT_REPLANNABLE
+
+    save_ts(net(0), tmp_path / "m.pt")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a))
+    with pytest.raises(FleetforgeError) as e:
+        export_onnx(tmp_path, TorchExportParams(model="m.pt", output="out/m.onnx", input_shapes=["input=1,3,8,8"]))
+    assert e.value.code is Err.TOOLCHAIN_UNAVAILABLE and e.value.code in NOT_REPLANNABLE
+    assert f"needs {missing} on the worker" in e.value.message and "fleetforge[torch-export]" in e.value.message
+
+
 def test_a_dynamic_exported_program_needs_input_shapes_and_exports_static_with_them(tmp_path: Path):
     save_ep(net(0), tmp_path / "m.pt2", dynamic=True)
     with pytest.raises(FleetforgeError) as e:
