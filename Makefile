@@ -3,16 +3,26 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS ?= toolchains,kernels,torch-export,test
+# The demo converts an ONNX model: the toolchains extra is all it runs (about 240 MiB from PyPI). EXTRAS adds
+# torch, whose PyPI wheel is the CUDA build: with its NVIDIA libraries about 3 GiB more.
+DEMO_EXTRAS ?= toolchains
 
 .PHONY: setup local-llm sandbox engines demo test test-fast bench clean
+
+define install
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[$(1)]"
+	touch $@
+endef
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
-	touch $@
+	$(call install,$(EXTRAS))
+
+$(VENV)/.demo-installed: pyproject.toml
+	$(call install,$(DEMO_EXTRAS))
 
 # FLEETFORGE_LLM=local: llama.cpp's server built for a portable x86-64 baseline (no AVX-512, no AMX: a native
 # build dies with SIGILL on Xeons that report AMX) and the SmolLM2-135M GGUF. The flags and the pinned version
@@ -24,7 +34,7 @@ $(VENV)/.local-llm: $(VENV)/.installed scripts/local_llm.sh
 	touch $@
 
 # The demo's system package first (bubblewrap, apt as root; not root and missing: stop, saying the command).
-demo: sandbox setup
+demo: sandbox $(VENV)/.demo-installed
 	$(BIN)/python examples/demo.py
 
 sandbox:
