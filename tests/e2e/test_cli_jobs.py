@@ -65,7 +65,8 @@ def test_convert_wait_shows_progress_and_a_result_table_then_rerun_with_override
     assert done.returncode == 0, done.stderr
     # live progress: the job's step as it changes (polled, so a fast step may be skipped), in order
     steps = [line.split(": ", 1)[1] for line in done.stderr.splitlines() if " convert/" in line and ": " in line]
-    order = ["resolve", "create run", "workspace", "plan", "compile", "run context_binary", "evaluate", "attach", "completed"]
+    order = ["resolve", "create run", "workspace", "plan", "compile", "run context_binary", "evaluate", "report", "attach",
+             "completed"]
     assert "run context_binary" in steps and set(steps) <= set(order), done.stderr
     assert steps == sorted(steps, key=order.index), done.stderr
     table = done.stdout.splitlines()
