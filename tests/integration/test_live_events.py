@@ -70,7 +70,7 @@ async def test_watch_and_mcp_progress_show_the_planner_tokens_before_the_llm_has
         env = {**os.environ, "TEMPORAL_ADDRESS": target, "FLEETFORGE_STATE_DIR": str(tmp_path / "state"),
                "FLEETFORGE_STORE_URL": f"file://{tmp_path / 'artifacts'}", "FLEETFORGE_QUEUE_PREFIX": settings.queue_prefix,
                "TEMPORAL_CONFIG_FILE": str(tmp_path / "no-profiles.toml")}
-        with ThreadPoolExecutor(max_workers=8) as executor:
+        with ThreadPoolExecutor(max_workers=32) as executor:  # as worker.serve: one thread per activity slot
             workers = build_workers(temporal_env.client, build_registry(settings, store), settings.queues,
                                     ["workflows", "llm", "toolchain"], executor)
             async with running_workers(workers):
