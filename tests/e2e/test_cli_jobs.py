@@ -48,7 +48,7 @@ def test_convert_without_soc_needs_input_then_answer_completes_it(stack: Stack, 
     listed = ff("list", "--status", "needs_input", "--kind", "convert", "--json", env=stack.env)
     assert listed.returncode == 0, listed.stderr
     wait_until(lambda: wid in ff("list", "--status", "NEEDS_INPUT", "--json", env=stack.env).stdout,
-               timeout=10, message="NEEDS_INPUT job not listed")
+               timeout=30, message="NEEDS_INPUT job not listed")
 
     bad = ff("answer", wid, "soc=sm9999", "precision=int8", env=stack.env)
     assert_one_line_error(bad, 2, "sm9999")
