@@ -205,6 +205,9 @@ def test_fleetforge_dev_with_the_local_llm_converts_and_stops_the_server_with_th
     _local_llm(tmp_path / "check")
     s = stack_env(tmp_path / "state")
     s.env["FLEETFORGE_LLM"] = "local"
+    # what is checked here is the stack (the server starts, answers, stops with it); the default 1024 tokens
+    # only lets SmolLM2's looping planner answer run longer (48 s of this test's 76 s alone, 2026-11-27)
+    s.env["FLEETFORGE_LLM_MAX_TOKENS"] = str(ANSWER_BUDGET)
     start_dev(s)
     log = Path(s.env["FLEETFORGE_STATE_DIR"]) / "dev.log"
     try:
