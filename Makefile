@@ -45,14 +45,13 @@ engines:
 
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 # pytest-xdist processes for `make test`: one per core, at most 4 (each starts its own Temporal dev server); a
-# test file runs whole in one process, so its module fixtures (a llama.cpp server, a dev stack) start once. Files go
-# out in the order tests/conftest.py collects them (slow files first), not xdist's (most tests first).
+# test file runs whole in one process, so its module fixtures (a llama.cpp server, a dev stack) start once.
 
 test: setup local-llm engines
 	$(BIN)/ruff check --no-cache .
 	bash scripts/mcp_inspector.sh >/dev/null  # the MCP Inspector CLI (npm) for the MCP client test
 	bash scripts/mcp_clients.sh >/dev/null  # the official MCP TypeScript clients (npm, pinned) for the conformance suite
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 FAST_TESTS := tests/unit tests/golden tests/replay
 

@@ -31,19 +31,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "still fail, so a run with this option is never green")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files with a `slow` test first, then the files with the most tests; each file's tests in their own
-    order. `make test` runs xdist with --no-loadscope-reorder, so its processes take whole files in this
-    order: the long files start at once. xdist's own order (most tests first) left the one-test load test
-    (280 s) for the end of the run: one process then worked ~2 minutes alone."""
-    by_file: dict[Path, list[pytest.Item]] = {}
-    for item in items:
-        by_file.setdefault(item.path, []).append(item)
-    slow = {path for path, its in by_file.items() if any(it.get_closest_marker("slow") for it in its)}
-    order = sorted(by_file, key=lambda path: (path not in slow, -len(by_file[path])))
-    items[:] = [item for path in order for item in by_file[path]]
-
-
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     """The golden tests' one switch (an option, not an environment variable a CI job could leave set)."""
