@@ -126,6 +126,12 @@ def activity_slots(kinds: Sequence[str], cpus: int) -> int:
     return IO_SLOTS
 
 
+def activity_executor(cpus: int | None = None) -> ThreadPoolExecutor:
+    """The thread pool the workers share: a thread for every slot of the busiest queue (with fewer,
+    activities would wait for a thread and temporalio warns)."""
+    return ThreadPoolExecutor(max_workers=max(IO_SLOTS, cpus or host_cpus()), thread_name_prefix="activity")
+
+
 @dataclass(frozen=True)
 class WorkerPlan:
     """One Worker: its queue, the kinds it serves there, what it registers and how many activities at once."""
@@ -192,7 +198,7 @@ async def serve(settings: Settings, kinds: Sequence[str], stop: asyncio.Event, c
     log = get_logger("fleetforge.worker")
     confine_children(settings, store, log)
     cache_bytecode()
-    with ThreadPoolExecutor(max_workers=32, thread_name_prefix="activity") as executor:
+    with activity_executor(settings.cpu_slots) as executor:
         workers = build_workers(client, build_registry(settings, store), settings.queues, kinds, executor,
                                 cpus=settings.cpu_slots)
         async with running_workers(workers):

@@ -4,6 +4,9 @@ this module does not import it (a handle needs only a `JobContext`: the store an
 
 How a closed job's status is read (`status_of`) and how `fleetforge list` filters (`list_query`)
 are one mapping: the execution status decides once the job is closed, FleetforgeStatus while it runs.
+
+The workflow classes (for their queries and updates) are imported where they are used: through them
+come the activities' modules, 0.6 s that `--help`, `--version`, `list` and shell completion skip.
 """
 
 from __future__ import annotations
@@ -33,10 +36,7 @@ from contracts.events import EVENTS_TOPIC, JobEvent
 from contracts.fleet_job import AttemptRecord, FleetProgress
 from contracts.kernel_job import KernelResult, TraceEntry
 from workflows import _visibility as vis
-from workflows.conductor import ConductorWorkflow
-from workflows.converter import ConverterWorkflow
 from workflows.failures import result_from_failure
-from workflows.fleet import FleetTestWorkflow, ModelTestWorkflow
 
 ResultT = TypeVar("ResultT", bound=BaseModel)
 
@@ -274,6 +274,8 @@ class JobHandle(Generic[ResultT]):
                     extra = f" (attempt {p.attempt}, replans {p.replans})" if p.replans else ""
                     return JobSnapshot(step=p.step + extra, finished=[f"run {s}" for s in p.steps_done], convert=p)
                 case JobKind.MODEL_TEST:
+                    from workflows.model_test import ModelTestWorkflow
+
                     attempts: list[AttemptRecord] = await self._handle.query(
                         ModelTestWorkflow.attempts, rpc_timeout=_QUERY_TIMEOUT)
                     pending = await self._handle.query(ModelTestWorkflow.pending_command, rpc_timeout=_QUERY_TIMEOUT)
@@ -289,6 +291,8 @@ class JobHandle(Generic[ResultT]):
         """A convert job's `status` query (None for other kinds or when no worker answers)."""
         if self.kind is not JobKind.CONVERT:
             return None
+        from workflows.converter import ConverterWorkflow
+
         try:
             return await self._handle.query(ConverterWorkflow.status, rpc_timeout=_QUERY_TIMEOUT)
         except _QUERY_ERRORS:
@@ -327,6 +331,8 @@ class JobHandle(Generic[ResultT]):
         """A fleet-test job's `progress` query (None for other kinds or when no worker answers)."""
         if self.kind is not JobKind.FLEET_TEST:
             return None
+        from workflows.fleet import FleetTestWorkflow
+
         try:
             return await self._handle.query(FleetTestWorkflow.progress, rpc_timeout=_QUERY_TIMEOUT)
         except _QUERY_ERRORS:
@@ -336,6 +342,8 @@ class JobHandle(Generic[ResultT]):
         """A kernel job's `trace` query (empty for other kinds or when no worker answers)."""
         if self.kind is not JobKind.KERNEL:
             return []
+        from workflows.conductor import ConductorWorkflow
+
         try:
             return list(await self._handle.query(ConductorWorkflow.trace, rpc_timeout=_QUERY_TIMEOUT))
         except _QUERY_ERRORS:
@@ -399,6 +407,8 @@ class JobHandle(Generic[ResultT]):
         if unknown:
             raise FleetforgeError(
                 Err.BAD_INPUT, f"unknown answer {', '.join(sorted(unknown))}: give {', '.join(ProvideInput.model_fields)}")
+        from workflows.converter import ConverterWorkflow
+
         try:
             return await self._handle.execute_update(
                 ConverterWorkflow.provide_input, ProvideInput(**answers), result_type=ConversionProgress)

@@ -62,10 +62,6 @@ from contracts.kernel_job import KernelRequest, KernelResult
 from contracts.settings import Settings
 from workflows import _visibility as vis
 from workflows import presentation
-from workflows.conductor import ConductorWorkflow
-from workflows.converter import ConverterWorkflow
-from workflows.fleet import FleetTestWorkflow
-from workflows.inspect import InspectModelWorkflow
 
 __all__ = [
     "FleetforgeClient", "JobHandle", "JobSummary", "JobSnapshot", "JobFailed", "JobCancelled", "JobFinished",
@@ -207,6 +203,8 @@ class FleetforgeClient:
         shipped = await asyncio.to_thread(self.uploader().ship_model, request.model, cwd)
         req = request.model_copy(update={"model": shipped, "run_id": request.run_id or new_run_id(),
                                          "queues": self.settings.queues})
+        from workflows.inspect import InspectModelWorkflow
+
         return await self._start(InspectModelWorkflow.run, req, kind=JobKind.INSPECT, run_id=req.run_id,
                                  result_type=InspectResult, model=shown)
 
@@ -248,6 +246,8 @@ class FleetforgeClient:
         shipped = await asyncio.to_thread(rules.shipped_request, request, self.uploader(), cwd)
         update: dict[str, Any] = {"run_id": request.run_id or new_run_id(), "queues": self.settings.queues}
         req = shipped.model_copy(update=_with_llm(ConversionRequest, request, update, self.settings))
+        from workflows.converter import ConverterWorkflow
+
         return await self._start(ConverterWorkflow.run, req, kind=JobKind.CONVERT, run_id=req.run_id,
                                  result_type=ConversionResult, model=shown, target=req.target_soc or "")
 
@@ -271,6 +271,8 @@ class FleetforgeClient:
             notes = [start.hint] if start.hint else []
         req = request.model_copy(update=_with_llm(KernelRequest, request, {"queues": self.settings.queues}, self.settings))
         req = await asyncio.to_thread(with_source_in_store, req, self.store)
+        from workflows.conductor import ConductorWorkflow
+
         return await self._start(ConductorWorkflow.run, req, kind=JobKind.KERNEL, run_id=run_id,
                                  result_type=KernelResult, model=req.task.op_name, target=req.task.arch, notes=notes)
 
@@ -286,6 +288,7 @@ class FleetforgeClient:
         evidence_columns, max_per_family, process_mode, share, ...); `share` folders (relative to `cwd`)
         are checked and made absolute (BAD_INPUT before anything starts)."""
         from activities.containers.activities import upload_manifest
+        from workflows.fleet import FleetTestWorkflow
 
         if isinstance(csv, Path):
             path = local_path(str(csv), cwd) or csv

@@ -7,7 +7,6 @@ import contextlib
 import re
 import uuid
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ from contracts.inspect import InspectRequest, InspectResult
 from contracts.settings import Settings
 from examples.tiny_model import build_tiny_cnn
 from tests.helpers import SELF_TESTS, assert_eventually
-from worker import QUEUE_KINDS, build_registry, build_workers, running_workers
+from worker import QUEUE_KINDS, activity_executor, build_registry, build_workers, running_workers
 
 
 @pytest.fixture
@@ -41,7 +40,7 @@ async def ff(temporal_env, settings: Settings) -> FleetforgeClient:
 @contextlib.asynccontextmanager
 async def workers(temporal_env, settings: Settings) -> AsyncIterator[None]:
     """Every worker of the deployment on the settings' queues (what `fleetforge worker` runs)."""
-    with ThreadPoolExecutor(max_workers=32) as executor:
+    with activity_executor() as executor:
         ws = build_workers(temporal_env.client, build_registry(settings, open_store(settings)), settings.queues,
                            QUEUE_KINDS, executor)
         async with running_workers(ws):

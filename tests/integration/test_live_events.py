@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from contracts.settings import Settings
 from examples.tiny_model import build_tiny_cnn
 from tests.doubles.openai_server import ScriptedOpenAIServer, json_reply, text_stream
 from tests.helpers import SELF_TESTS, assert_eventually
-from worker import build_registry, build_workers, running_workers
+from worker import activity_executor, build_registry, build_workers, running_workers
 
 pytest.importorskip("onnxruntime_qnn")
 
@@ -70,7 +69,7 @@ async def test_watch_and_mcp_progress_show_the_planner_tokens_before_the_llm_has
         env = {**os.environ, "TEMPORAL_ADDRESS": target, "FLEETFORGE_STATE_DIR": str(tmp_path / "state"),
                "FLEETFORGE_STORE_URL": f"file://{tmp_path / 'artifacts'}", "FLEETFORGE_QUEUE_PREFIX": settings.queue_prefix,
                "TEMPORAL_CONFIG_FILE": str(tmp_path / "no-profiles.toml")}
-        with ThreadPoolExecutor(max_workers=32) as executor:  # as worker.serve: one thread per activity slot
+        with activity_executor() as executor:
             workers = build_workers(temporal_env.client, build_registry(settings, store), settings.queues,
                                     ["workflows", "llm", "toolchain"], executor)
             async with running_workers(workers):

@@ -116,3 +116,18 @@ def test_upload_bar_in_a_log_says_each_big_file_once_and_on_a_terminal_draws_the
     assert tty._live is not None  # a bar while bytes go
     tty("m.onnx.data", 30, 30)
     assert tty._live is None  # gone when the file is in, so the job's own progress display can start
+
+
+def test_the_cli_starts_without_the_workflow_and_activity_modules():
+    # `--help`, `--version`, `list` and every shell-completion TAB pay the CLI's imports; the workflow
+    # classes pull in the activities' modules (0.6 s), so only starting or querying a job imports them.
+    import subprocess
+    import sys
+
+    probe = ("import sys, client.cli\n"
+             "print(' '.join(m for m in sys.modules if m.split('.')[0] in ('workflows', 'activities', 'torch')))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    heavy = [m for m in loaded if m.startswith(("workflows.conductor", "workflows.converter", "workflows.fleet",
+                                                "workflows.model_test", "torch"))
+             or m.endswith(".activities")]
+    assert heavy == [], heavy
