@@ -276,6 +276,20 @@ def set_precision(policy: str) -> None:
     torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
+def skip_unasserted_overflow_checks() -> None:
+    """Spare the interpreter its int32 overflow checks: it computes one for every integer add, sub and mul (each
+    operand cast to int64, the result compared with both bounds) and then drops it, since it only asserts under
+    `debug` (off here, as in a compiled kernel). On index arithmetic that was half the time (a GroupNorm candidate's
+    forward: 26 s -> 13-16 s); what the kernel computes does not change."""
+    import dataclasses
+
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    if not builder.options.debug:
+        builder.options = dataclasses.replace(builder.options, sanitize_overflow=False)
+
+
 def pop_option(argv: list[str], flag: str, default: str) -> tuple[str, list[str]]:
     """`--flag VALUE` taken out of argv (the value, and argv without both)."""
     if flag not in argv:
@@ -343,6 +357,7 @@ def main(argv: list[str]) -> int:
 
         counter = traffic.Counter()
         traffic.install(counter)
+        skip_unasserted_overflow_checks()
     recorder = LaunchRecorder(candidate_path, counter.torch_op if counter else None) if candidate_path else None
     task = _load(task_path, "fleetforge_task")
     candidate_cls = getattr(_load(candidate_path, "fleetforge_candidate"), "ModelNew") if candidate_path else None

@@ -31,6 +31,8 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
     "instance norm": ("rows", Case("self.inorm(x)", "torch.randn(2, 3, N, 4)",
                                    init=("self.inorm = nn.InstanceNorm2d(3)",)), 3, 1),
     "group norm": ("rows", Case("self.gn(x)", "torch.randn(2, 4, N)", init=("self.gn = nn.GroupNorm(2, 4)",)), 4, 2),
+    "group norm, few long rows (tiles wider than 128 columns)": (
+        "rows", Case("self.gn(x)", "torch.randn(2, 4, 60 * N)", init=("self.gn = nn.GroupNorm(2, 4)",)), 4, 2),
     "rms norm over a middle dim": ("rows", Case("x / torch.sqrt(torch.mean(x * x, dim=1, keepdim=True) + 1e-5)",
                                                 "torch.randn(2, N, 3)"), 2, 1),
     "frobenius norm (a scalar)": ("rows", Case("x / torch.norm(x, p='fro')", "torch.randn(3, N)"), 2, 1),

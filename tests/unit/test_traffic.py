@@ -16,6 +16,7 @@ KERNELS = r'''
 import json, math
 import torch, triton, triton.language as tl
 from activities.kernels import traffic
+from activities.kernels._child import skip_unasserted_overflow_checks
 
 @triton.jit
 def add_relu(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
@@ -60,6 +61,7 @@ def histogram(idx_ptr, bins_ptr, n, BLOCK: tl.constexpr):
 
 counter = traffic.Counter()
 traffic.install(counter)
+skip_unasserted_overflow_checks()  # as the candidate child does: the counts must not depend on it
 out = {}
 with counter.counting():
     x, y, o = torch.randn(1000), torch.randn(1000), torch.empty(1000)

@@ -21,7 +21,7 @@ import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from activities.kernels.compiler.blocks.common import decompose, jit, kernel_name, offset
+from activities.kernels.compiler.blocks.common import INTERPRETER_TILE, decompose, jit, kernel_name, offset
 from activities.kernels.compiler.expr import expression, num
 from activities.kernels.compiler.graph import Const, Node, Scalar, Sym
 from activities.kernels.compiler.registry import emits
@@ -187,6 +187,7 @@ def emit_rows(fw: Forward, v: int) -> str:
     kernel = _RowKernel(fw, v)
     source = kernel.source()
     name = fw.kernel(jit(kernel_name("rows", source), source))
+    fw.launcher("_interpreter_tile", INTERPRETER_TILE)
     fw.launcher("_rows", LAUNCHER)
     at = fw.nodes[v].attrs
     out = at["out_node"]
@@ -444,6 +445,8 @@ def _rows(leaves, scalars, dims, per_row, keepdim, dtype, BR=None, BC=None):
     BC = BC or min(128 if cpu else 1024, triton.next_power_of_2(max(C, 1)))
     # rows per program from the shape: enough programs to fill a GPU's ~128 SMs before a program takes more rows
     BR = BR or max(1, min(max(1, (4096 if cpu else 1024) // BC), triton.next_power_of_2(triton.cdiv(R, 128))))
+    if cpu:
+        BR, BC = _interpreter_tile(R, C, BR, BC, 4096)
     strides = [v.stride(i) for v in views for i in kept + dims]
     return result, (max(1, triton.cdiv(R, BR)),), (out, *views, *scalars, R, C, *[shape[i] for i in kept + dims],
                                                    *strides, *ostrides), {"BR": BR, "BC": BC}

@@ -17,6 +17,8 @@ CASES: dict[str, Case] = {
     "native_batch_norm": Case("self.bn(x)", "torch.randn(2, 3, N, 5)", init=("self.bn = nn.BatchNorm2d(3)",), concrete=True),
     "native_batch_norm:eval": Case("self.bn(x)", "torch.randn(2, 3, N)", init=BN_EVAL, concrete=True),
     "native_group_norm": Case("self.gn(x)", "torch.randn(2, 4, N)", init=("self.gn = nn.GroupNorm(2, 4)",)),
+    "native_group_norm:few long rows": Case("self.gn(x)", "torch.randn(2, 4, 60 * N)",  # tiles wider than 128
+                                            init=("self.gn = nn.GroupNorm(2, 4)",)),
 }
 
 

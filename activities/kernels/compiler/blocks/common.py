@@ -30,3 +30,16 @@ def decompose(var: str, sizes: list[str], names: list[str], indent: str) -> list
 def offset(idx: list[str], strides: list[str], zero: str) -> str:
     """sum(idx[k] * strides[k]) (or `zero * 0` for rank 0, keeping the index's shape)."""
     return " + ".join(f"{i} * {s}" for i, s in zip(idx, strides)) or f"{zero} * 0"
+
+
+INTERPRETER_TILE = '''
+
+def _interpreter_tile(R, C, BR, BC, budget):
+    """(BR, BC) of a row-by-column tile under the CPU interpreter, which pays per block operation whatever its
+    width: the rows a program's tile would leave empty (fewer than BR rows in all) go to columns, up to `budget`
+    lanes. The grid, cdiv(R, BR) programs, stays the same, and so does the launch's modeled cost."""
+    br = min(BR, triton.next_power_of_2(max(R, 1)))
+    return br, max(BC, min(triton.next_power_of_2(max(C, 1)), budget // br))
+'''
+"""A launcher helper the row kernels share (reductions, the optimizer's `rows`): GroupNorm over 24 groups of 61,250
+values ran 479 loop steps of 128 columns per pass; with the tile widened, 15 of 4,096."""

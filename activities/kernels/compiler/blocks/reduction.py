@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from activities.kernels.compiler.blocks.common import decompose, jit, kernel_name, offset
+from activities.kernels.compiler.blocks.common import INTERPRETER_TILE, decompose, jit, kernel_name, offset
 from activities.kernels.compiler.blocks.pointwise import Fused
 from activities.kernels.compiler.registry import emits
 
@@ -84,8 +84,11 @@ def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, BR=None, BC=Non
     R = math.prod(shape[i] for i in kept)
     C = math.prod(shape[i] for i in dims)
     out = torch.empty(R, dtype=dtype, device=leaves[0].device)
-    BC = BC or min(128 if out.device.type == "cpu" else 64, triton.next_power_of_2(max(C, 1)))
-    BR = BR or max(1, min(256, (8192 if out.device.type == "cpu" else 2048) // BC))
+    cpu = out.device.type == "cpu"
+    BC = BC or min(128 if cpu else 64, triton.next_power_of_2(max(C, 1)))
+    BR = BR or max(1, min(256, (8192 if cpu else 2048) // BC))
+    if cpu:
+        BR, BC = _interpreter_tile(R, C, BR, BC, 8192)
     strides = [v.stride(i) for v in views for i in kept + dims]
     result = out.reshape([1 if i in dims else shape[i] for i in range(r)] if keepdim else [shape[i] for i in kept])
     return result, (max(1, triton.cdiv(R, BR)),), (out, *views, *scalars, R, C, correction,
@@ -103,6 +106,7 @@ def reduce(fw: "Forward", v: int) -> str:
     dims = n.attrs["dims"]
     name = fw.kernel(reduce_kernel(n.attrs["fn"], rank - len(dims), len(dims), len(k.leaves), len(k.scalars),
                                    k.lines, value))
+    fw.launcher("_interpreter_tile", INTERPRETER_TILE)
     fw.launcher("_reduce", LAUNCHER)
     corr = n.attrs.get("correction", 0.0)
     return fw.launch(v, name, f"_reduce([{k.leaf_vars()}], [{k.scalar_args()}], {dims}, {n.attrs['keepdim']}, "
