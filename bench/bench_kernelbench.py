@@ -558,7 +558,7 @@ def main() -> None:
     ap.add_argument("--kernelbench", type=Path, default=TASKS, metavar="DIR",
                     help="public suite: a KernelBench checkout (its levelN/ or KernelBench/levelN/ folders; default "
                          f"examples/kernelbench, which holds Levels 1 and 2). Level 3: {GET_KERNELBENCH}")
-    ap.add_argument("--csv", help="public suite: where to write results.csv (default WORKDIR/results.csv or ./)")
+    ap.add_argument("--csv", help="public suite: where to write results.csv (default WORKDIR/results.csv, or ./results.csv without --workdir)")
     ap.add_argument("--only", help="run the tasks whose file name contains this (several: comma-separated)")
     ap.add_argument("--concurrency", type=int, default=2, help="jobs at a time (default 2)")
     ap.add_argument("--arch", default="cpu-interpreter",
@@ -598,7 +598,7 @@ def main() -> None:
             t0 = time.monotonic()
             rows = asyncio.run(run_all(workdir, jobs, args.concurrency, args.arch, args.workflow or "with_optimizer",
                                        time_limit(args)))
-            csv_path = Path(args.csv) if args.csv else Path("results.csv")
+            csv_path = Path(args.csv) if args.csv else (workdir if args.workdir else Path()) / "results.csv"
             if args.resume and done_rows is not None:
                 rows = [Row(**json.loads(line)) for line in done_rows.read_text().splitlines() if line.strip()]
             ok = public_report(sorted(rows, key=lambda r: r.name), time.monotonic() - t0, csv_path)

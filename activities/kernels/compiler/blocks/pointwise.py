@@ -3,9 +3,10 @@ inputs (any rank, strided output). `Fused` builds the chain; a reduction's input
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
-from activities.kernels.compiler.blocks.common import decompose, jit, kernel_name, offset
+from activities.kernels.compiler.blocks.common import jit, kernel_name
 from activities.kernels.compiler.expr import expression, num
 from activities.kernels.compiler.graph import Const, Scalar, Sym, symbolic
 from activities.kernels.compiler.registry import emits
@@ -17,28 +18,72 @@ if TYPE_CHECKING:
 def pointwise_kernel(rank: int, leaves: int, flips: list[tuple[int, ...]], scalars: int, body: list[str],
                      result: str, bool_out: bool = False) -> tuple[str, str]:
     """(name, source): out[i] = result(leaf_0[i], ..., scalars) over a broadcast index space of `rank`
-    dims; `flips[k]` lists the dims leaf k is read reversed along; `body` lines may use `i0..i{rank-1}`."""
-    dims = [f"d{j}" for j in range(rank)]
-    idx = [f"i{j}" for j in range(rank)]
-    args = ["out_ptr"] + [f"l{k}_ptr" for k in range(leaves)] + [f"s{k}" for k in range(scalars)] + ["n"] + dims
-    args += [f"o{j}" for j in range(rank)] + [f"l{k}_{j}" for k in range(leaves) for j in range(rank)]
+    dims; `flips[k]` lists the dims leaf k is read reversed along; `body` lines may use `i0..i{rank-1}`
+    (a kernel that does is launched with `keep_dims`). The flat index is split over the innermost RANK dims
+    only: the launcher merges the dims every tensor walks as one (`_coalesce`) and pads the rest with size 1."""
+    args = ["out_ptr"] + [f"l{k}_ptr" for k in range(leaves)] + [f"s{k}" for k in range(scalars)] + ["n"]
+    args += [f"d{j}" for j in range(rank)] + [f"o{j}" for j in range(rank)]
+    args += [f"l{k}_{j}" for k in range(leaves) for j in range(rank)]
     lines = ["    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = offs < n"]
-    lines += decompose("offs", dims, idx, "    ")
+    lines += addresses(rank, [("o", ())] + [(f"l{k}_", flips[k]) for k in range(leaves)])
     for k in range(leaves):
-        pos = [f"({dims[j]} - 1 - {idx[j]})" if j in flips[k] else idx[j] for j in range(rank)]
-        off = offset(pos, [f"l{k}_{j}" for j in range(rank)], "offs")
-        lines.append(f"    x{k} = tl.load(l{k}_ptr + {off}, mask=mask, other=0.0).to(tl.float32)")
+        lines.append(f"    x{k} = tl.load(l{k}_ptr + at{k}, mask=mask, other=0.0).to(tl.float32)")
     lines += ["    " + b for b in body]
     value = f"({result}) != 0" if bool_out else result
-    lines.append(f"    tl.store(out_ptr + {offset(idx, [f'o{j}' for j in range(rank)], 'offs')}, {value}, mask=mask)")
-    src = "def KERNEL(" + ", ".join(args) + ", BLOCK: tl.constexpr):\n" + "\n".join(lines) + "\n"
+    lines.append(f"    tl.store(out_ptr + at_out, {value}, mask=mask)")
+    src = "def KERNEL(" + ", ".join(args) + ", BLOCK: tl.constexpr, RANK: tl.constexpr):\n" + "\n".join(lines) + "\n"
     return jit(kernel_name("pointwise", src), src)
+
+
+def addresses(rank: int, tensors: list[tuple[str, tuple[int, ...]]]) -> list[str]:
+    """Lines giving each tensor's element offset (`at_out`, `at0`, ...; strides `<prefix><dim>`, read reversed
+    along its flipped dims) from `offs`, split over the innermost RANK dims (constexpr: the other branches are
+    never compiled nor run). A contiguous elementwise launch (RANK 1) does no division at all."""
+    names = ["at_out" if prefix == "o" else f"at{prefix[1:-1]}" for prefix, _ in tensors]
+    if rank == 0:
+        return [f"    {name} = offs * 0" for name in names]
+    lines = ["    rem_offs = offs"]
+    for p, j in enumerate(range(rank - 1, -1, -1)):  # p: how many dims lie inside dim j
+        split = [f"i{j} = rem_offs % d{j}", f"rem_offs = rem_offs // d{j}"]
+        index = ([f"if RANK > {p + 1}:", *("    " + x for x in split), "else:", f"    i{j} = rem_offs"]
+                 if j > 0 else [f"i{j} = rem_offs"])
+        terms = [(name, f"(d{j} - 1 - i{j})" if j in flips else f"i{j}", f"{prefix}{j}")
+                 for name, (prefix, flips) in zip(names, tensors)]
+        step = index + [f"{name} {'=' if p == 0 else '+='} {pos} * {stride}" for name, pos, stride in terms]
+        lines += ["    " + x for x in step] if p == 0 else [f"    if RANK > {p}:"] + ["        " + x for x in step]
+    return lines
+
+
+def needs_dims(flips: list[tuple[int, ...]], body: list[str], result: str) -> bool:
+    """Whether a kernel reads its output's own dims (a flipped leaf, `i<j>` in its body), so that its launch may
+    not merge them."""
+    return any(flips) or any(re.search(r"\bi\d+\b", line) for line in [*body, result])
 
 
 LAUNCHER = '''
 
-def _pointwise(leaves, scalars, dtype, shape=None, out=None, device=None, BLOCK=None):
-    """(out, grid, args, meta) of a pointwise kernel over the broadcast shape of its leaves (or `out`'s)."""
+def _coalesce(sizes, strides):
+    """(sizes, per-tensor strides) with size-1 dims dropped and each dim merged into the one outside it wherever
+    every tensor walks the two as one (outer stride = inner stride x inner size): the same elements in the same
+    order, split over fewer dims (a contiguous elementwise op over one)."""
+    merged_sizes, merged = [], [[] for _ in strides]
+    for j, size in enumerate(sizes):
+        if size == 1:
+            continue
+        if merged_sizes and all(m[-1] == st[j] * size for m, st in zip(merged, strides)):
+            merged_sizes[-1] *= size
+            for m, st in zip(merged, strides):
+                m[-1] = st[j]
+        else:
+            merged_sizes.append(size)
+            for m, st in zip(merged, strides):
+                m.append(st[j])
+    return merged_sizes or [1], [m or [0] for m in merged]
+
+
+def _pointwise(leaves, scalars, dtype, shape=None, out=None, device=None, BLOCK=None, keep_dims=False):
+    """(out, grid, args, meta) of a pointwise kernel over the broadcast shape of its leaves (or `out`'s); its dims
+    merged where the tensors allow (`_coalesce`) unless the kernel reads them (`keep_dims`)."""
     if out is not None:
         shape = tuple(out.shape)
     elif leaves:
@@ -46,11 +91,14 @@ def _pointwise(leaves, scalars, dtype, shape=None, out=None, device=None, BLOCK=
     if out is None:
         out = torch.empty(shape, dtype=dtype, device=leaves[0].device if leaves else device)
     views = [t.expand(shape) for t in leaves]
+    sizes, strides = list(shape), [list(t.stride()) for t in (out, *views)]
+    if not keep_dims and sizes:
+        sizes, strides = _coalesce(sizes, strides)
+    pad = len(shape) - len(sizes)
     n = out.numel()
-    strides = [s for v in views for s in v.stride()]
     block = BLOCK or (4096 if out.device.type == "cpu" else 1024)
-    return out, (max(1, triton.cdiv(n, block)),), (out, *views, *scalars, n, *shape, *out.stride(), *strides), \\
-        {"BLOCK": block}
+    args = (out, *views, *scalars, n, *[1] * pad, *sizes, *[s for st in strides for s in [0] * pad + st])
+    return out, (max(1, triton.cdiv(n, block)),), args, {"BLOCK": block, "RANK": len(sizes)}
 '''
 
 
@@ -107,13 +155,15 @@ class Fused:
 def launch(fw: "Forward", v: int, k: Fused, result: str) -> str:
     """Launch the pointwise kernel computing `result` (built in `k`) as node v."""
     n = fw.nodes[v]
-    made = pointwise_kernel(len(n.shape), len(k.leaves), [f for _, f in k.leaves], len(k.scalars), k.lines,
-                            result, bool_out=n.dtype == "bool")
+    flips = [f for _, f in k.leaves]
+    made = pointwise_kernel(len(n.shape), len(k.leaves), flips, len(k.scalars), k.lines, result,
+                            bool_out=n.dtype == "bool")
     name = fw.kernel(made)
     fw.launcher("_pointwise", LAUNCHER)
     device = f"inputs[{fw.graph.device_input}].device" if fw.graph.device_input is not None else '"cpu"'
     shape = "" if k.leaves else f", shape=[{', '.join(sizes(fw, n))}], device={device}"
-    return fw.launch(v, name, f"_pointwise([{k.leaf_vars()}], [{k.scalar_args()}], {fw.dtype(v)}{shape})")
+    keep = ", keep_dims=True" if needs_dims(flips, k.lines, result) else ""
+    return fw.launch(v, name, f"_pointwise([{k.leaf_vars()}], [{k.scalar_args()}], {fw.dtype(v)}{shape}{keep})")
 
 
 def sizes(fw: "Forward", n: Any) -> list[str]:
