@@ -22,6 +22,7 @@ from temporalio import activity
 
 from activities.heartbeat import heartbeating
 from activities.kernels import llm_agents, offline_coder, offline_designer, optimizer, parsers
+from activities.kernels.precision import allows_tf32
 from activities.kernels.static_checks import static_check
 from activities.llm.activity import LLMActivities, record_offline_answer
 from activities.llm.structured import Rejected
@@ -131,7 +132,8 @@ class KernelActivities:
         rewrite = ""
         if req.llm == "offline" and req.role == "optimizer":
             reference = await asyncio.to_thread(self._reference, req.reference)
-            proposal = await asyncio.to_thread(optimizer.offline_answer, req.task.task_desc, reference, req.tried)
+            proposal = await asyncio.to_thread(optimizer.offline_answer, req.task.task_desc, reference, req.tried,
+                                               tf32=allows_tf32(req.task.precision))
             if isinstance(proposal, str):
                 call = await self._offline(req.role, base, req, f"no rewrite: {proposal}\n")
                 return CodeResult(parsed_ok=False, reason=proposal, rejection=Rejection.NO_TEMPLATE, call=call)
@@ -144,7 +146,8 @@ class KernelActivities:
                 call = await self._offline(req.role, base, req, f"no offline template: {plan}\n")
                 return CodeResult(parsed_ok=False, reason=f"no offline template: {plan}; {NO_TEMPLATE_HINT}",
                                   rejection=Rejection.NO_TEMPLATE, call=call)
-            rendered = await asyncio.to_thread(offline_coder.render, plan, req.task.task_desc, reference)
+            rendered = await asyncio.to_thread(offline_coder.render, plan, req.task.task_desc, reference,
+                                               tf32=allows_tf32(req.task.precision))
             if rendered.startswith("no offline"):
                 call = await self._offline(req.role, base, req, rendered + "\n")
                 return CodeResult(parsed_ok=False, reason=f"{rendered}; {NO_TEMPLATE_HINT}",

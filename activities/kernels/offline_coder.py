@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from activities.kernels import compiler, offline_designer
+from activities.kernels.precision import allows_tf32
 from contracts.kernel import KernelTask
 from contracts.kernel_job import KernelDesign, KernelPlan, ReferenceAnalysis
 
@@ -23,17 +24,19 @@ def code(task: KernelTask, design: KernelDesign | None, reference: ReferenceAnal
     plan = plan_for(task, design, reference)
     if isinstance(plan, str):
         return None
-    source = render(plan, task.task_desc, reference)
+    source = render(plan, task.task_desc, reference, tf32=allows_tf32(task.precision))
     return source if not source.startswith("no offline") else None
 
 
-def render(plan: KernelPlan, task_source: str, reference: ReferenceAnalysis | None = None) -> str:
+def render(plan: KernelPlan, task_source: str, reference: ReferenceAnalysis | None = None, *,
+           tf32: bool = False) -> str:
     """The candidate for a plan, lowered again from the traced reference (the plan carries only its label, so
-    history stays small); without a reference the answer is a refusal line starting "no offline"."""
+    history stays small); without a reference the answer is a refusal line starting "no offline". `tf32`: the
+    job's precision policy allows TF32 dots (precision.allows_tf32)."""
     lowered = compiler.lower(reference) if reference is not None else "no traced reference"
     if isinstance(lowered, str):
         return f"no offline lowering: {lowered}"
-    return compiler.render(lowered, task_source)
+    return compiler.render(lowered, task_source, tf32=tf32)
 
 
 def render_answer(source: str) -> str:

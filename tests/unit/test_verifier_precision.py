@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from activities.kernels import offline_coder
 from activities.kernels.precision import tolerance
 from activities.kernels.verifier import verify
-from contracts.kernel import PrecisionPolicy
+from contracts.kernel import KernelTask, PrecisionPolicy
 from contracts.kernel_job import LaunchCost
+from tests.unit.test_conductor_offline_designer import analyse
 from tests.unit.test_verifier import HEADER, RELU, TIMEOUT_S, candidate
 
 MATMUL = (Path(__file__).resolve().parents[2] / "examples" / "kernels" / "matmul.py").read_text()
@@ -83,3 +85,47 @@ def test_the_policies_tolerances():
     assert tolerance(PrecisionPolicy.STRICT, "torch.float32") == 1e-4
     assert tolerance(PrecisionPolicy.STRICT, "torch.float16") == 1e-2
     assert tolerance(PrecisionPolicy.KERNELBENCH, "torch.float32") == 1e-2
+
+
+CONV_LINEAR = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3)))
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 12, 12)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_compilers_dots_run_in_tf32_only_where_the_policy_allows_it(tmp_path):
+    """Under kernelbench's policy the baselines' cuBLAS and cuDNN compute in TF32: the compiler's conv and matmul
+    dots then do too (an IEEE dot runs on a GPU's FP32 units, a seventh of its TF32 tensor peak)."""
+    def compiled(policy: PrecisionPolicy) -> str:
+        task = KernelTask(op_name="op", task_desc=CONV_LINEAR, task_id="t", arch="cpu", precision=policy)
+        source = offline_coder.code(task, None, analyse(CONV_LINEAR, tmp_path))
+        assert source is not None
+        return source
+
+    strict, fast = compiled(PrecisionPolicy.STRICT), compiled(PrecisionPolicy.KERNELBENCH)
+    assert strict.count('input_precision="ieee"') == 2 and "tf32" not in strict
+    assert fast.count('input_precision="tf32"') == 2 and '"ieee"' not in fast
+    costs: list[LaunchCost] = []
+    report = verify(CONV_LINEAR, fast, timeout_s=TIMEOUT_S, precision=PrecisionPolicy.KERNELBENCH, costs=costs)
+    assert report.passed, report.reason
+    dots = [c for c in costs if c.tf32_flops]
+    assert [c.kernel for c in dots] == ["conv2d_kernel", "matmul_kernel"] and all(c.dot_flops == 0 for c in dots)
+    refused = verify(CONV_LINEAR, fast, timeout_s=TIMEOUT_S)  # the same candidate under the strict policy
+    assert not refused.passed and "precision policy strict" in refused.reason

@@ -24,10 +24,11 @@ TASK_ONLY = frozenset({"get_inputs", "get_init_inputs"})
 """Top-level functions of the task file that only the harness calls: left out of the candidate."""
 
 
-def render(graph: Graph, task_source: str) -> str:
+def render(graph: Graph, task_source: str, *, tf32: bool = False) -> str:
     """The candidate source for `graph`, lowered from the task in `task_source` (Refused when the task's model
-    code cannot be carried over: no `class Model`, or a name the candidate's own code uses)."""
-    fw = Forward(graph)
+    code cannot be carried over: no `class Model`, or a name the candidate's own code uses); `tf32`: the job's
+    precision policy allows TF32 dots."""
+    fw = Forward(graph, tf32=tf32)
     outs = fw.write()
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ",)"
     body = "\n".join("        " + ln for ln in fw.prologue() + fw.lines + [f"return {ret}"])

@@ -12,13 +12,16 @@ from __future__ import annotations
 import re
 
 from activities.kernels.compiler import blocks  # noqa: F401 - registers every emitter
+from activities.kernels.compiler.blocks.common import IEEE_DOT, TF32_DOT
 from activities.kernels.compiler.graph import TORCH_DTYPES, Graph, Node, Refused
 from activities.kernels.compiler.registry import EMITTERS
 
 
 class Forward:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, *, tf32: bool = False):
         self.graph = graph
+        self.tf32 = tf32
+        """The job's precision policy allows TF32: every block's `tl.dot` on fp32 operands computes in it."""
         self.nodes = graph.nodes
         self.kernels: dict[str, str] = {}
         """name -> @triton.jit source, in first-use order."""
@@ -61,8 +64,9 @@ class Forward:
         return [f"{s} = inputs[{i}].shape[{d}]" for s, (i, d) in sorted(self.graph.symbols.items()) if s in self.symbols]
 
     def kernel(self, made: tuple[str, str]) -> str:
-        self.kernels.setdefault(made[0], made[1])
-        return made[0]
+        name, source = made
+        self.kernels.setdefault(name, source.replace(IEEE_DOT, TF32_DOT) if self.tf32 else source)
+        return name
 
     def launcher(self, name: str, source: str) -> str:
         self.launchers.setdefault(name, source)

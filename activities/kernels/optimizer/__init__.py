@@ -134,9 +134,10 @@ def _apply(graph: Any, names: list[str]) -> tuple[list[str], Any]:
     return applied, graph
 
 
-def offline_answer(task_source: str, reference: Any, tried: list[str]) -> Proposal | str:
+def offline_answer(task_source: str, reference: Any, tried: list[str], *, tf32: bool = False) -> Proposal | str:
     """The offline optimizer's answer for a task: the next rewritten candidate from the offline compiler, or why
-    there is none (no rewrite registered or applicable, every one tried, the reference does not lower)."""
+    there is none (no rewrite registered or applicable, every one tried, the reference does not lower); `tf32`: the
+    job's precision policy allows TF32 dots."""
     load()
     if not REWRITES:
         return "no optimizer rewrite is registered"
@@ -144,4 +145,4 @@ def offline_answer(task_source: str, reference: Any, tried: list[str]) -> Propos
         return "no rewrite: the traced reference is missing"
     from activities.kernels import compiler
 
-    return propose(reference, tried, compiler.lower, lambda graph: compiler.render(graph, task_source))
+    return propose(reference, tried, compiler.lower, lambda graph: compiler.render(graph, task_source, tf32=tf32))

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import hashlib
 
+IEEE_DOT, TF32_DOT = 'input_precision="ieee"', 'input_precision="tf32"'
+"""How the matmul and conv blocks' `tl.dot` computes on fp32 operands: IEEE fp32 as written; TF32 (the tensor cores'
+10-bit mantissa, as cuBLAS and cuDNN compute when allowed) where the job's precision policy allows it
+(`Forward(tf32=True)` rewrites the one into the other)."""
+
 
 def kernel_name(prefix: str, source: str) -> str:
     """A kernel name unique to its source (two graphs' kernels never collide, equal ones are written once)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from activities.kernels.compiler.blocks.common import decompose, jit
+from activities.kernels.compiler.blocks.common import IEEE_DOT, decompose, jit
 from activities.kernels.compiler.registry import emits
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def conv_kernel(d: int, transposed: bool, phased: bool = False) -> tuple[str, st
     else:
         woff = " + ".join(["(g * CO_G + rn)[None, :] * ws0", "ci[:, None] * ws1"] + [f"q{j}[:, None] * ws{j + 2}" for j in sp])
     lines += [f"        b = tl.load(w_ptr + {woff}, mask={wmask}, other=0.0)",
-              '        acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")',
+              f"        acc += tl.dot(a.to(tl.float32), b.to(tl.float32), {IEEE_DOT})",
               "    if HAS_BIAS:",
               "        acc += tl.load(b_ptr + g * CO_G + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]"]
     ooff = " + ".join(["nb[:, None] * os0", "(g * CO_G + rn)[None, :] * os1"] + [f"o{j}[:, None] * os{j + 2}" for j in sp])

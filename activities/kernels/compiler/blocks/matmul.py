@@ -1,16 +1,17 @@
 """The matmul block: (batched) C = A @ B over strided operands (a transpose is strides, not a copy), 2-D output
-tiles with a K loop of tl.dot in IEEE fp32 and an fp32 accumulator, masked edges."""
+tiles with a K loop of tl.dot in IEEE fp32 (TF32 where the policy allows) and an fp32 accumulator, masked edges."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from activities.kernels.compiler.blocks.common import IEEE_DOT
 from activities.kernels.compiler.registry import emits
 
 if TYPE_CHECKING:
     from activities.kernels.compiler.forward import Forward
 
-KERNEL = '''@triton.jit
+KERNEL = f'''@triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     pid_m = tl.program_id(0)
@@ -26,7 +27,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sab, sam, sak, sbb, sbk, sbn, sc
                     mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
         b = tl.load(b_ptr + pid_b * sbb + kk[:, None] * sbk + rn[None, :] * sbn,
                     mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        acc += tl.dot(a.to(tl.float32), b.to(tl.float32), {IEEE_DOT})
     tl.store(c_ptr + pid_b * scb + rm[:, None] * scm + rn[None, :] * scn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 '''
 
