@@ -40,6 +40,9 @@ class CommandPolicy(BaseModel, frozen=True):
     default_network: Network = "host"
     """Network used when the command names none (rendered explicitly, never docker's bridge)."""
     allow_gpus: bool = True
+    images: tuple[str, ...] = ()
+    """When non-empty, the image must be one of these exactly (the row's declared image: a verdict is about
+    the image the manifest names, not one the writer picked)."""
     image_prefixes: tuple[str, ...] = ()
     """When non-empty, the image must start with one of these (e.g. `vllm/`, `ghcr.io/huggingface/`)."""
     passthrough_env: tuple[str, ...] = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")

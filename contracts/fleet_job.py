@@ -264,6 +264,8 @@ class PolicyCheckRequest(BaseModel, frozen=True):
     slot: Slot | None = None
     """The command must use exactly this port and no GPU outside these devices (None: a direct call,
     checked against the policy only)."""
+    row: ModelRow | None = None
+    """The row the command is for: it may run only the row's image (None: any valid image)."""
 
 
 class PolicyCheckResult(BaseModel, frozen=True):

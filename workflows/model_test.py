@@ -148,7 +148,7 @@ class ModelTestWorkflow:
                 self._refused = ("", result.transcript)
                 return Rejected(f"unusable answer: {reason}")
             case llm_writer.Usable(command):
-                verdict = await self._check(req, command, slot)
+                verdict = await self._check(req, row, command, slot)
                 if not verdict.accepted:
                     self._refused = (command, result.transcript)
                     return Rejected(verdict.reason)
@@ -173,10 +173,11 @@ class ModelTestWorkflow:
             return Rejected(self._offline_said)
         return Accepted(Written(written.command, CommandSource.OFFLINE, written.transcript))
 
-    async def _check(self, req: ModelTestRequest, command: str, slot: Slot) -> PolicyCheckResult:
+    async def _check(self, req: ModelTestRequest, row: ManifestRow, command: str, slot: Slot) -> PolicyCheckResult:
         return await workflow.execute_local_activity_method(
             ContainerActivities.check_policy,
-            PolicyCheckRequest(command=command, runner=req.runner, hardware=req.hardware, slot=slot), **_LOCAL)
+            PolicyCheckRequest(command=command, runner=req.runner, hardware=req.hardware, slot=slot,
+                               row=row.model_row()), **_LOCAL)
 
     def _tokens(self) -> TokenTotals:
         return token_totals(self._llm_calls, extra_calls=self._offline_answers)
@@ -186,7 +187,7 @@ class ModelTestWorkflow:
         attempt = len(self._attempts) + 1
         t0 = workflow.now()
         if written.source is CommandSource.FIXED:  # the ladder's commands were checked as they were written
-            verdict = await self._check(req, written.command, slot)
+            verdict = await self._check(req, row, written.command, slot)
             if not verdict.accepted:
                 return self._record(attempt, written, t0, rejection(verdict.reason))
         if req.require_approval and not (approval := await self._await_approval(attempt, written.command)).approved:

@@ -184,7 +184,7 @@ class ContainerActivities:
                 if e.code is not Err.POLICY_REJECTED:
                     raise
                 return PolicyCheckResult(accepted=False, reason=e.message)
-        verdict = check_command(req.command, writer_policy(req.hardware), req.slot, req.hardware.gpu_count)
+        verdict = check_command(req.command, writer_policy(req.hardware, req.row), req.slot, req.hardware.gpu_count)
         if not verdict.accepted or verdict.spec is None:
             return PolicyCheckResult(accepted=False, reason=verdict.reason)
         return PolicyCheckResult(accepted=True, argv=shlex.split(to_command(verdict.spec)))

@@ -43,9 +43,19 @@ class Knobs(BaseModel, frozen=True):
     enforce_eager: bool = False
 
 
-def writer_policy(hw: HardwareProfile) -> CommandPolicy:
-    """The policy the writer's commands are written for (the HF cache is the only mount)."""
-    return CommandPolicy(mount_roots=(hw.model_cache_dir,))
+def row_images(row: ModelRow) -> tuple[str, ...]:
+    """The images a command for `row` may run: the one the row names, and its runtime's default (the repair
+    after the named image is not found, recorded in the command); any image when the row names none."""
+    if not row.image:
+        return ()
+    default = DEFAULT_IMAGES.get(row.runtime)
+    return (row.image, default) if default and default != row.image else (row.image,)
+
+
+def writer_policy(hw: HardwareProfile, row: ModelRow | None = None) -> CommandPolicy:
+    """The policy every written command is checked against: the HF cache is the only mount and, for a row,
+    only the row's images run."""
+    return CommandPolicy(mount_roots=(hw.model_cache_dir,), images=row_images(row) if row else ())
 
 
 def initial_knobs(row: ModelRow, hw: HardwareProfile, slot: Slot | None = None) -> Knobs:
@@ -150,7 +160,7 @@ def write_command(row: ModelRow, hw: HardwareProfile, history: Sequence[Classifi
             return None
         knobs = nxt
     command = to_command(build_spec(row, hw, knobs))
-    verdict = check_command(command, writer_policy(hw), slot, hw.gpu_count)
+    verdict = check_command(command, writer_policy(hw, row), slot, hw.gpu_count)
     if not verdict.accepted:  # never hand out a command our own policy refuses
         raise FleetforgeError(Err.INTERNAL, f"the offline writer's command for {row.model_name} fails its policy: {verdict.reason}")
     return command

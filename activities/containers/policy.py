@@ -63,7 +63,14 @@ _FORBIDDEN = {
 }
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])(?:\.(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9]))*(?::[0-9]+)?"
+_IMAGE = re.compile(
+    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+"""Docker's reference grammar (distribution/reference): a registry host may have capitals, the repository
+path may not (`docker run` refuses `MyImage` with "repository name must be lowercase")."""
+_IMAGE_MAX = 255
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _GPUS = re.compile(r'^(all|[0-9]{1,3}|"?device=[0-9]{1,3}(,[0-9]{1,3})*"?)$')
 _SHM = re.compile(r"^[0-9]{1,6}[bkmgBKMG]?$")
@@ -231,8 +238,11 @@ def parse_docker_run(command: str, policy: CommandPolicy) -> DockerRunSpec:
     if i >= len(tokens):
         raise _reject("no image given")
     image = tokens[i]
-    if not _IMAGE.match(image):
-        raise _reject(f"image {image!r} is not a valid image reference")
+    if len(image) > _IMAGE_MAX or not _IMAGE.match(image):
+        raise _reject(f"image {image!r} is not a valid image reference (a lowercase repository such as "
+                      "`vllm/vllm-openai:v0.6.3`, optionally after a registry host)")
+    if policy.images and image not in policy.images:
+        raise _reject(f"image {image!r} is not this row's image: use {' or '.join(policy.images)}")
     if policy.image_prefixes and not image.startswith(policy.image_prefixes):
         raise _reject(f"image {image!r} is not from an allowed source {list(policy.image_prefixes)}")
     if network is None:

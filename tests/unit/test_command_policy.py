@@ -348,3 +348,50 @@ def test_the_process_program_allowlist_comes_from_the_settings(tmp_path) -> None
     assert check("echo 'a; b'").accepted
     refused = check("python -c 1")
     assert not refused.accepted and "program 'python' is not allowed (allowed: true, echo" in refused.reason
+
+
+@pytest.mark.parametrize("image", [
+    "busybox", "vllm/vllm-openai:v0.6.3", "ghcr.io/huggingface/text-generation-inference:2.4.0",
+    "localhost:5000/team/server:ci", "Registry.Example.com/a/b", "a__b-c.d:Tag_1.x", "img@sha256:" + "0" * 64,
+])
+def test_images_docker_accepts_pass(image: str) -> None:
+    assert parse_docker_run(f"docker run {image}", POLICY).image == image
+
+
+@pytest.mark.parametrize("image", [
+    "TestFleetTests", "org/MyServer:1", "a___b", "a..b", "img-", "img:-tag", "img:", "img@sha256:abc", "a/" * 128 + "b",
+])
+def test_images_docker_refuses_are_refused_before_they_run(image: str) -> None:
+    """`docker run TestFleetTests` fails in the engine ("repository name must be lowercase") and the row would
+    end Error for a writer's typo; the policy refuses it instead, so the writer gets another turn."""
+    assert "not a valid image reference" in rejected(f"docker run {image}")
+
+
+def test_a_row_that_names_its_image_runs_only_that_image(tmp_path) -> None:
+    """An LLM command with another image is refused with the row's image in the reason (the verdict would be
+    about an image the manifest never named); the runtime's default stays allowed (the offline writer's
+    repair after the named image is not found); a row without an image may run any valid one."""
+    from activities.containers.activities import ContainerActivities
+    from activities.storage import FileStore
+    from contracts.fleet import HardwareProfile, ModelRow
+    from contracts.fleet_job import PolicyCheckRequest, RunnerKind
+    from contracts.settings import Settings
+
+    acts = ContainerActivities(FileStore(tmp_path / "a"), Settings(state_dir=tmp_path))
+    hw = HardwareProfile(model_cache_dir=str(tmp_path))
+    pinned = ModelRow(model_name="m/c", runtime="vllm", image="vllm/vllm-openai:v0.6.3")
+
+    def check(image: str, row: ModelRow | None):
+        return acts.check_policy(PolicyCheckRequest(command=f"docker run --network host {image} --port 8000",
+                                                    runner=RunnerKind.DOCKER, hardware=hw, row=row))
+
+    assert check("vllm/vllm-openai:v0.6.3", pinned).accepted
+    assert check("vllm/vllm-openai:latest", pinned).accepted
+    other = check("vllm/vllm-openai:v0.5.0", pinned)
+    assert not other.accepted and other.reason == (
+        "command rejected: image 'vllm/vllm-openai:v0.5.0' is not this row's image: use vllm/vllm-openai:v0.6.3 "
+        "or vllm/vllm-openai:latest")
+    assert check("vllm/vllm-openai:v0.5.0", ModelRow(model_name="m/c", runtime="vllm")).accepted
+    assert check("vllm/vllm-openai:v0.5.0", None).accepted
+    http = check("busybox:latest", ModelRow(model_name="m/c", runtime="http", image="srv:1"))
+    assert not http.accepted and http.reason.endswith("use srv:1")
