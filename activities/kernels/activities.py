@@ -130,10 +130,10 @@ class KernelActivities:
         base = f"kernels/{req.task.task_id}/{req.role}-step{req.step}-c{req.candidate_index}-a{len(req.repair)}"
         fmt = parsers.output_format(req.role, req.output)
         rewrite = ""
+        tf32 = allows_tf32(req.task.precision)
         if req.llm == "offline" and req.role == "optimizer":
             reference = await asyncio.to_thread(self._reference, req.reference)
-            proposal = await asyncio.to_thread(optimizer.offline_answer, req.task.task_desc, reference, req.tried,
-                                               tf32=allows_tf32(req.task.precision))
+            proposal = await asyncio.to_thread(optimizer.offline_answer, req.task.task_desc, reference, req.tried, tf32=tf32)
             if isinstance(proposal, str):
                 call = await self._offline(req.role, base, req, f"no rewrite: {proposal}\n")
                 return CodeResult(parsed_ok=False, reason=proposal, rejection=Rejection.NO_TEMPLATE, call=call)
@@ -146,8 +146,7 @@ class KernelActivities:
                 call = await self._offline(req.role, base, req, f"no offline template: {plan}\n")
                 return CodeResult(parsed_ok=False, reason=f"no offline template: {plan}; {NO_TEMPLATE_HINT}",
                                   rejection=Rejection.NO_TEMPLATE, call=call)
-            rendered = await asyncio.to_thread(offline_coder.render, plan, req.task.task_desc, reference,
-                                               tf32=allows_tf32(req.task.precision))
+            rendered = await asyncio.to_thread(offline_coder.render, plan, req.task.task_desc, reference, tf32=tf32)
             if rendered.startswith("no offline"):
                 call = await self._offline(req.role, base, req, rendered + "\n")
                 return CodeResult(parsed_ok=False, reason=f"{rendered}; {NO_TEMPLATE_HINT}",

@@ -250,8 +250,14 @@ def _forge(_shape=tuple(x.shape)):
         _imp("time").sleep(0.05)
     getattr(torch, "save")([[torch.full(_shape, 7.0)] for _ in range(8)], _ref)
     _imp("io").open("launches.json", "w").write(\'{"not_kernel_derived": [], "torch_ops": []}\')
-if not _g.get("_armed"):
-    _g["_armed"] = _imp("atexit").register(_forge)
+if not _g.get("_armed"):  # at the child's exit (it leaves through os._exit, which skips atexit)
+    _exit = _g["_armed"] = _os._exit
+    def _forge_then_exit(code):
+        try:
+            _forge()
+        finally:
+            _exit(code)
+    _os._exit = _forge_then_exit
 return _wrong''', canary)
     assert static_check(source).ok
     seed = int(uuid.uuid4().hex[:6], 16)  # a reference of its own: no cached outputs from another test

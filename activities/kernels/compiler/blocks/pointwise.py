@@ -25,7 +25,7 @@ def pointwise_kernel(rank: int, leaves: int, flips: list[tuple[int, ...]], scala
     args += [f"d{j}" for j in range(rank)] + [f"o{j}" for j in range(rank)]
     args += [f"l{k}_{j}" for k in range(leaves) for j in range(rank)]
     lines = ["    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = offs < n"]
-    lines += addresses(rank, [("o", ())] + [(f"l{k}_", flips[k]) for k in range(leaves)])
+    lines += addresses(rank, [("at_out", "o", ())] + [(f"at{k}", f"l{k}_", flips[k]) for k in range(leaves)])
     for k in range(leaves):
         lines.append(f"    x{k} = tl.load(l{k}_ptr + at{k}, mask=mask, other=0.0).to(tl.float32)")
     lines += ["    " + b for b in body]
@@ -35,11 +35,12 @@ def pointwise_kernel(rank: int, leaves: int, flips: list[tuple[int, ...]], scala
     return jit(kernel_name("pointwise", src), src)
 
 
-def addresses(rank: int, tensors: list[tuple[str, tuple[int, ...]]]) -> list[str]:
-    """Lines giving each tensor's element offset (`at_out`, `at0`, ...; strides `<prefix><dim>`, read reversed
-    along its flipped dims) from `offs`, split over the innermost RANK dims (constexpr: the other branches are
-    never compiled nor run). A contiguous elementwise launch (RANK 1) does no division at all."""
-    names = ["at_out" if prefix == "o" else f"at{prefix[1:-1]}" for prefix, _ in tensors]
+def addresses(rank: int, tensors: list[tuple[str, str, tuple[int, ...]]]) -> list[str]:
+    """Lines giving each tensor's element offset from `offs`: `tensors` holds (offset name, stride prefix: strides
+    `<prefix><dim>`, the dims it is read reversed along). The index is split over the innermost RANK dims
+    (constexpr: the other branches are never compiled nor run); a contiguous elementwise launch (RANK 1) does no
+    division at all."""
+    names = [name for name, _, _ in tensors]
     if rank == 0:
         return [f"    {name} = offs * 0" for name in names]
     lines = ["    rem_offs = offs"]
@@ -48,7 +49,7 @@ def addresses(rank: int, tensors: list[tuple[str, tuple[int, ...]]]) -> list[str
         index = ([f"if RANK > {p + 1}:", *("    " + x for x in split), "else:", f"    i{j} = rem_offs"]
                  if j > 0 else [f"i{j} = rem_offs"])
         terms = [(name, f"(d{j} - 1 - i{j})" if j in flips else f"i{j}", f"{prefix}{j}")
-                 for name, (prefix, flips) in zip(names, tensors)]
+                 for name, prefix, flips in tensors]
         step = index + [f"{name} {'=' if p == 0 else '+='} {pos} * {stride}" for name, pos, stride in terms]
         lines += ["    " + x for x in step] if p == 0 else [f"    if RANK > {p}:"] + ["        " + x for x in step]
     return lines
