@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from activities.containers.policy import check_command, to_command
+from activities.containers.policy import check_command, image_problem, to_command
 from contracts.errors import Err, FleetforgeError
 from contracts.fleet import (
     Classification, CommandPolicy, DockerRunSpec, ErrorCategory, HardwareProfile, Mount, ModelRow, Slot,
@@ -65,6 +65,8 @@ def initial_knobs(row: ModelRow, hw: HardwareProfile, slot: Slot | None = None) 
     image = row.image or DEFAULT_IMAGES.get(row.runtime)
     if not image:
         raise FleetforgeError(Err.BAD_INPUT, f"runtime {row.runtime!r} needs an image (set the row's image)")
+    if why := image_problem(image):
+        raise FleetforgeError(Err.BAD_INPUT, f"the row's image {why}: correct the manifest's image cell")
     slot = slot or hw.first_slot(row.gpus)
     return Knobs(image=image, port=slot.port, devices=slot.devices, max_model_len=row.max_model_len)
 

@@ -79,6 +79,14 @@ _ENTRYPOINT = re.compile(r"^[A-Za-z0-9_./-]{1,200}$")
 _CDI_GPU = re.compile(r"^nvidia\.com/gpu=(all|[0-9]{1,3})$")
 
 
+def image_problem(image: str) -> str:
+    """Why docker would refuse `image` as an image reference (`'X' is not ...`), or "" when it is one."""
+    if len(image) <= _IMAGE_MAX and _IMAGE.match(image):
+        return ""
+    return (f"{image!r} is not a valid image reference (a lowercase repository such as `vllm/vllm-openai:v0.6.3`, "
+            "optionally after a registry host)")
+
+
 def _reject(reason: str) -> FleetforgeError:
     return FleetforgeError(Err.POLICY_REJECTED, f"command rejected: {reason}")
 
@@ -238,9 +246,8 @@ def parse_docker_run(command: str, policy: CommandPolicy) -> DockerRunSpec:
     if i >= len(tokens):
         raise _reject("no image given")
     image = tokens[i]
-    if len(image) > _IMAGE_MAX or not _IMAGE.match(image):
-        raise _reject(f"image {image!r} is not a valid image reference (a lowercase repository such as "
-                      "`vllm/vllm-openai:v0.6.3`, optionally after a registry host)")
+    if why := image_problem(image):
+        raise _reject(f"image {why}")
     if policy.images and image not in policy.images:
         raise _reject(f"image {image!r} is not this row's image: use {' or '.join(policy.images)}")
     if policy.image_prefixes and not image.startswith(policy.image_prefixes):

@@ -142,11 +142,14 @@ def test_transient_failure_keeps_the_command() -> None:
     ModelRow(model_name="x; rm -rf /", runtime="vllm"),
     ModelRow(model_name="../etc", runtime="vllm"),
     ModelRow(model_name="org/m", runtime="http"),  # generic runtime without an image
+    ModelRow(model_name="org/m", runtime="http", image="MyServer:1"),  # docker refuses it: the row's fault, not ours
 ])
 def test_bad_rows_are_bad_input(row: ModelRow) -> None:
     with pytest.raises(FleetforgeError) as info:
         write_command(row, HW)
     assert info.value.code == Err.BAD_INPUT
+    if row.image:
+        assert info.value.message.startswith("the row's image 'MyServer:1' is not a valid image reference")
 
 
 def test_cpu_host_gets_no_gpu_flags() -> None:
