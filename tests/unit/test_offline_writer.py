@@ -161,9 +161,6 @@ def test_cpu_host_gets_no_gpu_flags() -> None:
 def test_the_offline_writers_commands_pass_their_rows_image_policy() -> None:
     """The image rule binds the offline writer too: its first command and its image-not-found repair both run
     an image the row allows."""
-    from activities.containers.offline_writer import writer_policy
-    from activities.containers.policy import check_command
-
     row = ModelRow(model_name="m/c", runtime="vllm", image="vllm/vllm-openai:v9.9.9")
     for history in ([], [fail(ErrorCategory.IMAGE_NOT_FOUND)]):
         command = write_command(row, HW, history)
