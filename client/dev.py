@@ -14,7 +14,7 @@ the namespace's data, and a second `fleetforge dev` with another store refuses t
 from __future__ import annotations
 
 import asyncio
-import ctypes
+import functools
 import os
 import signal
 import socket
@@ -30,6 +30,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.connection import connect
+from activities.lifeline import PARENT_PID_VAR, die_with_parent
 from activities.storage import open_store
 from client import local_llm, out
 from client.binaries import temporal_binary
@@ -42,7 +43,6 @@ STARTUP_DEADLINE_S = 60.0
 SHUTDOWN_DEADLINE_S = 30.0
 STORE_KEY = "fleetforge.store"
 """Namespace data key: the artifact store of the `fleetforge dev` that started this server."""
-PR_SET_PDEATHSIG = 1
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost"})
 
 
@@ -60,18 +60,6 @@ def port_open(address: str, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
-
-
-PARENT_PID_VAR = "FLEETFORGE_DEV_PID"
-"""The supervising dev's pid, so its worker can tell it died before PR_SET_PDEATHSIG was set."""
-
-
-def die_with_parent() -> None:
-    """In a child: ask the kernel for SIGTERM when the parent dies (Linux; a no-op elsewhere)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 # -- the Temporal server ---------------------------------------------------------------------
@@ -96,7 +84,7 @@ def start_server(settings: Settings) -> subprocess.Popen[bytes]:
     log = open(settings.state_dir / "temporal.log", "ab")
     try:
         return subprocess.Popen(server_command(settings), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=die_with_parent)
+                                start_new_session=True, preexec_fn=functools.partial(die_with_parent, signal.SIGTERM))
     finally:
         log.close()
 
@@ -184,11 +172,8 @@ def exit_when_orphaned(parent: int, grace: float = ORPHAN_GRACE_S) -> None:
 
 def worker_child() -> None:
     """Entry point of the worker process `fleetforge dev` supervises: it dies with its parent."""
-    die_with_parent()  # first: a parent killed while the worker imports must still take it along
-    parent = os.getppid()
-    if str(parent) != os.environ.get(PARENT_PID_VAR, str(parent)):
-        sys.exit(0)  # the parent died before the kernel was asked to tell us
-    exit_when_orphaned(parent)
+    die_with_parent(signal.SIGTERM)  # first: a parent killed while the worker imports must still take it along
+    exit_when_orphaned(os.getppid())
     import worker
 
     sys.exit(worker.main(["--queues", "all"]))

@@ -4,6 +4,7 @@ engine that other tests use. Needs root and `dockerd` (scripts/engines.sh instal
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -12,12 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def _term_with_parent() -> None:
-    """The daemon gets SIGTERM (a clean shutdown) when the test or bench that started it dies."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+from activities.lifeline import die_with_parent
 
 
 class PrivateDockerd:
@@ -37,7 +33,7 @@ class PrivateDockerd:
                 ["dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
                  "--pidfile", str(self.root / "dockerd.pid"), "-H", self.host, "--bridge=none", "--iptables=false",
                  "--ip-masq=false", "--shutdown-timeout", str(self.shutdown_timeout_s)],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_term_with_parent)
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=functools.partial(die_with_parent, signal.SIGTERM))
         deadline = time.monotonic() + self.start_timeout_s
         while self.docker("info", check=False).returncode != 0:
             if self._proc.poll() is not None or time.monotonic() > deadline:

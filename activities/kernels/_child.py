@@ -33,7 +33,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import Any
+
+from activities.lifeline import die_with_parent, exit_now
 
 FAMILIES = ("task", "signed_normal", "large", "near_zero")
 """Input distributions of every trial set: the task's own, N(0, 1), N(0, 1) x LARGE_SCALE, N(0, 1) x NEAR_ZERO_SCALE."""
@@ -326,27 +328,6 @@ def apply_limits() -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (1024**3, 1024**3))
-
-
-def die_with_parent() -> None:
-    """The child runs in a session of its own (so the verifier can kill its whole group); this
-    makes it die with the worker too, when the worker itself is killed (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-    import signal
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    if os.getppid() != int(os.environ.get("FLEETFORGE_CHILD_PARENT_PID", os.getppid())):
-        os._exit(1)  # the worker died before prctl took effect
-
-
-def exit_now(code: int) -> NoReturn:
-    """Exit without the interpreter's teardown, which with torch loaded costs about a second per child (import
-    torch and triton then exit: 2.8 s with this, 4.0 s without); every file the child wrote is closed by now."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def main(argv: list[str]) -> int:

@@ -535,7 +535,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from activities.kernels._child import apply_limits, die_with_parent, exit_now
+    from activities.kernels._child import apply_limits
+    from activities.lifeline import die_with_parent, exit_now
 
     die_with_parent()
     apply_limits()

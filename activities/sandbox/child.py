@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from activities.lifeline import PARENT_PID_VAR
 from activities.sandbox.scrub import scrub
 from contracts.errors import Err, FleetforgeError
 
@@ -509,9 +510,9 @@ def spawn_child(command: Sequence[str], *, scratch: Path, limits: Limits, policy
         argv = bwrap_argv(command, scratch=scratch, policy=policy, limits=limits, env=child_env,
                           hidden=hidden_paths(), runtime=runtime_paths(), uid=uid)
         popen_env: dict[str, str] | None = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    else:
+    else:  # prlimit execs the command: its parent is this worker, whose death it can check for
         argv = [*_prlimit(limits), *command]
-        popen_env = child_env
+        popen_env = {**child_env, PARENT_PID_VAR: str(os.getpid())}
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, cwd=scratch, env=popen_env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)

@@ -31,8 +31,9 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from activities.lifeline import die_with_parent, exit_now
 from activities.sandbox import Limits, SandboxPolicy, exit_description, scrub, spawn_child, wait_children
 from contracts.errors import Err, FleetforgeError
 
@@ -151,21 +152,11 @@ def _apply_limits() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _die_with_parent() -> None:
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    if os.getppid() != int(os.environ.get("FLEETFORGE_CHILD_PARENT_PID", os.getppid())):
-        os._exit(1)  # the worker died before prctl took effect
-
-
-def _child_main(work: Path) -> int:
+def _child_main(work: Path) -> NoReturn:
     import faulthandler
 
     faulthandler.enable()  # a native crash prints the Python frame that was running (log_tail keeps it)
-    _die_with_parent()
+    die_with_parent()
     _apply_limits()
     request = json.loads((work / "request.json").read_text())
     fallback = request.get("fallback", Err.EXECUTOR_ERROR.value)
@@ -184,9 +175,8 @@ def _child_main(work: Path) -> int:
     tmp = work / "reply.json.tmp"
     tmp.write_text(json.dumps(reply, default=str))
     tmp.replace(work / "reply.json")
-    sys.stdout.flush()
-    os._exit(0)  # skip native libraries' static destructors (some crash at exit)
+    exit_now(0)
 
 
 if __name__ == "__main__":
-    raise SystemExit(_child_main(Path(sys.argv[1])))
+    _child_main(Path(sys.argv[1]))
