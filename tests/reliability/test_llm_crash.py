@@ -75,18 +75,21 @@ async def test_llm_activity_killed_mid_stream_is_retried_on_a_fresh_worker(tempo
 
     assert result.message.text == "".join(PARTS)
     assert result.message.delta is False and result.message.finish_reason == "stop"
-    assert result.attempt == 2
-    assert len(server.requests) == 2, "one request per attempt: the killed one and the retry"
-
     history = await handle.fetch_history()
     scheduled = [e for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
     completed = [e for e in history.events if e.HasField("activity_task_completed_event_attributes")]
     started = [e.activity_task_started_event_attributes for e in history.events
                if e.HasField("activity_task_started_event_attributes")]
     assert len(scheduled) == 1 and len(completed) == 1, "one activity, one consolidated answer"
-    assert len(started) == 1 and started[0].attempt == 2
+    assert len(started) == 1 and started[0].attempt == result.attempt
     assert started[0].identity.startswith(f"{second_pid}@") and second_pid != first_pid
     assert started[0].last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
+    # attempt 2 answers, unless it was lost without a request until its heartbeat timeout (seen once, in a suite run
+    # beside other tests on 2 cores: handed to the killed worker's last poll, or the fresh worker too slow to start
+    # it); then attempt 3 answers. Either way: two requests, one answer, from the fresh worker
+    assert result.attempt in (2, 3), started[0]
+    assert len(server.requests) == 2, "a request from the killed attempt and one from the attempt that answered"
 
     transcript = json.loads(FileStore(tmp_path / "state" / "artifacts").get_bytes(result.transcript))
-    assert transcript["attempt"] == 2 and transcript["response"]["content"] == [{"type": "text", "text": "".join(PARTS)}]
+    assert transcript["attempt"] == result.attempt
+    assert transcript["response"]["content"] == [{"type": "text", "text": "".join(PARTS)}]
