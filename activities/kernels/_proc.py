@@ -54,13 +54,16 @@ def child_env(gpu: bool, cpu_s: int) -> dict[str, str]:
 def spawn(module: str, workdir: Path, args: list[str], *, gpu: bool, timeout_s: float) -> Child:
     """`python -m module args` in the sandbox, `workdir` its scratch dir (no network; a GPU child gets the
     GPU's device nodes). `timeout_s` is the most wall time it may get; its CPU time may be that on every
-    core (torch's threads), so a slow child is stopped by the wall-clock limit and reported as a timeout."""
+    core (torch's threads), so a slow child is stopped by the wall-clock limit and reported as a timeout.
+    A CPU child sees only the runtime of the host's filesystem (`SandboxPolicy.runtime_only`); a GPU child
+    still sees the whole host read-only: the driver's files lie where the host image put them, and a child
+    that could not find them would fail as if the task were broken, so it moves once a GPU run shows it works."""
     require_kernel_packages()
     cpu_s = int(timeout_s * (os.cpu_count() or 1)) + 10
     limits = Limits(timeout_s=timeout_s, memory_bytes=0 if gpu else MEMORY_LIMIT_BYTES, cpu_s=cpu_s,
                     disk_bytes=DISK_BUDGET_BYTES, processes=PROCESS_LIMIT)
     return spawn_child([sys.executable, "-m", module, *args], scratch=workdir, limits=limits,
-                       policy=SandboxPolicy(gpu=gpu), env=child_env(gpu, cpu_s))
+                       policy=SandboxPolicy(gpu=gpu, runtime_only=not gpu), env=child_env(gpu, cpu_s))
 
 
 def wait_all(children: dict[str, Child], timeout_s: float, beat: Callable[[str], None],

@@ -8,7 +8,8 @@ children, the process runner's commands) is started by `spawn_child` inside bubb
 * no view of other processes (its own PID namespace: the worker's /proc/PID/environ does not exist there);
 * the filesystem read-only except its scratch dir (and the paths the caller names writable); the
   worker's home, the state dir, the file artifact store and /run (the docker socket) are hidden behind
-  empty tmpfs mounts; the interpreter and the repository stay readable;
+  empty tmpfs mounts; the interpreter and the repository stay readable; a `runtime_only` child (an
+  LLM-written kernel on CPU) sees nothing of the host but the system's directories and that runtime;
 * not root: a worker running as root starts the command as a fresh unprivileged uid of its own with no
   capabilities (setpriv, no user namespace needed); any other worker maps it to uid 65534 in a user
   namespace; an empty environment apart from what the caller passes;
@@ -87,6 +88,11 @@ class SandboxPolicy:
     readable: tuple[Path, ...] = ()
     """Folders the child may read even where it would not see them (the process runner's `--share DIR`):
     bound read-only at the same path. Checked with `shareable` first: never a place kept from every child."""
+    runtime_only: bool = False
+    """See only the system's own directories (SYSTEM_DIRS), the interpreter, its libraries and the repository,
+    not the rest of the host (/home, /srv, /opt, /var, other checkouts, a company's model folders): for
+    LLM-written kernels, which need nothing else and whose log excerpt goes back into the next prompt. False:
+    the whole host read-only less the hidden paths, for children that run or read a user's own files."""
 
 
 @dataclass
@@ -202,11 +208,50 @@ def _under(path: Path, roots: Sequence[Path]) -> bool:
     return any(text == (root := str(r)) or text.startswith(root.rstrip("/") + "/") for r in roots)
 
 
+SYSTEM_DIRS = ("usr", "etc", "sys", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+"""What a runtime-only child sees of the host besides the runtime: programs, libraries, configuration, the kernel's
+device information (torch reads the CPU's caches there, CUDA its devices). Merged-/usr links stay links."""
+
+
+def _root_view(runtime_only: bool, runtime: Sequence[Path], system: Mapping[str, str | None]) -> list[str]:
+    """The child's root: the host's, read-only; or, `runtime_only`, an empty one with the `system` entries (name:
+    link target, None for a directory) and the runtime paths outside /tmp (those under it are bound after the
+    private /tmp) bound read-only."""
+    if not runtime_only:
+        return ["--ro-bind", "/", "/"]
+    argv: list[str] = []
+    for name, target in system.items():
+        argv += ["--symlink", target, f"/{name}"] if target is not None else ["--ro-bind", f"/{name}", f"/{name}"]
+    shown = [Path("/tmp"), *(Path("/", name) for name in system)]
+    for path in sorted(runtime):  # a folder before the folders in it, which it then shows already
+        if not _under(path, shown):
+            argv += _traversable_parents(path, [Path("/")])
+            argv += ["--ro-bind", str(path), str(path)]
+            shown.append(path)
+    return argv
+
+
+@functools.lru_cache(maxsize=1)
+def system_entries() -> dict[str, str | None]:
+    """SYSTEM_DIRS as this host has them: a link's target, None for a directory; absent ones left out."""
+    found: dict[str, str | None] = {}
+    for name in SYSTEM_DIRS:
+        path = Path("/", name)
+        if path.is_symlink():
+            found[name] = os.readlink(path)
+        elif path.is_dir():
+            found[name] = None
+    return found
+
+
 def bwrap_argv(command: Sequence[str], *, scratch: Path, policy: SandboxPolicy, limits: Limits,
-               env: Mapping[str, str], hidden: Sequence[Path], runtime: Sequence[Path], uid: int | None) -> list[str]:
+               env: Mapping[str, str], hidden: Sequence[Path], runtime: Sequence[Path], uid: int | None,
+               system: Mapping[str, str | None] | None = None) -> list[str]:
     """The full argv (pure: tests assert it). `uid` set: the worker is root and the command drops to it
-    with setpriv; None: an unprivileged bubblewrap with a user namespace."""
-    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+    with setpriv; None: an unprivileged bubblewrap with a user namespace. `system`: the host's SYSTEM_DIRS
+    (`system_entries()`), read only for a runtime-only child."""
+    root = _root_view(policy.runtime_only, runtime, system if system is not None else system_entries())
+    argv = ["bwrap", *root, "--dev", "/dev", "--proc", "/proc",
             "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--clearenv"]
@@ -225,14 +270,15 @@ def bwrap_argv(command: Sequence[str], *, scratch: Path, policy: SandboxPolicy, 
         if _under(path, hidden):
             argv += _traversable_parents(path, [*hidden, *tmp])
             argv += ["--ro-bind", str(path), str(path)]
+    empty = [Path("/")] if policy.runtime_only else []  # the folders bubblewrap makes in its empty root
     for path in policy.readable:
-        argv += _traversable_parents(path, [*hidden, *tmp])
+        argv += _traversable_parents(path, [*hidden, *tmp, *empty])
         argv += ["--ro-bind", str(path), str(path)]
     if policy.gpu:
         for dev in sorted(glob.glob("/dev/nvidia*")):
             argv += ["--dev-bind", dev, dev]
     for path in (scratch, *policy.writable):
-        argv += _traversable_parents(path, [*hidden, Path("/tmp")])
+        argv += _traversable_parents(path, [*hidden, Path("/tmp"), *empty])
         argv += ["--bind", str(path), str(path)]
     argv += ["--chdir", str(scratch)]
     for key, value in env.items():

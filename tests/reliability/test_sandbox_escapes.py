@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -225,6 +226,38 @@ def test_the_artifact_store_and_state_dir_are_invisible(canary: Canary) -> None:
     assert not report.passed and "FileNotFoundError" in report.reason, report.reason
     assert "the user's model" not in report.model_dump_json() and "model.onnx" not in report.reason
     assert after == before, "the store is unchanged"
+
+
+@pytest.fixture
+def company_file() -> Iterator[Path]:
+    """A file anyone may read, in a host folder outside the system's own and the runtime (a company's models)."""
+    folder = Path(tempfile.mkdtemp(prefix="ff-company-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    path = folder / "weights.txt"
+    path.write_text(COMPANY_DATA)
+    path.chmod(0o644)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(folder)
+
+
+COMPANY_DATA = "company-weights-" + uuid.uuid4().hex
+
+
+def test_host_folders_outside_the_runtime_are_not_there_for_a_kernel(company_file: Path, canary: Canary,
+                                                                      tmp_path: Path) -> None:
+    """A kernel's child sees the system's directories, the interpreter and the repository, nothing else of the
+    host: what it read would leave in its log excerpt, into the next prompt of a hosted LLM."""
+    report = verify(RELU, escaping(f'raise RuntimeError("LEAK " + _imp("io").open({str(company_file)!r}).read())',
+                                   canary), timeout_s=TIMEOUT_S)
+    assert not report.passed and "No such file or directory" in report.reason + report.log, report.reason
+    assert COMPANY_DATA not in report.model_dump_json()
+    # the view makes the difference, not the file's mode: a child that sees the host (a fleet command) reads it
+    child = sandbox.spawn_child([sys.executable, "-c", f"print(open({str(company_file)!r}).read())"],
+                                scratch=tmp_path, limits=sandbox.Limits(timeout_s=60))
+    sandbox.wait_children({"host view": child}, timeout_s=60)
+    assert child.exit_code == 0 and COMPANY_DATA in child.log.read_text()
 
 
 def test_a_secret_in_text_leaving_the_child_is_scrubbed(canary: Canary) -> None:

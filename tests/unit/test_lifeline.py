@@ -4,7 +4,6 @@ sandbox gives an unconfined child its parent's pid for that check (a confined on
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time

@@ -62,6 +62,30 @@ def test_a_state_dir_inside_a_checkout_under_tmp_is_hidden_after_the_checkout_is
     assert bound < hidden, "the tmpfs over the state dir must come after the checkout's bind, or the bind shows it"
 
 
+SYSTEM = {"usr": None, "etc": None, "sys": None, "bin": "usr/bin", "lib": "usr/lib"}
+
+
+def test_a_runtime_only_child_gets_an_empty_root_with_the_system_and_each_runtime_folder_bound_once():
+    runtime = [*RUNTIME, Path("/work/repo/.venv/lib/python3.11/site-packages"), Path("/tmp/ci/venv")]
+    args = bwrap_argv(["python"], scratch=SCRATCH, policy=SandboxPolicy(runtime_only=True), limits=Limits(timeout_s=60),
+                      env={}, hidden=HIDDEN, runtime=runtime, uid=123456, system=SYSTEM)
+    assert ["--ro-bind", "/", "/"] not in [args[i:i + 3] for i in range(len(args))]
+    root = args[:args.index("--dev")]
+    assert pairs(root, "--ro-bind") == ["/usr", "/etc", "/sys", "/root/.pyenv/versions/3.11.7", "/work/repo"]
+    assert pairs(root, "--symlink") == ["usr/bin", "usr/lib"]  # merged-/usr links stay links
+    assert pairs(root, "--dir") == ["/root", "/root/.pyenv", "/root/.pyenv/versions", "/work"]
+    # under /tmp: bound after the private /tmp, as for a whole-host child; under a hidden path: bound again over it
+    assert args.index("/tmp/ci/venv") > args.index("--tmpfs")
+    assert pairs(args, "--ro-bind").count("/root/.pyenv/versions/3.11.7") == 2
+    assert pairs(args, "--bind") == [str(SCRATCH)]
+
+
+def test_a_whole_host_child_reads_the_root_and_never_the_system_table():
+    args = bwrap_argv(["python"], scratch=SCRATCH, policy=SandboxPolicy(), limits=Limits(timeout_s=60), env={},
+                      hidden=HIDDEN, runtime=RUNTIME, uid=None, system=SYSTEM)
+    assert args[1:4] == ["--ro-bind", "/", "/"] and "--symlink" not in args and "/etc" not in args
+
+
 def test_only_the_scratch_and_the_named_paths_are_writable():
     args = argv(SandboxPolicy(writable=(Path("/srv/state/workspaces/u/r"),)))
     assert pairs(args, "--bind") == [str(SCRATCH), "/srv/state/workspaces/u/r"]
