@@ -46,15 +46,12 @@ engines:
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 # pytest-xdist processes for `make test`: one per core, at most 4 (each starts its own Temporal dev server); a
 # test file runs whole in one process, so its module fixtures (a llama.cpp server, a dev stack) start once.
-# Files go out in collection order (e2e, integration, reliability, then the many short unit files that even out the
-# end), not xdist's default of most tests first, which hands out the few long e2e files last: one run's 1,931 test
-# durations replayed through xdist's scheduler on 2 processes end at 2,011 / 1,806 s that way, 1,898 / 1,918 s in order.
 
 test: setup local-llm engines
 	$(BIN)/ruff check --no-cache .
 	bash scripts/mcp_inspector.sh >/dev/null  # the MCP Inspector CLI (npm) for the MCP client test
 	bash scripts/mcp_clients.sh >/dev/null  # the official MCP TypeScript clients (npm, pinned) for the conformance suite
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 FAST_TESTS := tests/unit tests/golden tests/replay
 
