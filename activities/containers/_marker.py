@@ -41,6 +41,8 @@ from contracts.errors import Err, FleetforgeError
 
 LOCK_WAIT_S = 60.0
 KILL_WAIT_S = 10.0
+RESCAN_S = 0.2
+"""The pause before a scan for tagged processes that found none is trusted by a second one."""
 
 
 def start_ticks(pid: int) -> int | None:
@@ -65,7 +67,7 @@ TAG_VAR = "FLEETFORGE_RUN_TAG"
 def tagged_processes(tag: str) -> list[int]:
     """Live processes whose environment holds FLEETFORGE_RUN_TAG=tag, or that set it for their child (the
     sandbox's `bwrap --setenv FLEETFORGE_RUN_TAG tag`); a process of another user is not readable: not
-    found, never guessed."""
+    found, never guessed. A process in the middle of an exec has neither for a moment: scan again."""
     needle = f"{TAG_VAR}={tag}".encode()
     found = []
     for entry in os.scandir("/proc"):
@@ -173,20 +175,29 @@ class RowMarker:
         return found
 
     async def _stop_tagged(self, tag: str, attempt: int, heartbeat: Callable[[str], None]) -> Leftover:
-        """Kill the process groups of the processes that carry `tag` (an intent's run that may have started)."""
-        pids = tagged_processes(tag) if tag else []
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                group = os.getpgid(pid)
-                if group == os.getpgid(0):  # never our own group: only that process
-                    os.kill(pid, signal.SIGKILL)
-                else:
-                    os.killpg(group, signal.SIGKILL)
+        """Kill the process groups of the processes that carry `tag` (an intent's run that may have started).
+        Every scan of /proc kills what it finds, and only two empty scans a pause apart end it: a process in
+        the middle of an exec shows neither environment nor argv for a moment (the parent of a just-spawned
+        run sees it before the kernel has written them), and a tagged process may start another in a
+        session of its own between a scan and its kill."""
+        first: list[int] = []
+        empty_scans = 0
         deadline = time.monotonic() + KILL_WAIT_S
-        while tag and tagged_processes(tag) and time.monotonic() < deadline:
-            heartbeat(f"stopping the interrupted earlier run (tag {tag})")
-            await asyncio.sleep(0.1)
-        return Leftover(pids[0] if pids else 0, attempt, killed=bool(pids))
+        while tag and empty_scans < 2 and time.monotonic() < deadline:
+            pids = tagged_processes(tag)
+            first = first or pids
+            empty_scans = 0 if pids else empty_scans + 1
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    group = os.getpgid(pid)
+                    if group == os.getpgid(0):  # never our own group: only that process
+                        os.kill(pid, signal.SIGKILL)
+                    else:
+                        os.killpg(group, signal.SIGKILL)
+            if pids:
+                heartbeat(f"stopping the interrupted earlier run (tag {tag})")
+            await asyncio.sleep(0.1 if pids else RESCAN_S)
+        return Leftover(first[0] if first else 0, attempt, killed=bool(first))
 
     def intend(self, attempt: int) -> str:
         """Record, durably and before the spawn, that a run of `attempt` is starting; returns the tag the

@@ -243,9 +243,42 @@ async def test_process_runner_finds_a_run_whose_worker_died_between_intent_and_p
     try:
         out = await ProcessRunner(FileStore(tmp_path / "a"), marker_dir=markers).run(
             request('python -c "print(42)"', fleet_id="crashy", row=4), print)
-        assert orphan.wait(timeout=10) == -signal.SIGKILL, "the run found by its tag was killed"
         assert out.passed and out.test_runs == 2, out.log_tail
         assert "(1 still running and killed first)" in out.log_tail
+        assert orphan.wait(timeout=30) == -signal.SIGKILL, "the run found by its tag was killed"
+    finally:
+        if orphan.poll() is None:
+            os.killpg(orphan.pid, signal.SIGKILL)
+
+
+async def test_a_tagged_run_that_the_first_scan_of_proc_missed_is_killed_by_the_next(tmp_path: Path, monkeypatch):
+    """Each scan of /proc kills what it finds and only two empty scans end the search: a run that the first
+    scan missed (a process in the middle of an exec shows no environment for a moment: the likely cause of
+    a CI failure where a just-spawned run outlived the retry) is killed by the next. Before, an empty first
+    scan killed nothing and the later scans only waited 10 s for what they found to end."""
+    import os
+    import signal
+    import sys
+
+    from activities.containers import _marker
+
+    real_scan, scans = _marker.tagged_processes, []
+
+    def missing_once(tag: str) -> list[int]:
+        scans.append(tag)
+        return [] if len(scans) == 1 else real_scan(tag)
+
+    monkeypatch.setattr(_marker, "tagged_processes", missing_once)
+    markers = tmp_path / "fleet-rows"
+    tag = _marker.RowMarker(markers, "crashy", 6).intend(attempt=1)
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
+                              env={**os.environ, _marker.TAG_VAR: tag})
+    try:
+        started = time.monotonic()
+        leftovers = await _marker.RowMarker(markers, "crashy", 6).stop_leftovers(print)
+        assert orphan.wait(timeout=30) == -signal.SIGKILL, "the second scan killed the run the first one missed"
+        assert time.monotonic() - started < _marker.KILL_WAIT_S, "killed, not waited out"
+        assert [(lo.pid, lo.killed) for lo in leftovers] == [(orphan.pid, True)]
     finally:
         if orphan.poll() is None:
             os.killpg(orphan.pid, signal.SIGKILL)
