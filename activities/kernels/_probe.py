@@ -535,9 +535,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from activities.kernels._child import apply_limits
     from activities.lifeline import die_with_parent, exit_now
 
     die_with_parent()
-    apply_limits()
     exit_now(main(sys.argv[1:]))

@@ -20,6 +20,8 @@ MEMORY_LIMIT_BYTES = 8 * 1024**3
 """The address-space limit of every child on CPU (RLIMIT_AS)."""
 DISK_BUDGET_BYTES = 2 * 1024**3
 """What a child may write (its outputs: the task's tensors, a few hundred MiB at the verifier's size bound)."""
+FILE_LIMIT_BYTES = 1024**3
+"""The largest file a child may write (RLIMIT_FSIZE)."""
 PROCESS_LIMIT = 128
 """Threads count too: torch and the interpreter need a few dozen; a fork bomb stops here."""
 LOG_LINES = 40
@@ -40,15 +42,12 @@ def require_kernel_packages() -> None:
                                                   "the worker again")
 
 
-def child_env(gpu: bool, cpu_s: int) -> dict[str, str]:
-    """The limits the child also applies to itself, and the device it runs on; nothing of the worker's."""
-    env = {"FLEETFORGE_CHILD_MEMORY_BYTES": str(MEMORY_LIMIT_BYTES), "FLEETFORGE_CHILD_CPU_S": str(cpu_s)}
-    if gpu:  # CUDA reserves far more address space than it uses: no RLIMIT_AS there; torch.compile's
-        # baseline compiles in-process (its worker pool would spend the child's process budget)
-        env.update(FLEETFORGE_CHILD_DEVICE="cuda", FLEETFORGE_CHILD_MEMORY_BYTES="0", TORCHINDUCTOR_COMPILE_THREADS="1")
-    else:
-        env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
-    return env
+def child_env(gpu: bool) -> dict[str, str]:
+    """The device the child runs on; nothing of the worker's. Its limits are prlimit's (`Limits`), set before
+    it starts: a child cannot run a line before they hold."""
+    if gpu:  # torch.compile's baseline compiles in-process (its worker pool would spend the child's process budget)
+        return {"FLEETFORGE_CHILD_DEVICE": "cuda", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    return {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def spawn(module: str, workdir: Path, args: list[str], *, gpu: bool, timeout_s: float) -> Child:
@@ -60,10 +59,11 @@ def spawn(module: str, workdir: Path, args: list[str], *, gpu: bool, timeout_s: 
     that could not find them would fail as if the task were broken, so it moves once a GPU run shows it works."""
     require_kernel_packages()
     cpu_s = int(timeout_s * (os.cpu_count() or 1)) + 10
+    # CUDA reserves far more address space than it uses: no RLIMIT_AS on a GPU
     limits = Limits(timeout_s=timeout_s, memory_bytes=0 if gpu else MEMORY_LIMIT_BYTES, cpu_s=cpu_s,
-                    disk_bytes=DISK_BUDGET_BYTES, processes=PROCESS_LIMIT)
+                    file_bytes=FILE_LIMIT_BYTES, disk_bytes=DISK_BUDGET_BYTES, processes=PROCESS_LIMIT)
     return spawn_child([sys.executable, "-m", module, *args], scratch=workdir, limits=limits,
-                       policy=SandboxPolicy(gpu=gpu, runtime_only=not gpu), env=child_env(gpu, cpu_s))
+                       policy=SandboxPolicy(gpu=gpu, runtime_only=not gpu), env=child_env(gpu))
 
 
 def wait_all(children: dict[str, Child], timeout_s: float, beat: Callable[[str], None],

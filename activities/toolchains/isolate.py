@@ -24,7 +24,6 @@ import importlib
 import json
 import os
 import re
-import resource
 import signal
 import sys
 import tempfile
@@ -145,19 +144,11 @@ def _child_env(limits: ChildLimits) -> dict[str, str]:
 # ---- the child side ---------------------------------------------------------------------------
 
 
-def _apply_limits() -> None:
-    mem = int(os.environ.get("FLEETFORGE_CHILD_MEMORY_BYTES", "0"))
-    if mem > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
 def _child_main(work: Path) -> NoReturn:
     import faulthandler
 
     faulthandler.enable()  # a native crash prints the Python frame that was running (log_tail keeps it)
     die_with_parent()
-    _apply_limits()
     request = json.loads((work / "request.json").read_text())
     fallback = request.get("fallback", Err.EXECUTOR_ERROR.value)
     module_name, _, fn_name = request["target"].partition(":")
