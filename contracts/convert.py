@@ -131,6 +131,15 @@ class CompiledStep(BaseModel, frozen=True):
     depends_on: list[str] = Field(default_factory=list)
 
 
+class StepOutput(BaseModel, frozen=True):
+    """What a step produced: every runner returns it (from a child process: as its reply)."""
+
+    outputs: list[str]
+    """Workspace-relative files the step wrote."""
+    seconds: float
+    details: dict[str, Any] = {}
+
+
 class CompileResult(BaseModel, frozen=True):
     ok: bool
     steps: list[CompiledStep] = Field(default_factory=list)

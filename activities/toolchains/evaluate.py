@@ -145,7 +145,7 @@ def evaluate(root: Path, params: EvalParams) -> EvaluationReport:
     import numpy as np
     import onnxruntime as ort
 
-    from activities.toolchains.ort_qnn import qnn_session
+    from activities.toolchains.qnn_ep import qnn_session
 
     ref_path, cand_path = safe_join(root, params.reference), safe_join(root, params.candidate)
     t0 = time.monotonic()

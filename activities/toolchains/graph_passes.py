@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from activities.sandbox import safe_join
+from contracts.convert import StepOutput
 from contracts.errors import Err, FleetforgeError
 
 MASK_FLOOR = -100.0
@@ -645,11 +646,10 @@ def apply_pass(name: str, model: Any, ctx: PassContext) -> int:
     return count
 
 
-def run_passes(root: Path, params: GraphPassesParams):  # -> StepOutput
+def run_passes(root: Path, params: GraphPassesParams) -> StepOutput:
     """Apply the named passes; with no match at all the output is a byte copy of the input."""
     import onnx
 
-    from activities.toolchains.ort_qnn import StepOutput
 
     unknown = [p for p in params.passes if p not in PASSES]
     if unknown:

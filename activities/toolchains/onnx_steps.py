@@ -10,7 +10,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from activities.sandbox import safe_join
-from activities.toolchains.ort_qnn import StepOutput, calibration_reader, synthetic_feeds
+from activities.toolchains.ort_qnn import calibration_reader, synthetic_feeds
+from contracts.convert import StepOutput
 from contracts.errors import Err, FleetforgeError
 
 

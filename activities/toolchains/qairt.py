@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from contracts.convert import CompiledStep
+from contracts.convert import CompiledStep, StepOutput
 from contracts.errors import Err, FleetforgeError
 
 HOST = "x86_64-linux-clang"
@@ -73,9 +73,8 @@ def detect_sdk(root: Path | str | None) -> QairtSdk:
     return QairtSdk(root=root, version=version.strip("."))
 
 
-def run_argv(step: CompiledStep, workspace_root: Path, sdk: QairtSdk, timeout_s: float = 3600.0):  # -> StepOutput
+def run_argv(step: CompiledStep, workspace_root: Path, sdk: QairtSdk, timeout_s: float = 3600.0) -> StepOutput:
     """Run the step's argv with the SDK's environment, cwd = workspace; a non-zero exit is an error."""
-    from activities.toolchains.ort_qnn import StepOutput
 
     assert step.argv
     program = sdk.bin_dir / step.argv[0]

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from activities.toolchains.isolate import DEFAULT_LIMITS, ChildLimits, run_isolated
-from contracts.convert import CompiledStep
+from contracts.convert import CompiledStep, StepOutput
 from contracts.errors import Err, FleetforgeError
 
 RUNNERS: dict[str, tuple[str, str, str]] = {
@@ -31,11 +31,9 @@ RUNNERS: dict[str, tuple[str, str, str]] = {
 
 
 def run_step(step: CompiledStep, root: Path, qairt_sdk_root: Path | None = None, *, limits: ChildLimits = DEFAULT_LIMITS,
-             cancelled: Callable[[], bool] | None = None):  # -> StepOutput
+             cancelled: Callable[[], bool] | None = None) -> StepOutput:
     """Run one compiled step in the workspace `root`: an argv step with the QAIRT SDK, else the
     in-process runner in a child process."""
-    from activities.toolchains.ort_qnn import StepOutput
-
     if step.argv is not None:
         from activities.toolchains.qairt import detect_sdk, run_argv
 

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from activities.sandbox import safe_join
+from contracts.convert import StepOutput
 from contracts.errors import Err, FleetforgeError
 
 MAX_INLINE_BYTES = 2 * 1024**3 - 64 * 1024**2
@@ -113,7 +114,7 @@ EXPORT_PACKAGES = ("torch", "onnxscript")
 """The torch-export extra: torch loads the model, onnxscript is the ONNX exporter's (torch.onnx's default)."""
 
 
-def export_onnx(root: Path, params: TorchExportParams):  # -> StepOutput
+def export_onnx(root: Path, params: TorchExportParams) -> StepOutput:
     missing = [name for name in EXPORT_PACKAGES if importlib.util.find_spec(name) is None]
     if missing:  # the worker's problem: no replan or other --preset helps
         raise FleetforgeError(Err.TOOLCHAIN_UNAVAILABLE, f"exporting a PyTorch model to ONNX needs {' and '.join(missing)} "
@@ -123,7 +124,6 @@ def export_onnx(root: Path, params: TorchExportParams):  # -> StepOutput
     import torch
 
     from activities.toolchains.isolate import tidy
-    from activities.toolchains.ort_qnn import StepOutput
     from contracts.convert_job import parse_input_shape
 
     src, dst = safe_join(root, params.model), safe_join(root, params.output)

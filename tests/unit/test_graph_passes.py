@@ -249,7 +249,8 @@ def test_avgpool_exclude_pad_is_exact_and_the_htp_fp16_gets_it_right(tmp_path: P
     assert count == 1 and ops(fixed) == {"AveragePool", "Mul"}
     np.testing.assert_allclose(run(fixed, {"x": POOL_X})[0], run(model, {"x": POOL_X})[0], rtol=1e-6, atol=1e-6)
     pytest.importorskip("onnxruntime_qnn")
-    from activities.toolchains.ort_qnn import context_provider_options, qnn_session
+    from activities.toolchains.ort_qnn import context_provider_options
+    from activities.toolchains.qnn_ep import qnn_session
 
     want = run(model, {"x": POOL_X})[0]
     htp = {name: qnn_session(m.SerializeToString(), context_provider_options("SM8550", "fp16")).run(None, {"x": POOL_X})[0]
@@ -399,7 +400,8 @@ def test_flatten_matmul_input_puts_the_merged_heads_projection_in_2d_and_the_htp
     assert count == 1
     np.testing.assert_array_equal(run(fixed, {"x": HEADS})[0], run(model, {"x": HEADS})[0])  # exact: same sums, same order
     pytest.importorskip("onnxruntime_qnn")
-    from activities.toolchains.ort_qnn import context_provider_options, qnn_session
+    from activities.toolchains.ort_qnn import context_provider_options
+    from activities.toolchains.qnn_ep import qnn_session
 
     htp = {name: qnn_session(m.SerializeToString(), context_provider_options("SM8550", "fp16")).run(None, {"x": HEADS})[0]
            for name, m in (("as exported", model), ("flattened", fixed))}
@@ -428,7 +430,8 @@ def test_constant_second_lets_the_htp_compile_llamas_rmsnorm_at_fp16_with_the_sa
     assert count >= 1 and transformers is not None
     np.testing.assert_array_equal(run(fixed, {"x": x})[0], run(model, {"x": x})[0])  # a * b == b * a exactly
     pytest.importorskip("onnxruntime_qnn")
-    from activities.toolchains.ort_qnn import context_provider_options, qnn_session
+    from activities.toolchains.ort_qnn import context_provider_options
+    from activities.toolchains.qnn_ep import qnn_session
 
     with pytest.raises(Exception, match="MEM_ALLOC"):
         qnn_session(model.SerializeToString(), context_provider_options("SM8550", "fp16"))
@@ -469,8 +472,9 @@ def test_rsqrt_to_div_is_exact_and_the_htp_gets_a_quantized_llama_right(tmp_path
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
     from activities.toolchains.ort_qnn import (
-        ContextBinaryParams, QuantizeQdqParams, calibration_reader, context_binary, qnn_session, quantize_qdq,
+        ContextBinaryParams, QuantizeQdqParams, calibration_reader, context_binary, quantize_qdq,
     )
+    from activities.toolchains.qnn_ep import qnn_session
 
     onnx.save(model, str(tmp_path / "as_exported.onnx"))
     np.savez(tmp_path / "calib.npz", ids=ids[:32])

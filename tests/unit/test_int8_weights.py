@@ -20,7 +20,8 @@ def test_int8_conv_weights_are_signed_symmetric_per_channel_and_the_htp_runs_the
     pytest.importorskip("onnxruntime_qnn")
     from onnx import numpy_helper
 
-    from activities.toolchains.ort_qnn import ContextBinaryParams, QuantizeQdqParams, context_binary, qnn_session, quantize_qdq
+    from activities.toolchains.ort_qnn import ContextBinaryParams, QuantizeQdqParams, context_binary, quantize_qdq
+    from activities.toolchains.qnn_ep import qnn_session
 
     build_tiny_cnn(tmp_path / "cnn.onnx")
     rng = np.random.default_rng(3)

@@ -58,7 +58,8 @@ def int8_then_mixed(root: Path, model: str, fp32: "ort.InferenceSession", held_o
 
 def on_the_htp(root: Path, fp32: "ort.InferenceSession", held_out: np.ndarray) -> tuple[dict, list[float]]:
     """mixed.onnx compiled for the HTP: what stayed on the CPU, and its cosines on held-out inputs."""
-    from activities.toolchains.ort_qnn import ContextBinaryParams, context_binary, qnn_session
+    from activities.toolchains.ort_qnn import ContextBinaryParams, context_binary
+    from activities.toolchains.qnn_ep import qnn_session
 
     ctx = context_binary(root, ContextBinaryParams(model="mixed.onnx", soc="sm8550", output="ctx/m_ctx.onnx",
                                                    precision="int8"))

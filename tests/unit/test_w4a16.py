@@ -55,7 +55,8 @@ class DecoderMlp(torch.nn.Module):
 
 def test_a_decoder_mlp_at_w4a16_has_4_bit_weights_16_bit_activations_and_runs_inside_the_htp(tmp_path: Path):
     pytest.importorskip("onnxruntime_qnn")
-    from activities.toolchains.ort_qnn import ContextBinaryParams, QuantizeQdqParams, context_binary, qnn_session, quantize_qdq
+    from activities.toolchains.ort_qnn import ContextBinaryParams, QuantizeQdqParams, context_binary, quantize_qdq
+    from activities.toolchains.qnn_ep import qnn_session
 
     rng = np.random.default_rng(0)
     calib, held_out = (rng.standard_normal((n, 1, 8, 32)).astype(np.float32) for n in (32, 16))
