@@ -59,7 +59,7 @@ async def job_outcome(client: Client, run: Any, request: Any, *, result_type: ty
 
 
 async def assert_eventually(
-    check: Callable[[], Awaitable[T]] | Callable[[], T], *, timeout: float = 20.0, interval: float = 0.1,
+    check: Callable[[], Awaitable[T]] | Callable[[], T], *, timeout: float = 60.0, interval: float = 0.1,
     message: str = "condition not met",
 ) -> T:
     """Poll `check` until it returns a truthy value before the deadline. An AssertionError or a
@@ -84,7 +84,7 @@ async def assert_eventually(
         await asyncio.sleep(interval)
 
 
-def wait_until(check: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.1, message: str = "condition not met") -> Any:
+def wait_until(check: Callable[[], Any], *, timeout: float = 60.0, interval: float = 0.1, message: str = "condition not met") -> Any:
     """Synchronous twin of assert_eventually, for thread/process fixtures."""
     deadline = time.monotonic() + timeout
     while True:

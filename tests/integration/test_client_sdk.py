@@ -131,7 +131,7 @@ async def test_convert_needs_input_answer_rejects_bad_soc_then_completes(ff, wor
         return progress is not None and progress.status is JobStatus.NEEDS_INPUT
 
     await assert_eventually(waiting, timeout=30)
-    await assert_eventually(lambda: _listed_needs_input(ff, handle.id), timeout=10)
+    await assert_eventually(lambda: _listed_needs_input(ff, handle.id), timeout=30)
 
     with pytest.raises(FleetforgeError) as bad:
         await ff.answer(handle.id, soc="sm9999", precision="int8")
@@ -163,7 +163,7 @@ async def test_a_cancelled_waiting_job_is_cancelled_everywhere_and_no_longer_wai
 
     handle = await ff.start_convert(str(build_tiny_cnn(tmp_path / "tiny.onnx")))  # no SoC/precision: it asks
     await assert_eventually(lambda: _waiting_for_input(handle), timeout=30)
-    await assert_eventually(lambda: _listed_needs_input(ff, handle.id), timeout=10)
+    await assert_eventually(lambda: _listed_needs_input(ff, handle.id), timeout=30)
 
     await (await ff.job(handle.id.split("/", 1)[1])).cancel()  # the bare run id names it
     with pytest.raises(JobCancelled):
