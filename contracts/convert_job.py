@@ -190,14 +190,26 @@ class OffloadReport(BaseModel, frozen=True):
     QuantizeLinear/DequantizeLinear that convert float graph inputs/outputs."""
     cpu_ops: list[str] = Field(default_factory=list)
     """Op types of those CPU nodes, sorted, each once."""
+    io_nodes: int = 0
+    """The boundary QuantizeLinear/DequantizeLinear of `nodes_total` that convert a QDQ model's float inputs and
+    outputs on the CPU: its interface, not its compute, so neither inside the binary nor in `cpu_nodes`."""
+
+    @property
+    def model_nodes(self) -> int:
+        """The nodes that do the model's work: `nodes_total` less the boundary conversions."""
+        return self.nodes_total - self.io_nodes
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def share(self) -> float:
-        """Share of the model's nodes that run inside the context binary (1.0 = fully offloaded)."""
-        if self.nodes_total <= 0:
+        """Share of the model's nodes (`model_nodes`) that run inside the context binary (1.0 = fully offloaded)."""
+        if self.model_nodes <= 0:
             return 0.0
-        return max(0.0, 1.0 - self.cpu_nodes / self.nodes_total) if self.context_nodes else 0.0
+        return max(0.0, 1.0 - self.cpu_nodes / self.model_nodes) if self.context_nodes else 0.0
+
+    def io_note(self) -> str:
+        """"; N more convert its float inputs/outputs on the CPU", or "" for a model without them."""
+        return f"; {self.io_nodes} more convert its float inputs/outputs on the CPU" if self.io_nodes else ""
 
     @property
     def full(self) -> bool:

@@ -688,5 +688,5 @@ def mixed_row(mixed: MixedPrecisionReport | None) -> str:
 def offload_row(offload: OffloadReport | None) -> str:
     if offload is None:
         return ""
-    text = f"{offload.share:.0%} of {offload.nodes_total} nodes in the context binary"
-    return text + (f"; on the CPU: {', '.join(offload.cpu_ops)}" if offload.cpu_ops else "")
+    text = f"{offload.share:.0%} of {offload.model_nodes} nodes in the context binary"
+    return text + (f"; on the CPU: {', '.join(offload.cpu_ops)}" if offload.cpu_ops else "") + offload.io_note()

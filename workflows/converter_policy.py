@@ -205,7 +205,7 @@ def gate(report: EvaluationReport | None, offload: OffloadReport | None, *, requ
     tried += f"; remedies that could not run: {', '.join(failed)}" if failed else ""
     if offload is not None and request.output in CONTEXT_OUTPUTS and not offload.full:
         verdict = figures.model_copy(update={"verdict": "not_offloaded"})
-        message = (f"{offload.cpu_nodes} of {offload.nodes_total} nodes run on the CPU outside the HTP context binary "
+        message = (f"{offload.cpu_nodes} of {offload.model_nodes} nodes run on the CPU outside the HTP context binary "
                    f"(ops: {', '.join(offload.cpu_ops)}; offload {offload.share:.0%}){tried}")
         feedback = PlanFeedback(kind="offload", remedies=remedies, failed=failed, float_outputs=float_outputs,
                                 evaluation=report, offload=offload, min_cosine=threshold)

@@ -523,7 +523,8 @@ def offload_report(source: Any, context_model: Path) -> OffloadReport:
 
     cpu = [n for n in ctx.graph.node if n.op_type != "EPContext" and not boundary(n)]
     return OffloadReport(nodes_total=len(source.graph.node), context_nodes=sum(n.op_type == "EPContext" for n in ctx.graph.node),
-                         cpu_nodes=len(cpu), cpu_ops=sorted({n.op_type for n in cpu}))
+                         cpu_nodes=len(cpu), cpu_ops=sorted({n.op_type for n in cpu}),
+                         io_nodes=sum(boundary(n) for n in ctx.graph.node))
 
 
 def context_binary_target(bin_path: Path) -> dict[str, str]:

@@ -99,8 +99,8 @@ def offload_line(result: ConversionResult) -> str | None:
     o = result.offload
     if o is None:
         return None
-    text = f"offload: {o.share:.0%} of {o.nodes_total} nodes inside the HTP context binary"
-    return text + (f"; on the CPU: {', '.join(o.cpu_ops)} ({o.cpu_nodes} nodes)" if o.cpu_nodes else "")
+    text = f"offload: {o.share:.0%} of {o.model_nodes} nodes inside the HTP context binary"
+    return text + (f"; on the CPU: {', '.join(o.cpu_ops)} ({o.cpu_nodes} nodes)" if o.cpu_nodes else "") + o.io_note()
 
 
 def show_convert(result: ConversionResult, ui_url: str) -> None:

@@ -16,6 +16,7 @@ from activities.toolchains.ort_qnn import (ContextBinaryParams, QuantizeQdqParam
                                            context_binary_target, epcontext_attributes, quantize_qdq)
 from activities.toolchains.registry import default_registry
 from activities.toolchains.steps import run_step
+from contracts.convert_job import OffloadReport
 from examples.tiny_model import build_tiny_cnn
 
 
@@ -35,6 +36,10 @@ def _int8_sm8550(root: Path) -> tuple[Path, Path]:
                                                    output="converted/tiny_ctx.onnx", precision="int8"))
     assert out.outputs == ["converted/tiny_ctx.onnx", "converted/tiny_ctx_qnn.bin"]
     assert out.details["htp_arch"] == 73 and out.details["soc_model"] == 43
+    offload = OffloadReport.model_validate(out.details["offload"])
+    # the QDQ model's float interface (its input's QuantizeLinear, its output's DequantizeLinear) stays on the CPU
+    assert (offload.io_nodes, offload.cpu_nodes, offload.share) == (2, 0, 1.0), offload
+    assert offload.model_nodes == offload.nodes_total - 2
     return root / "converted/tiny_ctx.onnx", root / "converted/tiny_ctx_qnn.bin"
 
 
@@ -60,6 +65,7 @@ def test_int8_sm8550_context_binary_targets_sm8550_and_is_deterministic(ws: Path
 def test_fp16_context_binary_per_soc_and_close_to_fp32(ws: Path) -> None:
     out = context_binary(ws, ContextBinaryParams(model="input/tiny.onnx", soc="SM8650", output="converted/fp16_ctx.onnx"))
     assert context_binary_target(ws / "converted/fp16_ctx_qnn.bin") == {"soc_type": "SM8650", "arch": "75"}
+    assert OffloadReport.model_validate(out.details["offload"]).io_nodes == 0, "a float model has no boundary conversions"
     report = evaluate(ws, EvalParams(reference="input/tiny.onnx", candidate="converted/fp16_ctx.onnx"))
     assert report.cosine > 0.999 and report.max_abs < 1e-2, report
     print(f"\nfp16 SM8650: compile {out.seconds:.2f}s, {report}")

@@ -199,6 +199,23 @@ def test_a_context_binary_with_cpu_nodes_is_not_offloaded():
     assert isinstance(judge(report(1.0), partial, request=onnx_qdq), Complete), "only a context binary must be offloaded"
 
 
+def test_offload_counts_the_models_nodes_and_says_the_boundary_conversions_run_on_the_cpu():
+    """A QDQ model's float input and output are converted by a QuantizeLinear / DequantizeLinear that stay on the
+    CPU: neither "inside the binary" (the line said "100% of 23 nodes inside" for 21 inside) nor a failure."""
+    from workflows.converter import offload_row
+
+    full = OffloadReport(nodes_total=23, context_nodes=1, cpu_nodes=0, io_nodes=2)
+    assert full.full and full.share == 1.0
+    assert offload_row(full) == "100% of 21 nodes in the context binary; 2 more convert its float inputs/outputs on the CPU"
+    partial = OffloadReport(nodes_total=12, context_nodes=2, cpu_nodes=1, cpu_ops=["Det"], io_nodes=2)
+    assert partial.share == 0.9
+    verdict = judge(report(1.0), partial, can=False)
+    assert isinstance(verdict, GiveUp) and "1 of 10 nodes run on the CPU" in verdict.failure.message
+    assert "offload 90%" in verdict.failure.message
+    old = OffloadReport.model_validate({"nodes_total": 16, "context_nodes": 1, "cpu_nodes": 0})
+    assert offload_row(old) == "100% of 16 nodes in the context binary", "a result recorded before io_nodes reads as it did"
+
+
 def test_a_rerun_that_misses_the_gate_keeps_the_gates_code():
     replan = judge(report(0.2))
     assert isinstance(replan, Replan)
