@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from client import out
 from client.jobs import JobSummary
+from contracts.agents import AgentProvenance
 from contracts.common import ArtifactRef, JobStatus, TokenTotals
 from contracts.convert_job import ConversionResult
 from contracts.fleet_job import FleetTestResult, ModelTestResult
@@ -127,13 +128,19 @@ def show_convert(result: ConversionResult, ui_url: str) -> None:
         outcome = f"remedy {a.remedies[-1]} could not run" if a.outcome == "remedy_failed" and a.remedies else a.outcome
         out.line(f"attempt {a.attempt}: {outcome}" + (f" - {a.feedback.splitlines()[0]}" if a.feedback else ""))
     for p in result.planner:
-        if p.source != "offline":
-            out.line(f"planner: {p.source} ({p.llm_answers} LLM answer(s), {len(p.rejections)} refused)"
-                     + (f": {p.fallback_reason}" if p.fallback_reason else ""))
+        out.line(planner_line(p))
     show_tokens(result.tokens)
     for w in result.warnings:
         out.hint(f"warning: {w}")
     out.line(f"Web UI: {ui_url}")
+
+
+def planner_line(p: AgentProvenance) -> str:
+    """Who planned: with 0 tokens spent, the reader should not have to guess whether an LLM was asked."""
+    if p.source == "offline":
+        return "planner: offline (the worker has no LLM: FLEETFORGE_LLM, docs/configuration.md)"
+    return (f"planner: {p.source} ({p.llm_answers} LLM answer(s), {len(p.rejections)} refused)"
+            + (f": {p.fallback_reason}" if p.fallback_reason else ""))
 
 
 def show_tokens(t: TokenTotals) -> None:

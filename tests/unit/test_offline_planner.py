@@ -251,3 +251,15 @@ def test_a_remedy_that_could_not_run_is_dropped_and_not_tried_again():
     quant = plan.steps[0]
     assert quant.required_args["precision"] == "w8a16" and "float_outputs" not in quant.optional_args
     assert plan_remedies(plan) == ([W8A16], [], [FLOAT_OUTPUTS, MIXED])
+
+
+def test_the_cli_says_whether_an_llm_planned_when_no_token_was_spent():
+    """The demo printed 'tokens: 0 ... in 1 agent answer(s)' and nothing about who answered."""
+    from client.cli.render import planner_line
+    from contracts.agents import AgentProvenance, AnswerSource
+
+    offline = planner_line(AgentProvenance(agent="planner", source=AnswerSource.OFFLINE))
+    assert offline.startswith("planner: offline (the worker has no LLM") and "FLEETFORGE_LLM" in offline
+    stood_in = planner_line(AgentProvenance(agent="planner", source=AnswerSource.FALLBACK, llm_answers=3,
+                                            rejections=["a", "b", "c"], fallback_reason="no valid plan"))
+    assert stood_in == "planner: fallback (3 LLM answer(s), 3 refused): no valid plan"
