@@ -650,7 +650,6 @@ def run_passes(root: Path, params: GraphPassesParams) -> StepOutput:
     """Apply the named passes; with no match at all the output is a byte copy of the input."""
     import onnx
 
-
     unknown = [p for p in params.passes if p not in PASSES]
     if unknown:
         raise FleetforgeError(Err.BAD_INPUT, f"unknown graph pass(es) {unknown}; known: {', '.join(PASSES)}")

@@ -28,6 +28,7 @@ from contracts.convert import StepOutput
 from contracts.convert_job import OffloadReport
 from contracts.errors import Err, FleetforgeError
 
+
 class QuantizeQdqParams(BaseModel, frozen=True):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -75,7 +75,6 @@ def detect_sdk(root: Path | str | None) -> QairtSdk:
 
 def run_argv(step: CompiledStep, workspace_root: Path, sdk: QairtSdk, timeout_s: float = 3600.0) -> StepOutput:
     """Run the step's argv with the SDK's environment, cwd = workspace; a non-zero exit is an error."""
-
     assert step.argv
     program = sdk.bin_dir / step.argv[0]
     if not program.is_file():
