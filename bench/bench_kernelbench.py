@@ -11,7 +11,7 @@ rules of bench/kernelbench_shrink.py, prints a per-family table and the targets 
 Level 2 and >= 70 % of Level 3 VERIFIED, 0 wrong kernels verified on the independent re-check), PASS/FAIL, and
 writes KernelBench's v3 `results.csv` columns (measured speed columns empty on the CPU interpreter) with the cost
 model's (`sol_ms`, `modeled_ms`, `modeled_speedup`, `traffic_ratio`, `launches`: modeled, not measured). It runs the
-`with_optimizer` workflow and prints, per level and family, the modeled speedup over eager and the SOL fraction
+`default` workflow (its optimizer rounds included) and prints, per level and family, the modeled speedup over eager and the SOL fraction
 before and after the optimizer, and the targets on them (median modeled speedup >= 1.0x on each level, median traffic
 ratio <= 1.5 on the memory-bound kernels). The default suite is ours:
 
@@ -564,8 +564,8 @@ def main() -> None:
     ap.add_argument("--arch", default="cpu-interpreter",
                     help="cpu-interpreter (default), or cuda on a GPU kernels worker: each verified kernel is then "
                          "timed against eager and torch.compile (results.csv speedup, ref_ms, baseline_type)")
-    ap.add_argument("--workflow", help="the workflow.yaml the jobs run (default: with_optimizer for the public suite, so "
-                                       "the modeled figures before and after the optimizer are reported; default for ours)")
+    ap.add_argument("--workflow", help="the workflow.yaml the jobs run (default: default, whose optimizer rounds give the "
+                                       "modeled figures before and after the optimizer)")
     ap.add_argument("--workdir", help="state and artifacts folder (default: a temp dir)")
     ap.add_argument("--resume", action="store_true", help="public suite: skip the tasks WORKDIR/rows.jsonl has")
     ap.add_argument("--report-from", help="public suite: print the report from a run's WORKDIR/rows.jsonl (so far)")
@@ -590,13 +590,13 @@ def main() -> None:
             jobs = [j for j in jobs if j.name not in done]
             print(f"resuming: {len(done)} tasks already in {done_rows}")
         print(f"{len(jobs)} public KernelBench tasks (shrunk: bench/kernelbench_shrink.py), offline agents, "
-              f"{args.workflow or 'with_optimizer'} workflow, {args.concurrency} at a time:")
+              f"{args.workflow or 'default'} workflow, {args.concurrency} at a time:")
         for j in jobs:
             print(f"  {j.name:<60} {j.overrides}")
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(args.workdir) if args.workdir else Path(tmp)
             t0 = time.monotonic()
-            rows = asyncio.run(run_all(workdir, jobs, args.concurrency, args.arch, args.workflow or "with_optimizer",
+            rows = asyncio.run(run_all(workdir, jobs, args.concurrency, args.arch, args.workflow or "default",
                                        time_limit(args)))
             csv_path = Path(args.csv) if args.csv else (workdir if args.workdir else Path()) / "results.csv"
             if args.resume and done_rows is not None:

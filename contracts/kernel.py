@@ -353,7 +353,7 @@ class KernelTask(BaseModel, frozen=True):
     arch: str = Field(min_length=1, description="cpu-interpreter (the Triton interpreter on CPU) or a GPU arch "
                                                 "(a100, h100, ...)")
     """See KNOWN_ARCHES."""
-    workflow: str = Field("default", description="a shipped workflow name (default, coder_only, with_optimizer, "
+    workflow: str = Field("default", description="a shipped workflow name (default, first_verified, coder_only, "
                                                  "akg_style) or a workflow.yaml path")
     """Ignored when `conductor` is given."""
     conductor: ConductorConfig | None = None

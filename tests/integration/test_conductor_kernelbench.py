@@ -91,7 +91,7 @@ async def test_our_kernelbench_tasks_run_unmodified_through_the_cli_with_set(tem
             new_worker(client, activities=reg.by_kind["llm"], task_queue=queues.llm), \
             new_worker(client, activities=reg.by_kind["kernels"], task_queue=queues.kernels):
         runs = await asyncio.gather(*(asyncio.to_thread(
-            ff, "kernel", str(KERNELBENCH / name), "--arch", "cpu-interpreter",
+            ff, "kernel", str(KERNELBENCH / name), "--arch", "cpu-interpreter", "--workflow", "first_verified",
             *[a for pair in sets for a in ("--set", pair)], "--wait", "--json", env=env, timeout=600)
             for name, (sets, *_rest) in RUNS.items()))
 

@@ -115,7 +115,7 @@ async def test_masking_bug_feedback_reaches_the_coder_and_the_second_candidate_v
     script = [design_answer(), code_answer(MASKING_BUG), decision("Coder", "write the tail: mask must be offs < n"),
               code_answer(GOOD)]
     with ScriptedOpenAIServer(script) as server:
-        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default")
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "first_verified")
 
     assert result.outcome is KernelOutcome.VERIFIED and result.status is JobStatus.COMPLETED
     assert [(e.agent, e.ok) for e in trace] == [
@@ -255,7 +255,7 @@ async def test_unusable_analysis_decisions_fall_back_to_the_deterministic_rule(t
     script = [design_answer(), code_answer(MASKING_BUG), decision("banana", "peel it"), decision("banana", "peel it"),
               code_answer(GOOD)]
     with ScriptedOpenAIServer(script) as server:
-        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default", max_step=5)
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "first_verified", max_step=5)
 
     assert [e.agent for e in trace] == ["designer", "coder", "verifier", "coder", "verifier"]
     rerouted = trace[3]
@@ -305,7 +305,7 @@ async def test_a_torch_wrapper_and_a_size_baked_in_kernel_are_rejected_and_the_c
     script = [design_answer(), code_answer(TORCH_WRAPPER), decision("Coder"), code_answer(SIZE_BAKED_IN),
               decision("Coder"), code_answer(GOOD)]
     with ScriptedOpenAIServer(script) as server:
-        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default")
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "first_verified")
 
     assert result.outcome is KernelOutcome.VERIFIED, [e.summary for e in trace]
     assert [(e.agent, e.ok) for e in trace] == [
@@ -344,7 +344,7 @@ async def test_a_candidate_slower_than_its_limit_is_a_verdict_and_the_same_worke
     script = [design_answer(), code_answer(SLOW), decision("Coder", "make it fast"), code_answer(GOOD)]
     task_id = f"relu-slow-{uuid.uuid4().hex[:6]}"
     with ScriptedOpenAIServer(script) as server:
-        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default",
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "first_verified",
                                          request_kw={"time_limit": limit}, task_id=task_id)
 
     assert result.outcome is KernelOutcome.VERIFIED and file_store.get_bytes(result.best_candidate).decode() == GOOD

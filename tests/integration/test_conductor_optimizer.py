@@ -12,7 +12,7 @@ from tests.integration.test_conductor_workflow import run_conductor, task_for
 
 
 async def test_a_two_pass_softmax_is_rewritten_to_one_launch_and_stays_verified(temporal_env, file_store, settings):
-    result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("softmax"), "with_optimizer")
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("softmax"), "default")
 
     assert result.outcome is KernelOutcome.VERIFIED and result.finish_reason is FinishReason.VERIFIED
     assert [(e.agent, e.ok) for e in trace] == [("designer", True), ("coder", True), ("verifier", True),
@@ -40,7 +40,7 @@ async def test_a_rewrite_that_breaks_correctness_is_discarded_and_never_delivere
 
     optimizer.load()  # the real rewrites register now, before the registry is replaced for this test
     monkeypatch.setattr(optimizer, "REWRITES", {"broken": Rewrite("broken", 1, "a wrong rewrite", divides_by_multiplying)})
-    result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("softmax"), "with_optimizer")
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("softmax"), "default")
 
     assert result.outcome is KernelOutcome.VERIFIED and result.finish_reason is FinishReason.VERIFIED
     assert [(e.agent, e.ok) for e in trace] == [("designer", True), ("coder", True), ("verifier", True),

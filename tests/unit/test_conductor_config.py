@@ -43,20 +43,21 @@ def _error(path: Path) -> str:
     return info.value.message
 
 
-def test_the_three_shipped_workflows_are_listed_and_load():
-    assert {"default", "coder_only", "with_optimizer"} <= set(shipped_workflows())
+def test_the_shipped_workflows_are_listed_and_load_and_the_default_optimizes():
+    assert set(shipped_workflows()) == {"default", "first_verified", "coder_only", "akg_style"}
     default = load_workflow_config("default")
     assert default.start_agent == "designer"
-    assert default.next_agents("verifier") == ["finish", "coder"]
+    assert default.next_agents("verifier") == ["finish", "coder", "optimizer"]
     assert default.mandatory_analysis == ["verifier"]
+    assert default.next_agents("optimizer") == ["verifier"]
+    assert default.repeat_limit("optimizer") == 2
+    assert default.repeat_limit("designer") == 3
+    assert default.sequences["optimizer_verifier"].max_repeats == 3
+    first = load_workflow_config("first_verified")
+    assert first.start_agent == "designer" and first.next_agents("verifier") == ["finish", "coder"]
+    assert "optimizer" not in first.agent_info
     coder_only = load_workflow_config("coder_only")
     assert coder_only.start_agent == "coder" and "designer" not in coder_only.agent_info
-    with_optimizer = load_workflow_config("with_optimizer")
-    assert "optimizer" in with_optimizer.next_agents("verifier")
-    assert with_optimizer.next_agents("optimizer") == ["verifier"]
-    assert with_optimizer.repeat_limit("optimizer") == 2
-    assert with_optimizer.repeat_limit("designer") == 3
-    assert with_optimizer.sequences["optimizer_verifier"].max_repeats == 3
     assert default.output_format("coder").parser_name == "coder_parser"
     assert default.output_format("coder").mandatory_fields == ["code"]
 
@@ -204,8 +205,8 @@ def test_config_for_task_prefers_inline_config_and_applies_max_step():
     inline = load_workflow_config("coder_only")
     task = KernelTask(op_name="relu", task_desc="x", task_id="t1", arch="cpu", conductor=inline)
     assert config_for_task(task) == inline
-    named = KernelTask(op_name="relu", task_desc="x", task_id="t1", arch="cpu", workflow="with_optimizer", max_step=7)
+    named = KernelTask(op_name="relu", task_desc="x", task_id="t1", arch="cpu", workflow="default", max_step=7)
     cfg = config_for_task(named)
     assert cfg.start_agent == "designer" and cfg.max_step == 7
     assert cfg.repeat_limit("optimizer") == 2
-    assert load_workflow_config("with_optimizer").max_step == 24
+    assert load_workflow_config("default").max_step == 24

@@ -38,7 +38,7 @@ from workflows.conductor_policy import (
 
 DEFAULT = load_workflow_config("default")
 CODER_ONLY = load_workflow_config("coder_only")
-WITH_OPTIMIZER = load_workflow_config("with_optimizer")
+FIRST_VERIFIED = load_workflow_config("first_verified")
 
 
 def _state(*records: tuple) -> ConductorState:
@@ -99,49 +99,55 @@ CASES = [
     ),
     (
         "verifier pass -> finish",
+        FIRST_VERIFIED,
+        [("designer",), ("coder",), ("verifier", True, True)],
+        Finish(reason=FinishReason.VERIFIED, step=3),
+    ),
+    (
+        "verifier pass with neither a measured nor a modeled speed -> finish (nothing to beat)",
         DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True)],
         Finish(reason=FinishReason.VERIFIED, step=3),
     ),
     (
         "verifier pass with optimizer, budget and a measured speed -> optimizer",
-        WITH_OPTIMIZER,
+        DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True, 1.3)],
         Go(agent="optimizer", step=4),
     ),
     (
         "verifier pass with optimizer but speed not measurable (CPU) -> finish",
-        WITH_OPTIMIZER,
+        DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True)],
         Finish(reason=FinishReason.VERIFIED, step=3),
     ),
     (
         "verifier pass with optimizer but no budget for optimize+verify -> finish",
-        _with_max_step(WITH_OPTIMIZER, 4),
+        _with_max_step(DEFAULT, 4),
         [("designer",), ("coder",), ("verifier", True, True, 1.3)],
         Finish(reason=FinishReason.VERIFIED, step=3),
     ),
     (
         "verifier pass with budget for exactly optimize+verify -> optimizer",
-        _with_max_step(WITH_OPTIMIZER, 5),
+        _with_max_step(DEFAULT, 5),
         [("designer",), ("coder",), ("verifier", True, True, 1.3)],
         Go(agent="optimizer", step=4),
     ),
     (
         "the optimizer's round made it faster -> another optimizer round",
-        WITH_OPTIMIZER,
+        DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True, 1.3), ("optimizer",), ("verifier", True, True, 1.8)],
         Go(agent="optimizer", step=6),
     ),
     (
         "one optimizer round without gain -> one more round",
-        WITH_OPTIMIZER,
+        DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True, 1.3), ("optimizer",), ("verifier", True, True, 1.3)],
         Go(agent="optimizer", step=6),
     ),
     (
         "two optimizer rounds in a row without gain -> finish with the best",
-        WITH_OPTIMIZER,
+        DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True, 1.3), ("optimizer",), ("verifier", True, True, 1.3),
          ("optimizer",), ("verifier", True, True, 1.2)],
         Finish(reason=FinishReason.VERIFIED, step=7,
@@ -149,19 +155,19 @@ CASES = [
     ),
     (
         "a modeled speed (CPU) is a speed to beat -> optimizer",
-        WITH_OPTIMIZER,
+        DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True, None, (0.009, 0.33))],
         Go(agent="optimizer", step=4),
     ),
     (
         "at 95 % of the speed of light (modeled) -> finish",
-        WITH_OPTIMIZER,
+        DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True, None, (0.0031, 0.96))],
         Finish(reason=FinishReason.VERIFIED, step=3),
     ),
     (
         "an optimizer round that reached 95 % of SOL -> finish, saying why",
-        WITH_OPTIMIZER,
+        DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True, None, (0.009, 0.33)), ("optimizer",),
          ("verifier", True, True, None, (0.0031, 0.97))],
         Finish(reason=FinishReason.VERIFIED, step=5,
@@ -169,14 +175,14 @@ CASES = [
     ),
     (
         "the optimizer's candidate failed verification: discarded, the optimizer tries again (never the coder)",
-        WITH_OPTIMIZER,
+        DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True, None, (0.009, 0.33)), ("optimizer",),
          ("verifier", True, False)],
         Go(agent="optimizer", step=6),
     ),
     (
         "a wrong rewrite, then a slower one -> finish with the first verified candidate",
-        WITH_OPTIMIZER,
+        DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True, None, (0.009, 0.33)), ("optimizer",),
          ("verifier", True, False), ("optimizer",), ("verifier", True, True, None, (0.0095, 0.31))],
         Finish(reason=FinishReason.VERIFIED, step=7,
@@ -184,20 +190,20 @@ CASES = [
     ),
     (
         "a faster modeled candidate resets the count -> another round",
-        WITH_OPTIMIZER,
+        DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True, None, (0.009, 0.33)), ("optimizer",),
          ("verifier", True, False), ("optimizer",), ("verifier", True, True, None, (0.004, 0.75))],
         Go(agent="optimizer", step=8),
     ),
     (
         "optimizer -> verifier",
-        WITH_OPTIMIZER,
+        DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True), ("optimizer",)],
         Go(agent="verifier", step=5),
     ),
     (
         "verifier fail removes finish; mandatory analysis still asks the LLM",
-        DEFAULT,
+        FIRST_VERIFIED,
         [("designer",), ("coder",), ("verifier", True, False)],
         AskLLM(agent="verifier", options=["coder"], step=4),
     ),
@@ -209,7 +215,7 @@ CASES = [
     ),
     (
         "verifier fail with optimizer: both agents offered, never finish",
-        WITH_OPTIMIZER,
+        DEFAULT,
         [("designer",), ("coder",), ("verifier", True, False)],
         AskLLM(agent="verifier", options=["coder", "optimizer"], step=4),
     ),
