@@ -87,6 +87,8 @@ with workflow.unsafe.imports_passed_through():
         get_next_agent,
         no_answer_finish,
         offline_fallback_due,
+        OPTIMIZER_TIME_MULTIPLE,
+        optimizer_time_limit,
         recent_attempts,
     )
     from workflows.failures import failure_from
@@ -132,7 +134,7 @@ class ConductorWorkflow:
         """The verification of the best candidate (what `better` compares a new one with)."""
         self._tried: list[str] = []
         """The offline optimizer's rewrites tried so far, in order, each with its verdict once verified
-        (`rows+epilogue=kept`, `=reverted`, `=wrong`)."""
+        (`rows+epilogue=kept`, `=reverted`, `=wrong`, `=over time`)."""
         self._calls: list[AgentCall] = []
         """Every agent answer and routing analysis, for the result's token/latency totals."""
         self._routing: tuple[str, TokenUsage, AgentProvenance | None] = ("config", TokenUsage(), None)
@@ -443,11 +445,16 @@ class ConductorWorkflow:
         if len(cands) > 1:
             summary += f" [{sum(r.report.passed for r in done.values())}/{len(cands)} candidates passed]"
         if self._state.last is not None and self._state.last.agent == AgentName.OPTIMIZER:
+            over_time = not passed and res.report.reason.startswith("candidate timed out")
             if passed:
                 summary = (f"kept as the best: {summary}" if kept else
                            f"not faster than the best, reverted (the best stays step {self._best_record.step}): {summary}")
+            elif over_time and self._best_record is not None:
+                summary = (f"over the optimizer's time budget ({OPTIMIZER_TIME_MULTIPLE:g}x the verified candidate's "
+                           f"run), reverted (the best stays step {self._best_record.step}): {summary}")
             if self._tried and "=" not in self._tried[-1]:  # the offline optimizer's rewrite of this round
-                self._tried[-1] += "=" + ("kept" if kept else "reverted" if passed else "wrong")
+                self._tried[-1] += "=" + ("kept" if kept else "reverted" if passed else "over time" if over_time
+                                          else "wrong")
         return (record,
                 TraceEntry(step=go.step, agent=go.agent, summary=summary[:500], ok=passed, artifact=cands[shown],
                            candidates=cands if len(cands) > 1 else [], report=res.report, speed=res.speed,
@@ -456,6 +463,9 @@ class ConductorWorkflow:
     async def _verify(self, candidate: ArtifactRef, step: int, index: int, n: int) -> tuple[int, VerifyResult]:
         ref = self._reference or ReferenceAnalysis()
         limit = self._req.verifier_time_limit
+        if self._best_report is not None and self._state.last is not None \
+                and self._state.last.agent == AgentName.OPTIMIZER:  # a round improving a kernel the job already has
+            limit = optimizer_time_limit(limit, self._best_report.durations.get("candidate"))
         res = await workflow.execute_activity_method(
             KernelActivities.verify,
             VerifyRequest(task=self._task, candidate=candidate, timeout_s=self._req.verify_timeout_s,

@@ -22,6 +22,7 @@ from contracts.kernel import (
     Go,
     LLMDecision,
     SequenceLimit,
+    TimeLimit,
 )
 from contracts.kernel_job import Attempt, Rejection
 
@@ -128,6 +129,27 @@ reverted: the best verified candidate stands)."""
 MIN_GAIN = 0.01
 """A candidate replaces the best only when it is at least 1 % faster (modeled times are deterministic, measured
 ones are medians: noise never wins)."""
+
+
+OPTIMIZER_TIME_MULTIPLE = 3.0
+"""An optimizer round's candidate may run at most this many times as long as the verified candidate it tries to
+beat did in its own verification...: the job already has its kernel, and a rewrite sized for a GPU can run far
+slower under the interpreter (the `blocks` rewrite gave AlexNet's first convolution 8x the programs: 42 s -> 224 s
+a job), so the rounds must not multiply the job's time."""
+OPTIMIZER_TIME_FLOOR_S = 60.0
+"""...and never less than this (a candidate's child pays its start and torch import whatever the kernel)."""
+
+
+def optimizer_time_limit(limit: TimeLimit, best_candidate_s: float | None) -> TimeLimit:
+    """The time limit for verifying an optimizer round's candidate: the job's, with its ceiling lowered to
+    OPTIMIZER_TIME_MULTIPLE x the best verified candidate's own run (`durations["candidate"]`), at least
+    OPTIMIZER_TIME_FLOOR_S. A rewrite past it is reverted like a wrong one; the best verified candidate stands."""
+    if best_candidate_s is None:
+        return limit
+    cap = round(max(OPTIMIZER_TIME_FLOOR_S, OPTIMIZER_TIME_MULTIPLE * best_candidate_s), 1)
+    if cap >= limit.ceiling_s:
+        return limit
+    return limit.model_copy(update={"ceiling_s": cap, "floor_s": min(limit.floor_s, cap)})
 
 
 def better(new: AgentRecord, best: AgentRecord | None) -> bool:

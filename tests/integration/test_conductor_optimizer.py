@@ -4,11 +4,14 @@ the verified candidate before it is the one delivered."""
 
 from __future__ import annotations
 
+import json
+
 from activities.kernels import optimizer
 from activities.kernels.optimizer import Rewrite
-from contracts.kernel import FinishReason
+from contracts.kernel import FinishReason, TimeLimit
 from contracts.kernel_job import KernelOutcome
 from tests.integration.test_conductor_workflow import run_conductor, task_for
+from workflows import conductor_policy
 
 
 async def test_a_two_pass_softmax_is_rewritten_to_one_launch_and_stays_verified(temporal_env, file_store, settings):
@@ -49,3 +52,27 @@ async def test_a_rewrite_that_breaks_correctness_is_discarded_and_never_delivere
     assert result.best_candidate == trace[1].artifact  # the coder's verified kernel, not the broken rewrite
     assert result.report is not None and result.report.passed and result.modeled == trace[2].modeled
     assert "every applicable rewrite was tried (broken=wrong)" in trace[-1].summary
+
+
+async def test_a_rewrite_over_the_optimizers_time_budget_is_reverted_and_the_job_keeps_its_kernel(
+        temporal_env, file_store, settings, monkeypatch):
+    """The rounds improve a kernel the job already has: a rewrite that runs longer than its budget (a few times the
+    verified candidate's own run; here shrunk to 1 s, less than a child's start) is reverted, not called wrong."""
+    monkeypatch.setattr(conductor_policy, "OPTIMIZER_TIME_MULTIPLE", 0.01)
+    monkeypatch.setattr(conductor_policy, "OPTIMIZER_TIME_FLOOR_S", 1.0)
+    histories: list = []
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("softmax"), "default",
+                                        histories=histories)
+
+    assert result.outcome is KernelOutcome.VERIFIED and result.finish_reason is FinishReason.VERIFIED
+    assert [(e.agent, e.ok) for e in trace] == [("designer", True), ("coder", True), ("verifier", True),
+                                                ("optimizer", True), ("verifier", False),  # rows
+                                                ("optimizer", True), ("verifier", False)]  # blocks; 2 rounds: stop
+    for entry in (trace[4], trace[6]):
+        assert entry.summary.startswith("over the optimizer's time budget"), entry.summary
+        assert "candidate timed out" in entry.summary and "a fixed 1 s" in entry.summary, entry.summary
+    assert trace[3].summary.startswith("rewrite rows:") and trace[5].summary.startswith("rewrite blocks:")
+    assert result.best_candidate == trace[1].artifact and result.modeled == trace[2].modeled
+    limits = [json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)["time_limit"]
+              for e in histories[0].events if e.activity_task_scheduled_event_attributes.activity_type.name == "verify"]
+    assert [TimeLimit.model_validate(lim).ceiling_s for lim in limits] == [1800.0, 1.0, 1.0]  # the job's limit, then the rounds'

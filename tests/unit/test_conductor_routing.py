@@ -17,6 +17,7 @@ from contracts.kernel import (
     FinishReason,
     Go,
     LLMDecision,
+    TimeLimit,
 )
 from activities.llm.structured import Rejected
 from contracts.kernel_job import Attempt, Rejection
@@ -30,6 +31,7 @@ from workflows.conductor_policy import (
     get_next_agent,
     no_answer_finish,
     offline_fallback_due,
+    optimizer_time_limit,
     recent_attempts,
     sequence_allows,
     sequence_repeats,
@@ -451,3 +453,14 @@ def test_the_best_is_measured_speedup_first_then_modeled_time_and_a_gain_must_be
                AgentRecord(agent="verifier", step=5, verifier_passed=False), AgentRecord(agent="optimizer", step=6),
                rec(7, modeled=0.003)]
     assert best_record(history) == history[-1] and best_record(history[:4]) == history[0]
+
+
+def test_an_optimizer_rounds_time_limit_is_a_few_times_the_verified_candidates_own_run():
+    job = TimeLimit(multiple=200, floor_s=120, ceiling_s=1800)
+    assert optimizer_time_limit(job, 30.0) == TimeLimit(multiple=200, floor_s=90, ceiling_s=90)
+    assert optimizer_time_limit(job, 5.0) == TimeLimit(multiple=200, floor_s=60, ceiling_s=60)  # the floor
+    assert optimizer_time_limit(job, 100.0) == TimeLimit(multiple=200, floor_s=120, ceiling_s=300)
+    assert optimizer_time_limit(job, 900.0) == job  # 3x is past the job's own ceiling
+    assert optimizer_time_limit(job, None) == job  # no run time recorded: the job's limit
+    # the candidate's limit within it: 200x a 0.1 s reference is 20 s, lifted to the floor, capped by the ceiling
+    assert optimizer_time_limit(job, 30.0).for_reference(0.1) == 90.0
