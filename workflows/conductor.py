@@ -80,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.agent_ladder import Accepted, climb
     from workflows.conductor_policy import (
         ANALYSIS_HISTORY,
+        OPTIMIZER_TIME_MULTIPLE,
         ROUTING_LLM_ANSWERS,
         decided,
         fallback_agent,
@@ -87,7 +88,6 @@ with workflow.unsafe.imports_passed_through():
         get_next_agent,
         no_answer_finish,
         offline_fallback_due,
-        OPTIMIZER_TIME_MULTIPLE,
         optimizer_time_limit,
         recent_attempts,
     )

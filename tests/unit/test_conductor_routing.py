@@ -106,12 +106,6 @@ CASES = [
         Finish(reason=FinishReason.VERIFIED, step=3),
     ),
     (
-        "verifier pass with neither a measured nor a modeled speed -> finish (nothing to beat)",
-        DEFAULT,
-        [("designer",), ("coder",), ("verifier", True, True)],
-        Finish(reason=FinishReason.VERIFIED, step=3),
-    ),
-    (
         "verifier pass with optimizer, budget and a measured speed -> optimizer",
         DEFAULT,
         [("designer",), ("coder",), ("verifier", True, True, 1.3)],
