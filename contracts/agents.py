@@ -15,7 +15,8 @@ class AnswerSource(StrEnum):
     LLM = "llm"
     """The LLM's answer, validated."""
     OFFLINE = "offline"
-    """The offline agent is the configured provider (no LLM was asked)."""
+    """The offline agent answered without the LLM being asked: it is the configured provider, or a policy puts it
+    first (the offline optimizer's rewrites; `fallback_reason` says so)."""
     FALLBACK = "fallback"
     """The LLM failed or its answers stayed unusable after the repair rounds: the offline agent answered."""
     NONE = "none"
@@ -32,7 +33,7 @@ class AgentProvenance(BaseModel, frozen=True):
     rejections: list[str] = Field(default_factory=list)
     """Why each refused LLM answer was refused, oldest first (the last few, each one line)."""
     fallback_reason: str = ""
-    """Why the offline agent answered (FALLBACK) or why nobody could (NONE)."""
+    """Why the offline agent answered (FALLBACK, or OFFLINE by policy) or why nobody could (NONE)."""
 
     @property
     def by_llm(self) -> bool:

@@ -88,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
         get_next_agent,
         no_answer_finish,
         offline_fallback_due,
+        offline_first,
         optimizer_time_limit,
         recent_attempts,
     )
@@ -149,6 +150,8 @@ class ConductorWorkflow:
         """Who wrote each candidate (by sha256): the LLM, or the offline agent."""
         self._llm_rejected = 0
         self._offline_tried = False
+        self._rewrites_left = True
+        """False once the offline optimizer had no rewrite left to propose: optimizer rounds then ask the LLM first."""
         self._fallbacks: list[str] = []
         self._duplicates = 0
 
@@ -305,11 +308,12 @@ class ConductorWorkflow:
                            suggestion=go.suggestion, step=go.step, output=config.output_format(go.agent),
                            rejected=list(self._rejected), tried=list(self._tried),
                            modeled=self._modeled if go.agent == AgentName.OPTIMIZER else None)
-        force = offline_fallback_due(role=go.agent, llm_configured=self._req.llm != "offline",
-                                     llm_rejected=self._llm_rejected, threshold=self._req.llm_rejections_before_fallback,
-                                     tried=self._offline_tried)
+        llm_configured = self._req.llm != "offline"
+        force = offline_fallback_due(role=go.agent, llm_configured=llm_configured, llm_rejected=self._llm_rejected,
+                                     threshold=self._req.llm_rejections_before_fallback, tried=self._offline_tried)
         if force:
             self._offline_tried = True
+        first = offline_first(role=go.agent, llm_configured=llm_configured, rewrites_left=self._rewrites_left)
 
         def attempt(i: int) -> Callable[[Provider, list[str]], Awaitable[CodeResult]]:
             def ask(provider: Provider, repair: list[str]) -> Awaitable[CodeResult]:
@@ -325,10 +329,13 @@ class ConductorWorkflow:
             return ask
 
         async def one(i: int) -> tuple[CodeResult | None, AgentProvenance, list[CodeResult]]:
-            if force:
-                value, prov, results = await self._ladder(go.agent, attempt(i), force_offline=force)
+            if force or first:
+                value, prov, results = await self._ladder(go.agent, attempt(i), force_offline=force or first,
+                                                          by_policy=bool(first))
                 if value is not None:
                     return value, prov, results
+                if first:
+                    self._rewrites_left = False
                 more = await self._ladder(go.agent, attempt(i))
                 return more[0], more[1], results + more[2]
             return await self._ladder(go.agent, attempt(i))
@@ -362,10 +369,11 @@ class ConductorWorkflow:
                 entry.model_copy(update={"candidates": good if len(good) > 1 else [], "tokens": usage}), ended)
 
     async def _ladder(self, agent: str, ask: Callable[[Provider, list[str]], Awaitable[R]], *,
-                      force_offline: str = "") -> tuple[R | None, AgentProvenance, list[R]]:
+                      force_offline: str = "", by_policy: bool = False) -> tuple[R | None, AgentProvenance, list[R]]:
         """Climb the agent ladder with one activity (`ask(provider, repair)`): the LLM and its repairs, then
         the offline agent (the offline optimizer's registered rewrites, for the optimizer). `force_offline` skips
-        the LLM and says why."""
+        the LLM and says why: a fallback after refused LLM candidates, or, `by_policy`, the offline answer going
+        first (an OFFLINE answer that says why, not a fallback)."""
         results: list[R] = []
 
         async def llm(repair: list[str]) -> Accepted[R] | Rejected:
@@ -383,7 +391,8 @@ class ConductorWorkflow:
                               max_llm_answers=self._req.max_llm_answers)
         prov = climbed.provenance
         if force_offline and climbed.value is not None:
-            prov = prov.model_copy(update={"source": AnswerSource.FALLBACK, "fallback_reason": force_offline})
+            source = AnswerSource.OFFLINE if by_policy else AnswerSource.FALLBACK
+            prov = prov.model_copy(update={"source": source, "fallback_reason": force_offline})
         self._calls += [r.call for r in results]
         self._duplicates += sum(r.rejection is Rejection.DUPLICATE for r in results)
         if prov.source is AnswerSource.FALLBACK:

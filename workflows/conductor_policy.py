@@ -106,6 +106,15 @@ def offline_fallback_due(*, role: str, llm_configured: bool, llm_rejected: int, 
     return f"the verifier rejected {llm_rejected} LLM candidates; trying the offline template's candidate"
 
 
+def offline_first(*, role: str, llm_configured: bool, rewrites_left: bool) -> str:
+    """Why an optimizer round asks the offline optimizer before the LLM (empty: it should not). Its rewrites are
+    deterministic, cost no token and the cost model predicts each one's gain, so with an LLM configured they still
+    go first, and the LLM is asked for what they cannot do: in the round where none is left, and after it."""
+    if role != AgentName.OPTIMIZER or not llm_configured or not rewrites_left:
+        return ""
+    return "the offline optimizer's rewrites go first (deterministic, no tokens); the LLM is asked once none is left"
+
+
 def no_answer_finish(*, step: int, llm_configured: bool, rejection: Rejection | None, why: str) -> Finish:
     """How the run ends when an agent's ladder gave no answer at all."""
     if rejection is Rejection.DUPLICATE:

@@ -186,14 +186,17 @@ def provenances(result: Any) -> list[dict[str, Any]]:
 
 
 def assert_every_answer_is_attributed(result: Any) -> list[dict[str, Any]]:
-    """With an LLM configured, each agent decision is the LLM's (validated) or a fallback that says why;
-    never 'none' in a job that reached a verdict."""
+    """With an LLM configured, each agent decision is the LLM's (validated), a fallback that says why, or the
+    offline agent put first by a policy that says so (the optimizer's rewrites); never 'none' in a job that
+    reached a verdict."""
     found = provenances(result)
     assert found, "the result carries no agent provenance (workflows/agent_ladder.py climb)"
     for p in found:
-        assert p["source"] in ("llm", "fallback"), p
+        assert p["source"] in ("llm", "fallback", "offline"), p
         if p["source"] == "fallback":
             assert p["fallback_reason"] and p["llm_answers"] >= 1, p
+        if p["source"] == "offline":
+            assert "go first" in p["fallback_reason"] and p["llm_answers"] == 0, p
     return found
 
 

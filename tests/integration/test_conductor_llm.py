@@ -2,8 +2,8 @@
 verifier feedback routed back to the coder, unusable answers repaired inside the step (the agent
 ladder), broken answers falling back to the offline template, a rejected candidate never verified
 twice, AKG workflow.yaml limits, MAX_STEPS with the full trace, routing decisions in any case and
-their deterministic fallback, parallel candidates. Real dev server, real artifact store, real
-verifier children under the Triton interpreter."""
+their deterministic fallback, parallel candidates, the offline optimizer's rewrites before the LLM's.
+Real dev server, real artifact store, real verifier children under the Triton interpreter."""
 
 from __future__ import annotations
 
@@ -361,3 +361,28 @@ async def test_a_candidate_slower_than_its_limit_is_a_verdict_and_the_same_worke
     attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
                 if e.HasField("activity_task_started_event_attributes")]
     assert attempts and set(attempts) == {1}, "no activity failed, timed out or was retried: the worker stayed healthy"
+
+
+@pytest.mark.slow
+async def test_with_an_llm_the_offline_optimizers_rewrite_goes_first_and_the_llm_is_asked_once_none_is_left(
+        temporal_env, tmp_path, file_store):
+    """The LLM writes nothing usable here (designer and coder fall back to the offline agents): the first optimizer
+    round is the offline rows rewrite, asked before the LLM and shown as the offline agent's by policy; the LLM's
+    first optimizer prompt comes in the round where no rewrite is left, and it sees the rewrite's verdict."""
+    softmax = (EXAMPLES / "kernels" / "softmax.py").read_text()
+    with ScriptedOpenAIServer([answer(BROKEN)] * 9) as server:
+        result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default",
+                                                source=softmax)
+    assert result.outcome is KernelOutcome.VERIFIED and result.finish_reason is FinishReason.VERIFIED
+    assert [(e.agent, e.ok) for e in trace] == [("designer", True), ("coder", True), ("verifier", True),
+                                                ("optimizer", True), ("verifier", True), ("optimizer", False)]
+    rows = trace[3].provenance
+    assert trace[3].summary.startswith("rewrite rows:") and rows is not None
+    assert (rows.source, rows.llm_answers) == (AnswerSource.OFFLINE, 0) and "go first" in rows.fallback_reason
+    assert result.best_candidate == trace[3].artifact
+    assert [e.split(":")[0] for e in result.fallbacks] == ["step 1 designer", "step 2 coder"], "policy is no fallback"
+    roles = [prompt_of(r).split(" of a team")[0] for r in server.requests]
+    assert roles == ["You are the designer"] * 3 + ["You are the coder"] * 3 + ["You are the optimizer"] * 3
+    assert "def rows_" in prompt_of(server.requests[6]), "the LLM optimizes the rewrite's kernel, the best one"
+    last = trace[5].provenance
+    assert last is not None and last.llm_answers == 3 and "every applicable rewrite was tried" in last.fallback_reason

@@ -31,6 +31,7 @@ from workflows.conductor_policy import (
     get_next_agent,
     no_answer_finish,
     offline_fallback_due,
+    offline_first,
     optimizer_time_limit,
     recent_attempts,
     sequence_allows,
@@ -406,6 +407,16 @@ def test_validate_decision_names_the_options_when_refusing():
 ], ids=["threshold reached", "below the threshold", "tried once already", "offline anyway", "no offline optimizer"])
 def test_the_offline_template_is_tried_once_after_n_llm_candidates_fail_verification(kw, due):
     assert bool(offline_fallback_due(**kw)) is due
+
+
+@pytest.mark.parametrize(("kw", "first"), [
+    (dict(role="optimizer", llm_configured=True, rewrites_left=True), True),
+    (dict(role="optimizer", llm_configured=True, rewrites_left=False), False),
+    (dict(role="optimizer", llm_configured=False, rewrites_left=True), False),
+    (dict(role="coder", llm_configured=True, rewrites_left=True), False),
+], ids=["optimizer with an LLM", "no rewrite left: the LLM", "offline anyway: no ordering", "the coder asks the LLM"])
+def test_the_offline_optimizers_rewrites_go_before_the_llm_until_none_is_left(kw, first):
+    assert bool(offline_first(**kw)) is first
 
 
 @pytest.mark.parametrize(("llm", "rejection", "reason"), [
