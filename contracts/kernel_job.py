@@ -118,6 +118,8 @@ class VerifierReport(BaseModel, frozen=True):
     """The reference child's time on the same runs (measured now, or when its outputs were cached)."""
     accuracy_note: str = ""
     """Set when the fp32 outputs disagreed and the reference ran again in float64 to tell which side is off."""
+    timed_out: bool = False
+    """The candidate was killed at its time limit (`reason` says when, and what had finished by then)."""
 
 
 # --- the reference, read by tracing it -------------------------------------------------------

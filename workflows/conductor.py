@@ -454,7 +454,7 @@ class ConductorWorkflow:
         if len(cands) > 1:
             summary += f" [{sum(r.report.passed for r in done.values())}/{len(cands)} candidates passed]"
         if self._state.last is not None and self._state.last.agent == AgentName.OPTIMIZER:
-            over_time = not passed and res.report.reason.startswith("candidate timed out")
+            over_time = not passed and res.report.timed_out
             if passed:
                 summary = (f"kept as the best: {summary}" if kept else
                            f"not faster than the best, reverted (the best stays step {self._best_record.step}): {summary}")

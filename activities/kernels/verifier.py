@@ -146,7 +146,7 @@ def verify(
         ref_err = children["reference"].error if "reference" in children else None
         cand = children["candidate"]
         if ref_err:
-            if ref_err.startswith("timed out"):
+            if children["reference"].timed_out:
                 ref_err += (f": the reference may take the time limit's ceiling ({limit.text}); raise "
                             "verifier.time_limit.ceiling_s or make the task smaller")
             return VerifierReport(passed=False, reason=f"reference failed: {ref_err}", static=static,
@@ -176,8 +176,9 @@ def verify(
         if cand.error and not (in_held_phase and not checked):  # not checked: the reference failed there too
             at = f" at the held-out sizes {sizes}" if in_held_phase else ""
             slow = (f"{_progress(cand_dir / PROGRESS_FILE, in_held_phase)}: its time limit is {limit.text}, and the reference took "
-                    f"{cached.seconds:.1f} s on the same runs" if cand.error.startswith("timed out") else "")
-            return VerifierReport(passed=False, reason=f"candidate {cand.error}{at}{slow}", log=cand.log_excerpt, **base)
+                    f"{cached.seconds:.1f} s on the same runs" if cand.timed_out else "")
+            return VerifierReport(passed=False, reason=f"candidate {cand.error}{at}{slow}", log=cand.log_excerpt,
+                                  timed_out=cand.timed_out, **base)
         try:
             got = _load_outputs(cand_dir / "out.pt")
             got_held = _load_outputs(cand_dir / HELD_OUT_FILE) if checked else None

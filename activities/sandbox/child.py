@@ -396,6 +396,8 @@ class Child:
         """What the caller made of the log for a report (its own format; scrubbed)."""
         self.exit_code: int | None = None
         self.elapsed = 0.0
+        self.timed_out = False
+        """Killed at its time limit (`error` says after how long)."""
 
     @property
     def pid(self) -> int:
@@ -598,6 +600,7 @@ def wait_children(children: Mapping[str, Child], *, timeout_s: float, beat: Call
                 if now - since > seconds:
                     child.kill()
                     child.finish(None, f"timed out after {seconds:g}s (killed)")
+                    child.timed_out = True
                     del pending[name]
             if not pending:
                 return

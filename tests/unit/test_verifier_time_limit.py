@@ -60,7 +60,7 @@ SLOW = "for _ in range(10**7):\n    out = launch(x)\nreturn out"
 def test_a_candidate_slower_than_its_limit_gets_a_timeout_verdict_naming_the_limit_and_the_reference_time():
     limit = TimeLimit(multiple=2, floor_s=8, ceiling_s=90)
     report = verify(RELU, candidate(SLOW), time_limit=limit)
-    assert not report.passed
+    assert not report.passed and report.timed_out
     assert report.reference_s > 0 and report.time_limit_s == limit.for_reference(report.reference_s)
     assert report.time_limit_s < limit.ceiling_s, "the limit followed the reference, not the ceiling"
     assert report.reason == (f"candidate timed out after {report.time_limit_s:g}s (killed), before its first forward "
