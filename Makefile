@@ -26,7 +26,7 @@ $(VENV)/.demo-installed: pyproject.toml
 
 # FLEETFORGE_LLM=local: llama.cpp's server built for a portable x86-64 baseline (no AVX-512, no AMX: a native
 # build dies with SIGILL on Xeons that report AMX) and the SmolLM2-135M GGUF. The flags and the pinned version
-# live in scripts/local_llm.sh; the first build takes 10-30 min on 2 cores, then its cached wheel is instant.
+# live in scripts/local_llm.sh; the first build takes 4-30 min on 2 cores, then its cached wheel is instant.
 local-llm: $(VENV)/.local-llm
 
 $(VENV)/.local-llm: $(VENV)/.installed scripts/local_llm.sh
