@@ -113,6 +113,10 @@ TRACE_IN_STORE = "kernel-trace-in-store"
 the result), so a job that fails after some steps records its trace too. Histories of jobs that failed before
 end without that activity, as they did."""
 
+OPTIMIZER_OFFLINE_FIRST = "kernel-optimizer-offline-first"
+"""With an LLM configured, an optimizer round asks the offline optimizer first while it has a rewrite left
+(`conductor_policy.offline_first`). Histories recorded before asked the LLM first, as they did."""
+
 
 @workflow.defn
 class ConductorWorkflow:
@@ -314,6 +318,8 @@ class ConductorWorkflow:
         if force:
             self._offline_tried = True
         first = offline_first(role=go.agent, llm_configured=llm_configured, rewrites_left=self._rewrites_left)
+        if first and not workflow.patched(OPTIMIZER_OFFLINE_FIRST):
+            first = ""
 
         def attempt(i: int) -> Callable[[Provider, list[str]], Awaitable[CodeResult]]:
             def ask(provider: Provider, repair: list[str]) -> Awaitable[CodeResult]:
