@@ -1,4 +1,5 @@
-"""Record workflow histories for the replay tests: `python -m tests.replay.record [inspect|convert_gate|kernel_failed ...]`.
+"""Record workflow histories for the replay tests:
+`python -m tests.replay.record [inspect|convert_gate|kernel_failed|kernel_llm_optimizer ...]`.
 
 Re-run after a deliberate change to a workflow's commands (and keep the old history too when the
 change is behind `workflow.patched`, so old runs are still proven replayable). When a patch is
@@ -106,7 +107,36 @@ async def record_kernel_failed(env: WorkflowEnvironment, tmp: Path, name: str = 
     (HISTORIES / name).write_text(history.to_json())
 
 
-async def main(which: tuple[str, ...] = ("inspect", "convert_gate", "kernel_failed")) -> None:
+async def record_kernel_llm_optimizer(env: WorkflowEnvironment, tmp: Path,
+                                      name: str = "kernel_llm-optimizer-rounds.json") -> None:
+    """A softmax job with an LLM configured (the scripted test double, every answer unusable) through the default
+    workflow's optimizer rounds: each agent falls back to its offline answer, the rows rewrite is kept."""
+    from tests.doubles.openai_server import ScriptedOpenAIServer, text_stream
+
+    unusable = text_stream(["```python\nclass ModelNew(:\n```"])
+    with ScriptedOpenAIServer([unusable] * 12) as server:
+        settings = Settings(state_dir=tmp / "state-llm", llm="openai", llm_base_url=server.base_url,
+                            llm_model="scripted")
+        store = FileStore(tmp / "artifacts-llm")
+        queues = fresh_queues()
+        reg = build_registry(settings, store)
+        task = KernelTask(op_name="softmax", task_desc=(EXAMPLES / "kernels" / "softmax.py").read_text(),
+                          task_id="softmax-replay", arch="cpu-interpreter")
+        async with new_worker(env.client, workflows=[ConductorWorkflow], task_queue=queues.workflows,
+                              activities=reg.by_kind["llm"] + reg.by_kind["kernels"]):
+            handle = await env.client.start_workflow(
+                ConductorWorkflow.run, KernelRequest(task=task, config=load_workflow_config("default"), queues=queues,
+                                                     llm="openai", verify_timeout_s=120),
+                id=f"kernel/{uuid.uuid4().hex[:8]}", task_queue=queues.workflows,
+                search_attributes=start_attributes(JobKind.KERNEL, "softmax"),
+            )
+            result = await outcome_of(handle, KernelResult)
+            assert result.outcome.value == "VERIFIED" and result.steps >= 5, result
+    history = await handle.fetch_history()
+    (HISTORIES / name).write_text(history.to_json())
+
+
+async def main(which: tuple[str, ...] = ("inspect", "convert_gate", "kernel_failed", "kernel_llm_optimizer")) -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), search_attributes=SEARCH_ATTRIBUTES,
         data_converter=pydantic_data_converter,
@@ -119,6 +149,8 @@ async def main(which: tuple[str, ...] = ("inspect", "convert_gate", "kernel_fail
                 await record_convert_gate(env, Path(tmp))
             if "kernel_failed" in which:
                 await record_kernel_failed(env, Path(tmp))
+            if "kernel_llm_optimizer" in which:
+                await record_kernel_llm_optimizer(env, Path(tmp))
     finally:
         await env.shutdown()
 
@@ -126,4 +158,4 @@ async def main(which: tuple[str, ...] = ("inspect", "convert_gate", "kernel_fail
 if __name__ == "__main__":
     import sys
 
-    asyncio.run(main(tuple(sys.argv[1:]) or ("inspect", "convert_gate", "kernel_failed")))
+    asyncio.run(main(tuple(sys.argv[1:]) or ("inspect", "convert_gate", "kernel_failed", "kernel_llm_optimizer")))
