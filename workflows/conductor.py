@@ -624,6 +624,8 @@ def _by(prov: AgentProvenance) -> str:
         return f" (LLM, {prov.llm_answers} answer(s))" if prov.llm_answers > 1 else ""
     if prov.source is AnswerSource.FALLBACK:
         return " (offline fallback)"
+    if prov.source is AnswerSource.OFFLINE and prov.fallback_reason:  # an LLM is configured: say who wrote it
+        return " (offline, before the LLM)"
     return ""
 
 

@@ -377,7 +377,7 @@ async def test_with_an_llm_the_offline_optimizers_rewrite_goes_first_and_the_llm
     assert [(e.agent, e.ok) for e in trace] == [("designer", True), ("coder", True), ("verifier", True),
                                                 ("optimizer", True), ("verifier", True), ("optimizer", False)]
     rows = trace[3].provenance
-    assert trace[3].summary.startswith("rewrite rows:") and rows is not None
+    assert trace[3].summary == "rewrite rows: candidate written (offline, before the LLM)" and rows is not None
     assert (rows.source, rows.llm_answers) == (AnswerSource.OFFLINE, 0) and "go first" in rows.fallback_reason
     assert result.best_candidate == trace[3].artifact
     assert [e.split(":")[0] for e in result.fallbacks] == ["step 1 designer", "step 2 coder"], "policy is no fallback"
