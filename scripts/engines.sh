@@ -9,6 +9,8 @@
 #                             headless chromium; not root: says what is missing and leaves the tests that
 #                             need it to fail saying so. Node.js >= 20 with npm (the MCP client tests) is
 #                             not installed here: Debian 12's nodejs is 18.
+#   scripts/engines.sh build  what scripts/local_llm.sh runs before it builds llama.cpp from source: a C++
+#                             compiler (g++). Not root and missing: exit 2, printing the one command to run.
 # Idempotent.
 set -uo pipefail
 SET=${1:-test}
@@ -17,8 +19,12 @@ mkdir -p "$STATE"
 
 has_lib() { { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q "$1"; }
 missing=()
-command -v bwrap >/dev/null || missing+=(bubblewrap)
-has_lib libatomic.so.1 || missing+=(libatomic1)
+if [[ $SET == build ]]; then
+    command -v g++ >/dev/null || command -v c++ >/dev/null || missing+=(g++)
+else
+    command -v bwrap >/dev/null || missing+=(bubblewrap)
+    has_lib libatomic.so.1 || missing+=(libatomic1)
+fi
 if [[ $SET == test ]]; then
     command -v dockerd >/dev/null || missing+=(docker.io)
     command -v busybox >/dev/null || missing+=(busybox-static)
@@ -33,8 +39,13 @@ if ((${#missing[@]})); then
         apt-get update -qq >"$STATE/apt.log" 2>&1
         if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$STATE/apt.log" 2>&1; then
             echo "engines: apt-get install failed, see $STATE/apt.log"; tail -5 "$STATE/apt.log"
-            [[ $SET == demo ]] && exit 1
+            [[ $SET != test ]] && exit 1
         fi
+    elif [[ $SET == build ]]; then
+        echo "building llama.cpp from source needs a C++ compiler (${missing[*]}); nothing was built."
+        echo "Install it as root, then run the make command again:"
+        echo "    sudo apt-get install -y ${missing[*]}"
+        exit 2
     elif [[ $SET == demo ]]; then
         echo "make demo needs the system package(s) ${missing[*]} (the sandbox, the QNN backend's libatomic); nothing was started."
         echo "Install as root, then run make demo again:"
@@ -44,7 +55,7 @@ if ((${#missing[@]})); then
         echo "engines: missing ${missing[*]} (install them as root; the sandbox/docker/browser tests fail without them)"
     fi
 fi
-[[ $SET == demo ]] && exit 0
+[[ $SET != test ]] && exit 0
 
 command -v npm >/dev/null || echo "engines: npm not found: the MCP client tests need Node.js >= 20 with npm"
 if command -v dockerd >/dev/null && ! docker info >/dev/null 2>&1; then

@@ -21,6 +21,7 @@ DIR="${FLEETFORGE_WHEEL_CACHE:-$HOME/.cache/fleetforge/wheels}/llama-cpp-python-
 
 wheel() { compgen -G "$DIR/llama_cpp_python-$VERSION-*.whl" | head -n 1; }
 if [[ -z "$(wheel)" ]]; then
+    bash "$(dirname "$0")/engines.sh" build || exit $?  # its C++ compiler (apt as root on a machine without one)
     echo "local-llm: building llama.cpp $VERSION for a portable x86-64 baseline (4-30 min on 2 cores, once per machine)"
     rm -rf "$DIR.tmp"
     CMAKE_ARGS="$FLAGS" "$PIP" wheel -q --no-cache-dir --no-deps "llama-cpp-python==$VERSION" -w "$DIR.tmp"
