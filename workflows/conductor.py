@@ -24,10 +24,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.kernels import offline_designer
     from activities.kernels.activities import KernelActivities
     from activities.kernels.config_loader import config_for_task
-    from activities.kernels.reference import size_problem
     from activities.llm.structured import Rejected
     from contracts.agents import AgentProvenance, AnswerSource
     from contracts.common import ArtifactRef, Failure, JobStatus
@@ -97,21 +95,16 @@ with workflow.unsafe.imports_passed_through():
 
 R = TypeVar("R", DesignResult, CodeResult)
 
-CONDUCTOR_V2 = "kernel-conductor-traced-reference-ladder"
-"""Deprecated patch: the conductor reads the traced reference first and every agent climbs the fallback
-ladder. The refusal of histories recorded by the earlier conductor is gone; `deprecate_patch` keeps
-histories recorded while it was `workflow.patched` replaying."""
-
 REFERENCE_IN_STORE = "kernel-reference-and-source-in-store"
-"""trace_reference returns the analysis without its trace, with the designer's family and the size check made
+"""Deprecated patch: trace_reference returns the analysis without its trace, with the designer's family and the size check made
 in the activity (a whole model's trace is hundreds of KiB, and the designer's walk over it outlasts a workflow
-task), and the task's source as a store ref that every later request carries instead of the text. Histories
-recorded before read the trace here, as they did."""
+task), and the task's source as a store ref that every later request carries instead of the text. The old path
+(reading the trace here) is gone: a kernel job started before 2db29ff must end before its worker is upgraded."""
 
 TRACE_IN_STORE = "kernel-trace-in-store"
-"""The result carries the trace's store ref only (the history held the trace twice: record_trace's input and
-the result), so a job that fails after some steps records its trace too. Histories of jobs that failed before
-end without that activity, as they did."""
+"""Deprecated patch: the result carries the trace's store ref only (the history held the trace twice: record_trace's input and
+the result), so a job that fails after some steps records its trace too. The old path (a failed job
+without that activity) is gone: a kernel job started before d8ec1c0 must end before its worker is upgraded."""
 
 OPTIMIZER_OFFLINE_FIRST = "kernel-optimizer-offline-first"
 """With an LLM configured, an optimizer round asks the offline optimizer first while it has a rewrite left
@@ -162,7 +155,6 @@ class ConductorWorkflow:
     @workflow.run
     async def run(self, req: KernelRequest) -> KernelResult:
         self._req = req
-        workflow.deprecate_patch(CONDUCTOR_V2)
         config = self._config(req)
         self._show("reading the reference")
         try:
@@ -205,14 +197,10 @@ class ConductorWorkflow:
             task_queue=self._req.queues.kernels, summary="trace the reference",
             start_to_close_timeout=KERNEL.start_to_close, heartbeat_timeout=KERNEL.heartbeat, retry_policy=KERNEL.retry,
         )
-        if workflow.patched(REFERENCE_IN_STORE):
-            ref = self._reference
-            self._family, problem = ref.family, ref.size_problem
-            self._stored_task = self._req.task.stored(ref.source) if ref.source is not None else None
-        else:
-            plan = offline_designer.choose_plan(self._reference)
-            self._family = f"no offline template: {plan}" if isinstance(plan, str) else plan.label
-            problem = size_problem(self._reference)
+        workflow.deprecate_patch(REFERENCE_IN_STORE)
+        ref = self._reference
+        self._family, problem = ref.family, ref.size_problem
+        self._stored_task = self._req.task.stored(ref.source) if ref.source is not None else None
         problem = problem if self._req.task.on_cpu else ""
         if problem:
             return Failure(code=Err.KERNEL_TASK_INVALID, message=problem, where="reading the reference")
@@ -549,8 +537,9 @@ class ConductorWorkflow:
     async def _record_failed_trace(self) -> ArtifactRef | None:
         """The steps before an activity failed, in the store like a finished job's (TRACE_IN_STORE); None when
         none ran or the store could not take them (the failure that ended the job stays the one reported)."""
-        if not self._trace or not workflow.patched(TRACE_IN_STORE):
+        if not self._trace:
             return None
+        workflow.deprecate_patch(TRACE_IN_STORE)
         try:
             return await self._record_trace()
         except ActivityError as e:

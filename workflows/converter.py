@@ -54,23 +54,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.job_end import end_failed, is_cancellation, mark_cancelled
 
 
-# Deprecated patches: their old paths are gone; `workflow.deprecate_patch` at the point where each was
-# `workflow.patched` keeps histories recorded while they were patches replaying.
-OFFLINE_ANSWER = "offline-planner-answer"
-"""Deprecated patch: the offline plan comes as a recorded answer (offline_planner_answer), not a bare plan."""
-TRUSTED = "convert-trusted-v1"
-"""Deprecated patch: calibration data ingested, the accuracy gate with planner remedies, a deterministic
-planner never replanning, logs/last_error.json for every failure."""
-GRAPH_PASSES = "convert-graph-passes"
-"""Deprecated patch: a deterministic planner gets a compile failure that names an op (or a code) a graph
-pass fixes as remedy feedback, instead of the job ending there."""
-HELD_OUT_GATE = "convert-held-out-gate"
-"""Deprecated patch: quantizing without calibration data asks for it (or the synthetic opt-in); the gate
-grades samples the candidate never calibrated on (held out, --eval-data, or other synthetic families),
-per sample; the delivered precision is the requested one unless a fallback is allowed; the deployment
-report."""
-
-
 @workflow.defn
 class ConverterWorkflow:
     def __init__(self) -> None:
@@ -109,8 +92,6 @@ class ConverterWorkflow:
     @workflow.run
     async def run(self, req: ConversionRequest) -> ConversionResult:
         self._req = req
-        workflow.deprecate_patch(TRUSTED)
-        workflow.deprecate_patch(HELD_OUT_GATE)
         ctx = RunContext(run_id=run_id_for(req.run_id), kind=JobKind.CONVERT, queues=req.queues)
         try:
             ws = await self._init(ctx)
@@ -215,10 +196,7 @@ class ConverterWorkflow:
     @property
     def _graph_passes(self) -> bool:
         """A compile failure naming an op a graph pass rewrites goes back to the offline planner."""
-        if not self._deterministic:
-            return False
-        workflow.deprecate_patch(GRAPH_PASSES)
-        return True
+        return self._deterministic
 
     @property
     def _deterministic(self) -> bool:
@@ -355,7 +333,6 @@ class ConverterWorkflow:
     async def _plan_offline(self, req: PlanRequest, summary: str) -> ConversionPlan:
         """The offline planner's answer, counted and kept like an LLM answer (a call, zero tokens)."""
         queue = self._request.queues.toolchain
-        workflow.deprecate_patch(OFFLINE_ANSWER)
         result = await workflow.execute_activity_method(
             ToolchainActivities.offline_planner_answer, req, task_queue=queue, summary=summary,
             start_to_close_timeout=TOOLCHAIN.start_to_close, retry_policy=TOOLCHAIN.retry)

@@ -35,14 +35,6 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["FleetTestWorkflow", "ModelTestWorkflow"]
 
-FLEET_SLOTS_PATCH = "fleet-slots"
-"""Deprecated patch: every row gets a slot (port, GPUs). The slot-less window of runs started before it
-is gone; `deprecate_patch` keeps histories recorded while it was `workflow.patched` replaying."""
-FLEET_DEFAULT_ID_PATCH = "fleet-default-id"
-"""Deprecated patch: a fleet started without a fleet id gets `default_fleet_id(workflow id)`. The legacy
-rule of fleets started before it is gone; kept as `deprecate_patch` like FLEET_SLOTS_PATCH."""
-
-
 def _lookahead(req: FleetTestRequest) -> int:
     """How far past the cursor a family cap may start rows."""
     return 4 * req.concurrency
@@ -84,7 +76,6 @@ class FleetTestWorkflow:
         if not self._pause_signalled:  # else the signal is newer than the carried state
             self._paused = self._carry.paused
         self._ahead = set(self._carry.ahead)
-        workflow.deprecate_patch(FLEET_SLOTS_PATCH)
         try:
             self._plan = await self._load(req, fleet_id)
             cursor = await self._window(req, fleet_id)
@@ -109,7 +100,6 @@ class FleetTestWorkflow:
         """The request's fleet id, else the default (every continuation carries the id its first run used)."""
         if req.fleet_id:
             return req.fleet_id
-        workflow.deprecate_patch(FLEET_DEFAULT_ID_PATCH)
         return default_fleet_id(workflow.info().workflow_id)
 
     async def _load(self, req: FleetTestRequest, fleet_id: str) -> FleetPlan:

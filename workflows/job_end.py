@@ -29,16 +29,11 @@ with workflow.unsafe.imports_passed_through():
 
 M = TypeVar("M", bound=BaseModel)
 
-FAILED_JOB_FAILS_WORKFLOW = "failed-job-fails-workflow"
-"""Deprecated patch: a FAILED job fails its execution. The old path (returning the FAILED contract) is
-gone; `deprecate_patch` keeps histories recorded while it was `workflow.patched` replaying."""
-
 
 def end_failed(result: M, failure: Failure) -> M:
     """End a job FAILED: raise the failure that fails the workflow execution (it carries `result`).
     Never returns; typed to return `M` so callers can `return end_failed(...)`."""
     ui.set_status(JobStatus.FAILED)
-    workflow.deprecate_patch(FAILED_JOB_FAILS_WORKFLOW)
     raise ApplicationError(f"[{failure.code}] {failure.where}: {failure.message}", result,
                            type=failure.code, non_retryable=True)
 

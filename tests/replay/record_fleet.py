@@ -156,4 +156,4 @@ async def main(label: str, direct_only: bool = False) -> None:
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--direct-only"]
-    asyncio.run(main(args[0] if args else "slots", direct_only="--direct-only" in sys.argv))
+    asyncio.run(main(args[0] if args else "current", direct_only="--direct-only" in sys.argv))

@@ -16,7 +16,7 @@ from workflows.inspect import InspectModelWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 RECORDED_IDS = {
-    **{f"fleet_default-id-noid_run{n}": "fleet-test/direct-ea8e9a" for n in (1, 2)},
+    **{f"fleet_current-noid_run{n}": "fleet-test/direct-7752d0" for n in (1, 2)},
 }
 """Histories whose workflow derives names from its own id (a fleet started without a fleet id) replay
 under the id they were recorded with; the others under `replay-<file>`."""
