@@ -478,8 +478,8 @@ class Child:
         """The child's last non-empty log lines, each bounded, scrubbed of the worker's secrets."""
         return [scrub(ln[-chars:]) for ln in log_lines(self.log)[-lines:]]
 
-    def finish(self, code: int | None, error: str | None) -> None:
-        self.exit_code, self.error = code, error
+    def finish(self, code: int | None, error: str | None, *, timed_out: bool = False) -> None:
+        self.exit_code, self.error, self.timed_out = code, error, timed_out
         self.elapsed = time.monotonic() - self.started
 
 
@@ -599,8 +599,7 @@ def wait_children(children: Mapping[str, Child], *, timeout_s: float, beat: Call
                 seconds, since = (limit(name), child.started) if limit is not None else (timeout_s, start)
                 if now - since > seconds:
                     child.kill()
-                    child.finish(None, f"timed out after {seconds:g}s (killed)")
-                    child.timed_out = True
+                    child.finish(None, f"timed out after {seconds:g}s (killed)", timed_out=True)
                     del pending[name]
             if not pending:
                 return
