@@ -110,6 +110,11 @@ OPTIMIZER_OFFLINE_FIRST = "kernel-optimizer-offline-first"
 """With an LLM configured, an optimizer round asks the offline optimizer first while it has a rewrite left
 (`conductor_policy.offline_first`). Histories recorded before asked the LLM first, as they did."""
 
+OFFLINE_ASKED_ONCE = "kernel-offline-answer-asked-once"
+"""A round whose offline answer (forced or going first) was refused climbs the LLM ladder with that refusal as
+its last rung instead of asking the offline agent again: the same request gets the same deterministic answer.
+Histories recorded before ran the offline activity twice in such a round, as they did."""
+
 
 @workflow.defn
 class ConductorWorkflow:
@@ -330,7 +335,8 @@ class ConductorWorkflow:
                     return value, prov, results
                 if first:
                     self._rewrites_left = False
-                more = await self._ladder(go.agent, attempt(i))
+                refused = results[-1] if workflow.patched(OFFLINE_ASKED_ONCE) else None
+                more = await self._ladder(go.agent, attempt(i), offline_refused=refused)
                 return more[0], more[1], results + more[2]
             return await self._ladder(go.agent, attempt(i))
 
@@ -363,11 +369,13 @@ class ConductorWorkflow:
                 entry.model_copy(update={"candidates": good if len(good) > 1 else [], "tokens": usage}), ended)
 
     async def _ladder(self, agent: str, ask: Callable[[Provider, list[str]], Awaitable[R]], *,
-                      force_offline: str = "", by_policy: bool = False) -> tuple[R | None, AgentProvenance, list[R]]:
+                      force_offline: str = "", by_policy: bool = False,
+                      offline_refused: R | None = None) -> tuple[R | None, AgentProvenance, list[R]]:
         """Climb the agent ladder with one activity (`ask(provider, repair)`): the LLM and its repairs, then
         the offline agent (the offline optimizer's registered rewrites, for the optimizer). `force_offline` skips
         the LLM and says why: a fallback after refused LLM candidates, or, `by_policy`, the offline answer going
-        first (an OFFLINE answer that says why, not a fallback)."""
+        first (an OFFLINE answer that says why, not a fallback). `offline_refused`: the offline agent's answer
+        to this round's request, already refused; it stands as the last rung (listed again, not counted again)."""
         results: list[R] = []
 
         async def llm(repair: list[str]) -> Accepted[R] | Rejected:
@@ -376,7 +384,7 @@ class ConductorWorkflow:
             return Accepted(res) if res.parsed_ok else Rejected(res.reason)
 
         async def offline(_why: str) -> Accepted[R] | Rejected:
-            res = await ask("offline", [])
+            res = offline_refused if offline_refused is not None else await ask("offline", [])
             results.append(res)
             return Accepted(res) if res.parsed_ok else Rejected(res.reason)
 
@@ -387,8 +395,9 @@ class ConductorWorkflow:
         if force_offline and climbed.value is not None:
             source = AnswerSource.OFFLINE if by_policy else AnswerSource.FALLBACK
             prov = prov.model_copy(update={"source": source, "fallback_reason": force_offline})
-        self._calls += [r.call for r in results]
-        self._duplicates += sum(r.rejection is Rejection.DUPLICATE for r in results)
+        asked = [r for r in results if r is not offline_refused]
+        self._calls += [r.call for r in asked]
+        self._duplicates += sum(r.rejection is Rejection.DUPLICATE for r in asked)
         if prov.source is AnswerSource.FALLBACK:
             self._fallbacks.append(f"step {self._state.step + 1} {agent}: {prov.fallback_reason}"[:400])
         return climbed.value, prov, results

@@ -370,9 +370,10 @@ async def test_with_an_llm_the_offline_optimizers_rewrite_goes_first_and_the_llm
     round is the offline rows rewrite, asked before the LLM and shown as the offline agent's by policy; the LLM's
     first optimizer prompt comes in the round where no rewrite is left, and it sees the rewrite's verdict."""
     softmax = (EXAMPLES / "kernels" / "softmax.py").read_text()
+    task_id = f"softmax-llm-{uuid.uuid4().hex[:6]}"
     with ScriptedOpenAIServer([answer(BROKEN)] * 9) as server:
         result, trace = await run_llm_conductor(temporal_env.client, tmp_path, file_store, server, "default",
-                                                source=softmax)
+                                                source=softmax, task_id=task_id)
     assert result.outcome is KernelOutcome.VERIFIED and result.finish_reason is FinishReason.VERIFIED
     assert [(e.agent, e.ok) for e in trace] == [("designer", True), ("coder", True), ("verifier", True),
                                                 ("optimizer", True), ("verifier", True), ("optimizer", False)]
@@ -386,3 +387,9 @@ async def test_with_an_llm_the_offline_optimizers_rewrite_goes_first_and_the_llm
     assert "def rows_" in prompt_of(server.requests[6]), "the LLM optimizes the rewrite's kernel, the best one"
     last = trace[5].provenance
     assert last is not None and last.llm_answers == 3 and "every applicable rewrite was tried" in last.fallback_reason
+    history = await temporal_env.client.get_workflow_handle(f"kernel/{task_id}").fetch_history()
+    code = [e for e in history.events if e.HasField("activity_task_scheduled_event_attributes")
+            and e.activity_task_scheduled_event_attributes.activity_type.name == "code"]
+    # 6 LLM answers (coder, optimizer) + the offline coder's fallback + the rows rewrite + the offline optimizer's
+    # "no rewrite left", asked once: it stands as the last rung of the LLM's round without a second activity
+    assert len(code) == 9 and result.tokens.calls == 3 + 1 + len(code), [e.event_id for e in code]
