@@ -5,10 +5,11 @@ the verified candidate before it is the one delivered."""
 from __future__ import annotations
 
 import json
+import uuid
 
 from activities.kernels import optimizer
 from activities.kernels.optimizer import Rewrite
-from contracts.kernel import FinishReason, TimeLimit
+from contracts.kernel import FinishReason, KernelTask, TimeLimit
 from contracts.kernel_job import KernelOutcome
 from tests.integration.test_conductor_workflow import run_conductor, task_for
 from workflows import conductor_policy
@@ -31,6 +32,55 @@ async def test_a_two_pass_softmax_is_rewritten_to_one_launch_and_stays_verified(
     source = file_store.get_bytes(result.best_candidate).decode()
     assert source.count("[grid](*args, **meta)") == 1 and "def rows_" in source
     assert result.report is not None and result.report.passed
+
+
+MLP_BLOCK = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, hidden)
+        self.down = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
+
+
+batch, tokens, dim, hidden = 2, 5, 12, 24
+
+
+def get_inputs():
+    return [torch.randn(batch, tokens, dim)]
+
+
+def get_init_inputs():
+    return [dim, hidden]
+"""
+
+
+async def test_a_transformer_mlp_block_gets_its_epilogues_through_the_token_views(temporal_env, file_store, settings):
+    """A Linear on [batch, tokens, features] traces as view -> matmul -> view: the epilogue rewrite follows the views,
+    so GELU and the residual add run in the two matmuls' kernels (9 launches -> 3: the layer norm's row kernel and
+    one per matmul), verified at the held-out sizes too, where dim (both Linears' features) changes."""
+    task = KernelTask(op_name="mlp_block", task_desc=MLP_BLOCK, task_id=f"mlp-{uuid.uuid4().hex[:6]}",
+                      arch="cpu-interpreter")
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task, "default")
+
+    assert result.outcome is KernelOutcome.VERIFIED and result.finish_reason is FinishReason.VERIFIED
+    assert [(e.agent, e.ok) for e in trace] == [("designer", True), ("coder", True), ("verifier", True),
+                                                ("optimizer", True), ("verifier", True), ("optimizer", False)]
+    assert trace[3].summary.startswith("rewrite rows+epilogue:"), trace[3].summary
+    coder_modeled, optimized = trace[2].modeled, trace[4].modeled
+    assert coder_modeled is not None and optimized is not None
+    assert (coder_modeled.launches, optimized.launches) == (9, 3)
+    assert optimized.traffic_ratio < coder_modeled.traffic_ratio and optimized.modeled_ms < coder_modeled.modeled_ms
+    assert result.best_candidate == trace[3].artifact and result.report is not None and result.report.passed
+    assert "dim" in result.report.held_out, result.report.held_out  # the Linears' features changed too
+    source = file_store.get_bytes(result.best_candidate).decode()
+    assert source.count("_epilogue(_matmul(") == 2 and source.count("[grid](*args, **meta)") == 3
 
 
 async def test_a_rewrite_that_breaks_correctness_is_discarded_and_never_delivered(temporal_env, file_store, settings,

@@ -53,6 +53,17 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
         init=("self.conv = nn.Conv2d(2, 3, 3)", "self.b = nn.Parameter(torch.randn(3, 1, 1))")), 2, 1),
     "conv transposed + tanh": ("epilogue", Case("torch.tanh(self.conv(x) - 0.5)", "torch.randn(1, 2, N, 5)",
                                                 init=("self.conv = nn.ConvTranspose2d(2, 3, 3, stride=2)",)), 2, 1),
+    "linear on tokens + gelu + residual (the chain passes the view back to 3-D)": ("epilogue", Case(
+        "x + F.gelu(self.fc(x))", "torch.randn(2, N, 6)", init=("self.fc = nn.Linear(6, 6)",)), 3, 1),
+    "a transformer MLP block: both linears take their epilogues through the views": ("epilogue", Case(
+        "x + self.down(F.gelu(self.up(self.ln(x))))", "torch.randn(2, N, 6)",
+        init=("self.ln = nn.LayerNorm(6)", "self.up = nn.Linear(6, 12)", "self.down = nn.Linear(12, 6)")), 9, 5),
+    "conv flattened + relu + per-channel bias (a view that merges the spatial dims)": ("epilogue", Case(
+        "torch.relu(self.conv(x).flatten(2)) + self.b", "torch.randn(2, 2, N, 6)",
+        init=("self.conv = nn.Conv2d(2, 3, 3)", "self.b = nn.Parameter(torch.randn(3, 1))")), 2, 1),
+    "linear on tokens times a per-batch scale (no view of its broadcast: the bias alone joins)": ("epilogue", Case(
+        "self.fc(x) * s", "torch.randn(2, N, 6), torch.randn(2, 1, 6)", args="x, s",
+        init=("self.fc = nn.Linear(6, 6)",)), 3, 2),
     "blocks: a 3-D convolution's rows in 16-row tiles": ("blocks", Case(
         "self.conv(x)", "torch.randn(2, 2, N, 8, 8)", init=("self.conv = nn.Conv3d(2, 3, 3)",)), 1, 1),
     "blocks: a long pointwise chain in small blocks": ("blocks", Case("torch.sigmoid(x) * 2.0", "torch.randn(64, N, 9)"),

@@ -7,13 +7,19 @@ The kernel is the matmul or conv block's own (compiler/blocks), with the epilogu
 `tl.store(..., acc, ...)`: the chain's other operands (a bias vector, a per-channel scale, a residual tensor) are
 loaded at the output tile's indices with their own broadcast strides, and the store writes the chain's value.
 
-A chain qualifies when the product is used by the chain only, every node of the chain has the product's shape and
-dtype, its other operands broadcast to that shape, and exactly one of its values leaves it.
+A chain qualifies when the product is used by the chain only, every node of the chain has the product's dtype and
+the shape of its values from the chain, its other operands broadcast to that shape, and exactly one of its values
+leaves it. The chain may pass through reshapes (a Linear on [batch, tokens, features] traces as a 2-D matmul viewed
+back to 3-D before its activation and residual add): a reshape keeps every value's row-major place, so the tile's
+lane for the product's element f holds the chain's element f at every shape, and an operand attached at a reshaped
+shape is read through the same reshape of its broadcast (`_epilogue`'s `shapes`), taken only where that reshape is
+a view (no copy); the result is reshaped back after the launch.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +27,7 @@ from activities.kernels.compiler.blocks import conv as conv_block
 from activities.kernels.compiler.blocks import matmul as matmul_block
 from activities.kernels.compiler.blocks.common import kernel_name
 from activities.kernels.compiler.blocks.pointwise import Fused
+from activities.kernels.compiler.blocks.views import reshape_sizes
 from activities.kernels.compiler.expr import expression
 from activities.kernels.compiler.forward import with_blocks
 from activities.kernels.compiler.graph import Node, broadcast
@@ -45,12 +52,10 @@ def epilogue(graph: Graph) -> Graph | None:
     for main, node in enumerate(graph.nodes):
         if node.op not in PRODUCTS or main in outputs or not users[main]:
             continue
-        chain = _chain(graph, main)
-        exits = [n for n in chain if n in outputs or any(u not in chain for u in users[n])]
-        if (len(exits) != 1 or any(u not in chain for u in users[main])
-                or any(graph.nodes[n].dtype != node.dtype for n in chain)):
+        region = _region(graph, main, users, outputs)
+        if region is None:
             continue
-        out = exits[0]
+        chain, out = region
         original = graph.nodes[out]
         operands = [a for a in node.args if isinstance(a, int)]  # the product's own operands, not the product
         graph.nodes[out] = Node(op="epilogue", args=[*operands, *_leaves(graph, chain, main)], shape=list(original.shape),
@@ -60,25 +65,93 @@ def epilogue(graph: Graph) -> Graph | None:
     return graph if done else None
 
 
-def _chain(graph: Graph, main: int) -> set[int]:
-    """The later pointwise nodes of the product's shape that use the product or the chain, with operands that
-    broadcast to it."""
-    shape = list(graph.nodes[main].shape)
+def _region(graph: Graph, main: int, users: dict[int, list[int]], outputs: set[int]) -> tuple[set[int], int] | None:
+    """The product's chain and its exit: through reshapes where that chain qualifies, else without them."""
+    for through_views in (True, False):
+        chain = _chain(graph, main, through_views)
+        out = _exit(graph, main, chain, users, outputs)
+        if out is not None:
+            return chain, out
+    return None
+
+
+def _exit(graph: Graph, main: int, chain: set[int], users: dict[int, list[int]], outputs: set[int]) -> int | None:
+    """The chain's one value that leaves it, or None when the chain does not qualify."""
+    exits = [n for n in chain if n in outputs or any(u not in chain for u in users[n])]
+    if (len(exits) != 1 or graph.nodes[exits[0]].op != "pw" or any(u not in chain for u in users[main])
+            or any(graph.nodes[n].dtype != graph.nodes[main].dtype for n in chain)):
+        return None
+    return exits[0]
+
+
+def _chain(graph: Graph, main: int, through_views: bool) -> set[int]:
+    """The later pointwise nodes that use the product or the chain elementwise (their shape is that of their values
+    from the chain), with operands that broadcast to it; `through_views`: reshapes of chain values join it too (kept
+    only where a chain node reads them)."""
+    product = list(graph.nodes[main].shape)
     chain: set[int] = set()
     inside = {main}
     for i in range(main + 1, len(graph.nodes)):
         node = graph.nodes[i]
-        if node.op != "pw" or list(node.shape) != shape:
+        ins = [a for a in node.args if isinstance(a, int) and a in inside]
+        if not ins:
             continue
-        if not any(isinstance(a, int) and a in inside for a in node.args):
+        if through_views and node.op == "view" and node.attrs.get("kind") == "reshape":
+            chain.add(i)
+            inside.add(i)
+            continue
+        shape = list(node.shape)
+        if node.op != "pw" or any(list(graph.nodes[a].shape) != shape for a in ins):
             continue
         if any(isinstance(a, int) and a not in inside and reaches(graph, a, inside) for a in node.args):
             continue  # it needs a value computed from the chain elsewhere (a reduction of it): not the epilogue's
-        if all(not isinstance(a, int) or a in inside or broadcast(shape, graph.nodes[a].shape) == shape
+        if all(not isinstance(a, int) or a in inside or _attaches(graph.nodes[a].shape, shape, product)
                for a in node.args):
             chain.add(i)
             inside.add(i)
+    users = graph.users()
+    for i in sorted(chain, reverse=True):  # a reshape no chain node reads is the consumer's, not the epilogue's
+        if graph.nodes[i].op == "view" and not any(u in chain for u in users[i]):
+            chain.discard(i)
     return chain
+
+
+def _attaches(operand: list[int], shape: list[int], product: list[int]) -> bool:
+    """Can an operand of shape `operand` (contiguous), broadcast to `shape`, be read at the product's tile through
+    a view of it reshaped to the product's shape?"""
+    if broadcast(shape, operand) != shape:
+        return False
+    if shape == product:
+        return True
+    lead = len(shape) - len(operand)
+    contiguous = [math.prod(operand[j + 1:]) for j in range(len(operand))]
+    strides = [0 if j < lead or operand[j - lead] == 1 else contiguous[j - lead] for j in range(len(shape))]
+    return view_strides(shape, strides, product) is not None
+
+
+def view_strides(shape: list[int], strides: list[int], new: list[int]) -> list[int] | None:
+    """The strides of `tensor.view(new)` for a tensor of `shape` and `strides`, or None where the view would need a
+    copy (torch's computeStride: the new dims must split or merge chunks of dims that are contiguous together)."""
+    if math.prod(shape) != math.prod(new):
+        return None
+    if not shape or math.prod(shape) == 0:
+        return [math.prod(new[j + 1:]) for j in range(len(new))]
+    out = [0] * len(new)
+    view_d = len(new) - 1
+    base = strides[-1]
+    tensor_numel = view_numel = 1
+    for d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[d]
+        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != tensor_numel * base):
+            while view_d >= 0 and (view_numel < tensor_numel or new[view_d] == 1):
+                out[view_d] = view_numel * base
+                view_numel *= new[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                base, tensor_numel, view_numel = strides[d - 1], 1, 1
+    return out if view_d == -1 else None
 
 
 def _leaves(graph: Graph, chain: set[int], main: int) -> list[int]:
@@ -92,21 +165,55 @@ def _leaves(graph: Graph, chain: set[int], main: int) -> list[int]:
 
 
 class _Epilogue(Fused):
-    """The chain's expression over the accumulator tile `acc` (the product) and the chain's operands."""
+    """The chain's expression over the accumulator tile `acc` (the product) and the chain's operands, each operand
+    with the reshape of the product it is attached at (`shapes`)."""
 
     def __init__(self, fw: Forward, v: int):
         super().__init__(fw)
         self.v = v
         self.at = fw.nodes[v].attrs
+        self.chain = set(self.at["chain"])
+        self.product = list(fw.nodes[self.at["main"]].shape)
+        self.reshaped: dict[int, Node | None] = {self.at["main"]: None}
+        """The reshape that gave each chain value its shape (None: the product's)."""
+        for c in sorted(self.chain):
+            node = self._node(c)
+            self.reshaped[c] = ((None if list(node.shape) == self.product else node) if node.op == "view" else
+                                next(self.reshaped[a] for a in node.args if isinstance(a, int) and a in self.reshaped))
+        self.shapes: list[Node | None] = []
+        """Each leaf's attachment: the reshape whose shape it broadcasts to (None: the product's)."""
+        self._attach: Node | None = None
+        self._keys: list[tuple] = []
 
     def expr(self, v: Any) -> str:
         if v == self.at["main"]:
             return "acc"
-        if v == self.v:  # the chain's last node, whose place the epilogue node took
-            node: Node = self.at["out_node"]
+        if not isinstance(v, int) or v not in self.chain:
+            return super().expr(v)  # an operand from outside: a leaf (or its pointwise inlined) at the attached shape
+        node = self._node(v)
+        if node.op == "view":
+            return self.expr(node.args[0])  # a reshape moves no element from its lane
+        if v not in self.memo:
+            outer, self._attach = self._attach, self.reshaped[v]
             parts = [self.expr(a) for a in node.args]
-            return self.line(expression(node.attrs["fn"], node.attrs.get("attrs", {}), parts, node.args))
-        return super().expr(v)
+            self._attach = outer
+            self.memo[v] = self.line(expression(node.attrs["fn"], node.attrs.get("attrs", {}), parts, node.args))
+        return self.memo[v]
+
+    def target(self, view: Node, x: str) -> str:
+        """The reshape `view` of the product's shape as forward code over the product's tensor `x`."""
+        return f"[{', '.join(reshape_sizes(self.fw, x, self.product, list(view.shape), view.sizes))}]"
+
+    def _node(self, v: int) -> Node:
+        return self.at["out_node"] if v == self.v else self.fw.nodes[v]  # the epilogue took the last one's place
+
+    def leaf(self, var: str, flips: tuple[int, ...] = ()) -> str:
+        key = (var, flips, id(self._attach))
+        if key not in self._keys:
+            self._keys.append(key)
+            self.leaves.append((var, flips))
+            self.shapes.append(self._attach)
+        return f"x{self._keys.index(key)}"
 
 
 def splice(kernel: tuple[str, str], kind: str, rank: int, leaves: int, scalars: int, body: list[str],
@@ -158,17 +265,27 @@ def emit_epilogue(fw: Forward, v: int) -> str:
     call = with_blocks(call, at.get("inner_blocks"))  # the product's block sizes (the `blocks` rewrite)
     name = fw.kernel(splice(made, main.op, rank, len(k.leaves), len(k.scalars), k.lines, result))
     fw.launcher("_epilogue", LAUNCHER)
-    return fw.launch(v, name, f"_epilogue({call}, [{k.leaf_vars()}], [{k.scalar_args()}], {pad})")
+    shapes = ", ".join("None" if s is None else f"lambda out: {k.target(s, 'out')}" for s in k.shapes)
+    shapes = f", shapes=[{shapes}]" if any(k.shapes) else ""
+    out = fw.launch(v, name, f"_epilogue({call}, [{k.leaf_vars()}], [{k.scalar_args()}], {pad}{shapes})")
+    last = k.reshaped[v]
+    if last is not None:  # the chain ended at a reshape of the product's shape
+        out = fw.emit(v, f"{out}.reshape({k.target(last, out)})")
+    return out
 
 
 LAUNCHER = '''
 
-def _epilogue(made, leaves, scalars, pad):
+def _epilogue(made, leaves, scalars, pad, shapes=None):
     """A matmul's or convolution's (out, grid, args, meta) with its epilogue's operands appended: each leaf and
-    its strides broadcast to the output (a 2-D matmul's padded with a batch stride of 0), then the scalars."""
+    its strides broadcast to the output (a 2-D matmul's padded with a batch stride of 0), then the scalars. A leaf
+    attached after a reshape of the product (`shapes`: the reshape's target as a function of the output) is
+    broadcast to that shape and reshaped back to the output's."""
     out, grid, args, meta = made
     extra = []
-    for t in leaves:
+    for t, shape in zip(leaves, shapes or [None] * len(leaves)):
+        if shape is not None:
+            t = t.expand(out.view(shape(out)).shape).reshape(out.shape)
         strides = list(t.expand(out.shape).stride())
         extra += [t, *([0] * (3 - len(strides)) if pad else []), *strides]
     return out, grid, (*args, *extra, *scalars), meta
