@@ -64,6 +64,17 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
     "linear on tokens times a per-batch scale (no view of its broadcast: the bias alone joins)": ("epilogue", Case(
         "self.fc(x) * s", "torch.randn(2, N, 6), torch.randn(2, 1, 6)", args="x, s",
         init=("self.fc = nn.Linear(6, 6)",)), 3, 2),
+    "attention: softmax of the scores, then V": ("attention", Case(
+        "torch.softmax(torch.bmm(q, k), dim=-1) @ v", "torch.randn(2, N, 4), torch.randn(2, 4, N), torch.randn(2, N, 3)",
+        args="q, k, v"), 5, 1),
+    "attention: heads, a scale and a causal mask (minGPT's), over several blocks of keys": ("attention", Case(
+        "torch.softmax((q @ k.transpose(-2, -1) * 0.5).masked_fill(self.mask[:, :, :q.size(2), :q.size(2)] == 0, "
+        "float('-inf')), dim=-1) @ v", ", ".join(["torch.randn(1, 2, 40 * N, 4)"] * 3), args="q, k, v",
+        init=("self.register_buffer('mask', torch.tril(torch.ones(512, 512)).view(1, 1, 512, 512))",)), 5, 1),
+    "attention: a mask hiding the first keys (a row's first blocks see nothing)": ("attention", Case(
+        "torch.softmax((q @ k.transpose(-2, -1)).masked_fill(self.mask[:, :, :q.size(2), :q.size(2)] == 0, "
+        "float('-inf')), dim=-1) @ v", ", ".join(["torch.randn(1, 1, 40 * N, 4)"] * 3), args="q, k, v",
+        init=("self.register_buffer('mask', torch.triu(torch.ones(512, 512)).view(1, 1, 512, 512))",)), 5, 1),
     "blocks: a 3-D convolution's rows in 16-row tiles": ("blocks", Case(
         "self.conv(x)", "torch.randn(2, 2, N, 8, 8)", init=("self.conv = nn.Conv3d(2, 3, 3)",)), 1, 1),
     "blocks: a long pointwise chain in small blocks": ("blocks", Case("torch.sigmoid(x) * 2.0", "torch.randn(64, N, 9)"),
@@ -77,6 +88,9 @@ UNTOUCHED: dict[str, tuple[str, Case]] = {
     "a per-row value read along the wrong dims (triplet margin loss: two norms, their difference; the emitter "
     "crashed on it)": ("rows", Case("F.triplet_margin_loss(a, p, n, margin=1.0)",
                                     "torch.randn(N, 8), torch.randn(N, 8), torch.randn(N, 8)", args="a, p, n")),
+    "attention whose probabilities are returned too (they must be written)": ("attention", Case(
+        "(torch.softmax(torch.bmm(q, k), dim=-1), torch.softmax(torch.bmm(q, k), dim=-1) @ v)",
+        "torch.randn(2, N, 4), torch.randn(2, 4, N), torch.randn(2, N, 3)", args="q, k, v")),
     "a product also returned": ("epilogue", Case("(x @ y, torch.relu(x @ y))", "torch.randn(N, 3), torch.randn(3, 4)",
                                                  args="x, y")),
 }

@@ -32,7 +32,7 @@ from activities.kernels.compiler.expr import expression
 from activities.kernels.compiler.forward import with_blocks
 from activities.kernels.compiler.graph import Node, broadcast
 from activities.kernels.compiler.registry import emits
-from activities.kernels.optimizer import reaches, rewrite
+from activities.kernels.optimizer import live, reaches, rewrite
 
 if TYPE_CHECKING:
     from activities.kernels.compiler.forward import Forward
@@ -48,9 +48,10 @@ def epilogue(graph: Graph) -> Graph | None:
     """Every qualifying product + chain becomes one `epilogue` node (None: the graph has none)."""
     users = graph.users()
     outputs = set(graph.outputs)
+    alive = live(graph)  # an earlier rewrite may have left nodes no output needs
     done = False
     for main, node in enumerate(graph.nodes):
-        if node.op not in PRODUCTS or main in outputs or not users[main]:
+        if node.op not in PRODUCTS or main in outputs or main not in alive or not users[main]:
             continue
         region = _region(graph, main, users, outputs)
         if region is None:
@@ -58,8 +59,8 @@ def epilogue(graph: Graph) -> Graph | None:
         chain, out = region
         original = graph.nodes[out]
         operands = [a for a in node.args if isinstance(a, int)]  # the product's own operands, not the product
-        graph.nodes[out] = Node(op="epilogue", args=[*operands, *_leaves(graph, chain, main)], shape=list(original.shape),
-                                dtype=original.dtype, sizes=list(original.sizes),
+        graph.nodes[out] = Node(op="epilogue", args=[*operands, *chain_operands(graph, chain, main)],
+                                shape=list(original.shape), dtype=original.dtype, sizes=list(original.sizes),
                                 attrs={"main": main, "chain": sorted(chain), "out_node": copy.deepcopy(original)})
         done = True
     return graph if done else None
@@ -68,7 +69,7 @@ def epilogue(graph: Graph) -> Graph | None:
 def _region(graph: Graph, main: int, users: dict[int, list[int]], outputs: set[int]) -> tuple[set[int], int] | None:
     """The product's chain and its exit: through reshapes where that chain qualifies, else without them."""
     for through_views in (True, False):
-        chain = _chain(graph, main, through_views)
+        chain = product_chain(graph, main, through_views)
         out = _exit(graph, main, chain, users, outputs)
         if out is not None:
             return chain, out
@@ -84,7 +85,7 @@ def _exit(graph: Graph, main: int, chain: set[int], users: dict[int, list[int]],
     return exits[0]
 
 
-def _chain(graph: Graph, main: int, through_views: bool) -> set[int]:
+def product_chain(graph: Graph, main: int, through_views: bool) -> set[int]:
     """The later pointwise nodes that use the product or the chain elementwise (their shape is that of their values
     from the chain), with operands that broadcast to it; `through_views`: reshapes of chain values join it too (kept
     only where a chain node reads them)."""
@@ -154,7 +155,7 @@ def view_strides(shape: list[int], strides: list[int], new: list[int]) -> list[i
     return out if view_d == -1 else None
 
 
-def _leaves(graph: Graph, chain: set[int], main: int) -> list[int]:
+def chain_operands(graph: Graph, chain: set[int], main: int) -> list[int]:
     """The chain's operands from outside it (ids only: the emitter reads them through `Fused`)."""
     found: list[int] = []
     for n in sorted(chain):
@@ -164,17 +165,17 @@ def _leaves(graph: Graph, chain: set[int], main: int) -> list[int]:
     return found
 
 
-class _Epilogue(Fused):
-    """The chain's expression over the accumulator tile `acc` (the product) and the chain's operands, each operand
-    with the reshape of the product it is attached at (`shapes`)."""
+class ChainExpr(Fused):
+    """A product's pointwise chain as an expression over its accumulator tile `acc` and the chain's operands, each
+    operand with the reshape of the product it is attached at (`shapes`). `last` is the chain's exit, `last_node`
+    its node (the epilogue rewrite put its own node in the exit's place)."""
 
-    def __init__(self, fw: Forward, v: int):
+    def __init__(self, fw: Forward, main: int, chain: list[int], last: int, last_node: Node):
         super().__init__(fw)
-        self.v = v
-        self.at = fw.nodes[v].attrs
-        self.chain = set(self.at["chain"])
-        self.product = list(fw.nodes[self.at["main"]].shape)
-        self.reshaped: dict[int, Node | None] = {self.at["main"]: None}
+        self.main, self.v, self.last_node = main, last, last_node
+        self.chain = set(chain)
+        self.product = list(fw.nodes[main].shape)
+        self.reshaped: dict[int, Node | None] = {main: None}
         """The reshape that gave each chain value its shape (None: the product's)."""
         for c in sorted(self.chain):
             node = self._node(c)
@@ -186,7 +187,7 @@ class _Epilogue(Fused):
         self._keys: list[tuple] = []
 
     def expr(self, v: Any) -> str:
-        if v == self.at["main"]:
+        if v == self.main:
             return "acc"
         if not isinstance(v, int) or v not in self.chain:
             return super().expr(v)  # an operand from outside: a leaf (or its pointwise inlined) at the attached shape
@@ -205,7 +206,7 @@ class _Epilogue(Fused):
         return f"[{', '.join(reshape_sizes(self.fw, x, self.product, list(view.shape), view.sizes))}]"
 
     def _node(self, v: int) -> Node:
-        return self.at["out_node"] if v == self.v else self.fw.nodes[v]  # the epilogue took the last one's place
+        return self.last_node if v == self.v else self.fw.nodes[v]
 
     def leaf(self, var: str, flips: tuple[int, ...] = ()) -> str:
         key = (var, flips, id(self._attach))
@@ -250,7 +251,7 @@ def splice(kernel: tuple[str, str], kind: str, rank: int, leaves: int, scalars: 
 def emit_epilogue(fw: Forward, v: int) -> str:
     at = fw.nodes[v].attrs
     main: Node = fw.nodes[at["main"]]
-    k = _Epilogue(fw, v)
+    k = ChainExpr(fw, at["main"], at["chain"], v, at["out_node"])
     result = k.expr(v)
     operands = [fw.tensor(a) for a in main.args]
     if main.op == "matmul":

@@ -25,7 +25,7 @@ from activities.kernels.compiler.blocks.common import INTERPRETER_TILE, decompos
 from activities.kernels.compiler.expr import expression, num
 from activities.kernels.compiler.graph import Const, Node, Scalar, Sym
 from activities.kernels.compiler.registry import emits
-from activities.kernels.optimizer import reaches, rewrite
+from activities.kernels.optimizer import live, reaches, rewrite
 
 if TYPE_CHECKING:
     from activities.kernels.compiler.forward import Forward
@@ -77,10 +77,11 @@ def _substitute(graph: Graph, regions: list[Region]) -> Graph:
 def find_regions(graph: Graph) -> list[Region]:
     users = graph.users()
     outputs = set(graph.outputs)
+    alive = live(graph)  # an earlier rewrite may have left nodes no output needs
     taken: set[int] = set()
     found = []
     for seed, node in enumerate(graph.nodes):
-        if seed in taken or node.op != "reduce" or node.attrs.get("fn") not in ROW_FNS:
+        if seed in taken or seed not in alive or node.op != "reduce" or node.attrs.get("fn") not in ROW_FNS:
             continue
         src = node.args[0]
         if not isinstance(src, int):

@@ -1,0 +1,229 @@
+"""The `attention` rewrite: `softmax(chain(Q @ K)) @ V` in one kernel that never writes the scores (flash attention:
+Dao et al., "FlashAttention", 2022). The compiler launches the scores' matmul, the softmax's three row kernels (or
+one after `rows`) and the second matmul, and the [batch, queries, keys] scores go to DRAM and back between each: at
+a sequence of 1,024 that is 4 MiB per head where Q, K and V are 256 KiB each.
+
+Here a program owns a block of queries of one batch and loops over the keys in blocks: the score tile comes from a
+`tl.dot`, gets the chain between the first matmul and the softmax (a scale, a causal mask: the epilogue rewrite's
+`ChainExpr`, operands attached through the same reshapes), then the online softmax (running max and sum, the output
+accumulator rescaled as the max grows) and the tile's `tl.dot` with V. A masked lane is -inf, so a block of keys a
+query cannot see adds nothing; a row with no visible key ends 0/0 = NaN, as torch's softmax of an all -inf row.
+
+The pattern is matched exactly: a batched matmul [B, M, N] whose chain ends in the value `x` a softmax over its last
+dim reads (`amax`, `sub`, `exp`, `sum`, `div`: how softmax traces), whose result, through reshapes, is the left
+operand of a batched matmul [B, M, D]; every value in between used only there. The reshapes keep the last dim N, so
+softmax rows are the score matrix's rows.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from activities.kernels.compiler.blocks.common import IEEE_DOT, jit, kernel_name
+from activities.kernels.compiler.graph import Node
+from activities.kernels.compiler.registry import emits
+from activities.kernels.optimizer import rewrite
+from activities.kernels.optimizer.epilogue import ChainExpr, chain_operands, product_chain
+
+if TYPE_CHECKING:
+    from activities.kernels.compiler.forward import Forward
+    from activities.kernels.compiler.graph import Graph
+
+PASSTHROUGH = ("reshape", "expand")
+"""The views between the softmax and the second matmul (torch.bmm traces an expand to the same shape, then a
+reshape to [B, M, N])."""
+
+
+@rewrite("attention", order=5, summary="attention in one launch: the scores never leave the kernel")
+def attention(graph: Graph) -> Graph | None:
+    """Every matched `softmax(chain(Q @ K)) @ V` becomes one `attention` node (None: the graph has none)."""
+    users = graph.users()
+    done = False
+    for second, node in enumerate(graph.nodes):
+        found = _match(graph, second, users) if node.op == "matmul" else None
+        if found is None:
+            continue
+        first, chain, score = found
+        q, k = graph.nodes[first].args
+        graph.nodes[second] = Node(op="attention", args=[q, k, node.args[1], *chain_operands(graph, chain, first)],
+                                   shape=list(node.shape), dtype=node.dtype, sizes=list(node.sizes),
+                                   attrs={"first": first, "chain": sorted(chain), "score": score})
+        done = True
+    return graph if done else None
+
+
+def _match(graph: Graph, second: int, users: dict[int, list[int]]) -> tuple[int, set[int], int] | None:
+    """(the first matmul, its chain, the score value the softmax reads) when matmul `second` computes
+    softmax(...) @ V as the module docstring says; None otherwise."""
+    nodes = graph.nodes
+    if len(nodes[second].shape) != 3 or nodes[second].dtype != "float32":
+        return None
+    wanted: dict[int, set[int]] = {}
+    """Each value of the pattern and the only users it may have."""
+    consumer, p = second, nodes[second].args[0]
+    while isinstance(p, int) and nodes[p].op == "view" and nodes[p].attrs.get("kind") in PASSTHROUGH:
+        if nodes[p].attrs["kind"] == "expand" and list(nodes[p].attrs["src"]) != list(nodes[p].shape):
+            return None  # a broadcast, not a no-op
+        wanted[p], consumer, p = {consumer}, p, nodes[p].args[0]
+    if not isinstance(p, int) or not _pw(nodes[p], "div"):
+        return None
+    last = [len(nodes[p].shape) - 1]
+    e, total = nodes[p].args
+    if not (isinstance(e, int) and isinstance(total, int) and _pw(nodes[e], "exp")
+            and _reduce(nodes[total], "sum", last) and nodes[total].args == [e]):
+        return None
+    sub = nodes[e].args[0]
+    if not (isinstance(sub, int) and _pw(nodes[sub], "sub")):
+        return None
+    score, top = nodes[sub].args
+    if not (isinstance(score, int) and isinstance(top, int) and _reduce(nodes[top], "amax", last)
+            and nodes[top].args == [score]):
+        return None
+    wanted.update({p: {consumer}, total: {p}, e: {total, p}, sub: {e}, top: {sub}, score: {top, sub}})
+    if any(set(users[v]) != want for v, want in wanted.items()) or set(wanted) & set(graph.outputs):
+        return None
+    first = _first(graph, score)
+    if first is None or nodes[first].dtype != "float32":
+        return None
+    product = list(nodes[first].shape)
+    if len(product) != 3 or product[:2] != nodes[second].shape[:2] or nodes[p].shape[-1] != product[-1]:
+        return None
+    chain = {v for v in product_chain(graph, first, through_views=True) | _views_back(graph, score, first)
+             if _feeds(graph, v, score)}
+    if score != first and score not in chain:
+        return None
+    inside = chain | {first}
+    if any(set(users[v]) - inside - {top, sub} for v in inside) or inside & set(graph.outputs):
+        return None  # a value of the scores is needed elsewhere: it must be written, so no fusion
+    return first, chain, score
+
+
+def _pw(node: Node, fn: str) -> bool:
+    return node.op == "pw" and node.attrs.get("fn") == fn
+
+
+def _reduce(node: Node, fn: str, dims: list[int]) -> bool:
+    return (node.op == "reduce" and node.attrs.get("fn") == fn and list(node.attrs.get("dims", [])) == dims
+            and bool(node.attrs.get("keepdim")))
+
+
+def _first(graph: Graph, score: int) -> int | None:
+    """The batched matmul the score value comes from (through pointwise nodes and reshapes), or None."""
+    todo, seen = [score], set()
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        node = graph.nodes[v]
+        if node.op == "matmul":
+            return v
+        if node.op == "pw" or (node.op == "view" and node.attrs.get("kind") == "reshape"):
+            todo += [a for a in node.args if isinstance(a, int)]
+    return None
+
+
+def _views_back(graph: Graph, score: int, first: int) -> set[int]:
+    """The reshapes just before the score value (the chain leaves out a reshape that only the softmax reads)."""
+    found, v = set(), score
+    while v != first and graph.nodes[v].op == "view" and graph.nodes[v].attrs.get("kind") == "reshape":
+        found.add(v)
+        v = graph.nodes[v].args[0]
+    return found
+
+
+def _feeds(graph: Graph, v: int, score: int) -> bool:
+    """Is v the score value or one it depends on?"""
+    todo, seen = [score], set()
+    while todo:
+        n = todo.pop()
+        if n == v:
+            return True
+        if n not in seen:
+            seen.add(n)
+            todo += [a for a in graph.nodes[n].args if isinstance(a, int)]
+    return False
+
+
+def attention_kernel(leaves: int, scalars: int, body: list[str], result: str) -> tuple[str, str]:
+    """(name, source): one program per (block of BM queries, batch), looping over the keys in blocks of BN."""
+    args = ["q_ptr", "k_ptr", "v_ptr", "out_ptr", "M", "N", "DK", "DV", "sqb", "sqm", "sqk", "skb", "skk", "skn",
+            "svb", "svn", "svd", "sob", "som", "sod"]
+    args += [a for k in range(leaves) for a in (f"l{k}_ptr", f"l{k}_sb", f"l{k}_sm", f"l{k}_sn")]
+    args += [f"s{k}" for k in range(scalars)]
+    lines = [
+        "    b = tl.program_id(1)",
+        "    rm = tl.program_id(0) * BM + tl.arange(0, BM)",
+        "    mmask = rm < M",
+        "    dk = tl.arange(0, BDK)",
+        "    dv = tl.arange(0, BDV)",
+        "    q = tl.load(q_ptr + b * sqb + rm[:, None] * sqm + dk[None, :] * sqk,",
+        "                mask=mmask[:, None] & (dk[None, :] < DK), other=0.0).to(tl.float32)",
+        '    mi = tl.full([BM], -float("inf"), dtype=tl.float32)',
+        "    li = tl.zeros([BM], dtype=tl.float32)",
+        "    o = tl.zeros([BM, BDV], dtype=tl.float32)",
+        "    for n0 in range(0, N, BN):",
+        "        rn = n0 + tl.arange(0, BN)",
+        "        nmask = rn < N",
+        "        k = tl.load(k_ptr + b * skb + dk[:, None] * skk + rn[None, :] * skn,",
+        "                    mask=(dk[:, None] < DK) & nmask[None, :], other=0.0).to(tl.float32)",
+        f"        acc = tl.dot(q, k, {IEEE_DOT})",
+        "        em = mmask[:, None] & nmask[None, :]",
+    ]
+    lines += [f"        x{k} = tl.load(l{k}_ptr + b * l{k}_sb + rm[:, None] * l{k}_sm + rn[None, :] * l{k}_sn, "
+              "mask=em, other=0.0).to(tl.float32)" for k in range(leaves)]
+    lines += ["        " + line for line in body]
+    lines += [
+        f'        s = tl.where(em, {result}, -float("inf"))',
+        "        mnew = tl.maximum(mi, tl.max(s, axis=1))",
+        '        msafe = tl.where(mnew == -float("inf"), 0.0, mnew)  # a row that sees no key yet adds nothing',
+        "        p = tl.exp(s - msafe[:, None])",
+        "        alpha = tl.exp(mi - msafe)",
+        "        li = li * alpha + tl.sum(p, axis=1)",
+        "        v = tl.load(v_ptr + b * svb + rn[:, None] * svn + dv[None, :] * svd,",
+        "                    mask=nmask[:, None] & (dv[None, :] < DV), other=0.0).to(tl.float32)",
+        f"        o = o * alpha[:, None] + tl.dot(p, v, {IEEE_DOT})",
+        "        mi = mnew",
+        "    o = o / li[:, None]",
+        "    tl.store(out_ptr + b * sob + rm[:, None] * som + dv[None, :] * sod, o,",
+        "             mask=mmask[:, None] & (dv[None, :] < DV))",
+    ]
+    src = ("def KERNEL(" + ", ".join(args) + ", BM: tl.constexpr, BN: tl.constexpr, BDK: tl.constexpr, "
+           "BDV: tl.constexpr):\n" + "\n".join(lines) + "\n")
+    return jit(kernel_name("attention", src), src)
+
+
+@emits("attention")
+def emit_attention(fw: Forward, v: int) -> str:
+    at = fw.nodes[v].attrs
+    q, k, val = (fw.tensor(a) for a in fw.nodes[v].args[:3])
+    chain = ChainExpr(fw, at["first"], at["chain"], at["score"], fw.nodes[at["score"]])
+    result = chain.expr(at["score"])
+    name = fw.kernel(attention_kernel(len(chain.leaves), len(chain.scalars), chain.lines, result))
+    fw.launcher("_attention", LAUNCHER)
+    shapes = ", ".join("None" if s is None else f"lambda out: {chain.target(s, 'out')}" for s in chain.shapes)
+    return fw.launch(v, name, f"_attention({q}, {k}, {val}, [{chain.leaf_vars()}], [{chain.scalar_args()}], "
+                              f"[{shapes}])")
+
+
+LAUNCHER = '''
+
+def _attention(q, k, v, leaves, scalars, shapes, BM=None, BN=None):
+    """(out, grid, args, meta) of softmax(chain(q @ k)) @ v for batched [B, M, DK], [B, DK, N], [B, N, DV] operands;
+    each leaf of the chain with its strides over the [B, M, N] scores (one attached after a reshape of the scores,
+    `shapes`: that reshape as a function of them, is broadcast to it and reshaped back)."""
+    B, M, DK = q.shape
+    N, DV = k.shape[2], v.shape[2]
+    out = torch.empty((B, M, DV), dtype=q.dtype, device=q.device)
+    scores = torch.empty((B, M, N), device="meta")
+    extra = []
+    for t, shape in zip(leaves, shapes):
+        if shape is not None:
+            t = t.expand(scores.view(shape(scores)).shape).reshape(scores.shape)
+        extra += [t, *t.expand(scores.shape).stride()]
+    BM = BM or max(16, min(64, triton.next_power_of_2(M)))
+    BN = BN or max(16, min(128 if q.device.type == "cpu" else 64, triton.next_power_of_2(N)))
+    meta = {"BM": BM, "BN": BN, "BDK": max(16, triton.next_power_of_2(DK)), "BDV": max(16, triton.next_power_of_2(DV))}
+    return out, (triton.cdiv(M, BM), B), (q, k, v, out, M, N, DK, DV, *q.stride(), *k.stride(), *v.stride(),
+                                          *out.stride(), *extra, *scalars), meta
+'''
