@@ -75,6 +75,13 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
         "torch.softmax((q @ k.transpose(-2, -1)).masked_fill(self.mask[:, :, :q.size(2), :q.size(2)] == 0, "
         "float('-inf')), dim=-1) @ v", ", ".join(["torch.randn(1, 1, 40 * N, 4)"] * 3), args="q, k, v",
         init=("self.register_buffer('mask', torch.triu(torch.ones(512, 512)).view(1, 1, 512, 512))",)), 5, 1),
+    "attention: scaled_dot_product_attention (its safe softmax), causal, over several blocks of keys": (
+        "attention", Case("F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+                          ", ".join(["torch.randn(1, 2, 40 * N, 8)"] * 3), args="q, k, v"), 8, 4),
+    "attention: scaled_dot_product_attention, a mask hiding every key from the first query (its row is 0)": (
+        "attention", Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
+                          ", ".join(["torch.randn(2, 3 * N, 4)"] * 3) + ", torch.ones(3 * N, 3 * N).tril(-1).bool()",
+                          args="q, k, v, m"), 6, 2),
     "blocks: a 3-D convolution's rows in 16-row tiles": ("blocks", Case(
         "self.conv(x)", "torch.randn(2, 2, N, 8, 8)", init=("self.conv = nn.Conv3d(2, 3, 3)",)), 1, 1),
     "blocks: a long pointwise chain in small blocks": ("blocks", Case("torch.sigmoid(x) * 2.0", "torch.randn(64, N, 9)"),

@@ -7,22 +7,26 @@ Here a program owns a block of queries of one batch and loops over the keys in b
 `tl.dot`, gets the chain between the first matmul and the softmax (a scale, a causal mask: the epilogue rewrite's
 `ChainExpr`, operands attached through the same reshapes), then the online softmax (running max and sum, the output
 accumulator rescaled as the max grows) and the tile's `tl.dot` with V. A masked lane is -inf, so a block of keys a
-query cannot see adds nothing; a row with no visible key ends 0/0 = NaN, as torch's softmax of an all -inf row.
+query cannot see adds nothing; a row with no visible key ends 0/0 = NaN, as torch's softmax of an all -inf row (0 for
+the safe softmax below).
 
 The pattern is matched exactly: a batched matmul [B, M, N] whose chain ends in the value `x` a softmax over its last
-dim reads (`amax`, `sub`, `exp`, `sum`, `div`: how softmax traces), whose result, through reshapes, is the left
-operand of a batched matmul [B, M, D]; every value in between used only there. The reshapes keep the last dim N, so
-softmax rows are the score matrix's rows.
+dim reads (`amax`, `sub`, `exp`, `sum`, `div`: how softmax traces; `scaled_dot_product_attention` traces torch's safe
+softmax, the max and the result guarded by `where(amax == -inf, 0, ...)`, so a row with no visible key is 0 there),
+whose result, through reshapes, is the left operand of a batched matmul [B, M, D]; every value in between used only
+there. The reshapes keep the last dim N, so softmax rows are the score matrix's rows.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from activities.kernels.compiler.blocks.common import IEEE_DOT, jit, kernel_name
-from activities.kernels.compiler.graph import Node
+from activities.kernels.compiler.graph import Const, Node
 from activities.kernels.compiler.registry import emits
-from activities.kernels.optimizer import rewrite
+from activities.kernels.optimizer import live, rewrite
 from activities.kernels.optimizer.epilogue import ChainExpr, chain_operands, product_chain
 
 if TYPE_CHECKING:
@@ -37,65 +41,101 @@ reshape to [B, M, N])."""
 @rewrite("attention", order=5, summary="attention in one launch: the scores never leave the kernel")
 def attention(graph: Graph) -> Graph | None:
     """Every matched `softmax(chain(Q @ K)) @ V` becomes one `attention` node (None: the graph has none)."""
-    users = graph.users()
+    alive = live(graph)
     done = False
     for second, node in enumerate(graph.nodes):
-        found = _match(graph, second, users) if node.op == "matmul" else None
+        found = _match(graph, second, alive) if node.op == "matmul" and second in alive else None
         if found is None:
             continue
-        first, chain, score = found
-        q, k = graph.nodes[first].args
-        graph.nodes[second] = Node(op="attention", args=[q, k, node.args[1], *chain_operands(graph, chain, first)],
-                                   shape=list(node.shape), dtype=node.dtype, sizes=list(node.sizes),
-                                   attrs={"first": first, "chain": sorted(chain), "score": score})
+        q, k = graph.nodes[found.first].args
+        leaves = chain_operands(graph, found.chain, found.first)
+        graph.nodes[second] = Node(op="attention", args=[q, k, node.args[1], *leaves], shape=list(node.shape),
+                                   dtype=node.dtype, sizes=list(node.sizes),
+                                   attrs={"first": found.first, "chain": sorted(found.chain), "score": found.score,
+                                          "safe": found.safe})
         done = True
     return graph if done else None
 
 
-def _match(graph: Graph, second: int, users: dict[int, list[int]]) -> tuple[int, set[int], int] | None:
-    """(the first matmul, its chain, the score value the softmax reads) when matmul `second` computes
-    softmax(...) @ V as the module docstring says; None otherwise."""
+@dataclass(frozen=True)
+class Match:
+    first: int
+    """The scores' matmul."""
+    chain: set[int]
+    score: int
+    """The value the softmax reads."""
+    safe: bool
+    """The softmax is torch's safe one (scaled_dot_product_attention): a row with no visible key gives 0, not NaN."""
+
+
+def _match(graph: Graph, second: int, alive: set[int]) -> Match | None:
+    """How matmul `second` computes softmax(chain(first matmul)) @ V, as the module docstring says; None when it
+    does not (exactly)."""
     nodes = graph.nodes
     if len(nodes[second].shape) != 3 or nodes[second].dtype != "float32":
         return None
-    wanted: dict[int, set[int]] = {}
-    """Each value of the pattern and the only users it may have."""
-    consumer, p = second, nodes[second].args[0]
+    pattern: set[int] = set()
+    p = nodes[second].args[0]
     while isinstance(p, int) and nodes[p].op == "view" and nodes[p].attrs.get("kind") in PASSTHROUGH:
         if nodes[p].attrs["kind"] == "expand" and list(nodes[p].attrs["src"]) != list(nodes[p].shape):
             return None  # a broadcast, not a no-op
-        wanted[p], consumer, p = {consumer}, p, nodes[p].args[0]
-    if not isinstance(p, int) or not _pw(nodes[p], "div"):
+        pattern.add(p)
+        p = nodes[p].args[0]
+    if not isinstance(p, int):
         return None
-    last = [len(nodes[p].shape) - 1]
-    e, total = nodes[p].args
+    pattern.add(p)
+    guard = _guarded(nodes, p)  # the safe softmax: where(amax == -inf, 0, softmax)
+    div = guard[1] if guard else p
+    if not _pw(nodes[div], "div"):
+        return None
+    last = [len(nodes[div].shape) - 1]
+    e, total = nodes[div].args
     if not (isinstance(e, int) and isinstance(total, int) and _pw(nodes[e], "exp")
             and _reduce(nodes[total], "sum", last) and nodes[total].args == [e]):
         return None
     sub = nodes[e].args[0]
     if not (isinstance(sub, int) and _pw(nodes[sub], "sub")):
         return None
-    score, top = nodes[sub].args
+    score, shift = nodes[sub].args
+    shifted = _guarded(nodes, shift) if isinstance(shift, int) else None  # where(amax == -inf, 0, amax)
+    top = shifted[1] if shifted else shift
     if not (isinstance(score, int) and isinstance(top, int) and _reduce(nodes[top], "amax", last)
             and nodes[top].args == [score]):
         return None
-    wanted.update({p: {consumer}, total: {p}, e: {total, p}, sub: {e}, top: {sub}, score: {top, sub}})
-    if any(set(users[v]) != want for v, want in wanted.items()) or set(wanted) & set(graph.outputs):
+    if bool(guard) != bool(shifted) or any(nodes[g[0]].args[0] != top for g in (guard, shifted) if g):
         return None
+    pattern |= {div, e, total, sub, shift, top} | {g[0] for g in (guard, shifted) if g}
+    if any(set(_users(graph, v, alive)) - pattern - {second} for v in pattern) or pattern & set(graph.outputs):
+        return None  # a value of the softmax is needed elsewhere
     first = _first(graph, score)
     if first is None or nodes[first].dtype != "float32":
         return None
     product = list(nodes[first].shape)
-    if len(product) != 3 or product[:2] != nodes[second].shape[:2] or nodes[p].shape[-1] != product[-1]:
+    if len(product) != 3 or product[:2] != nodes[second].shape[:2] or nodes[div].shape[-1] != product[-1]:
         return None
     chain = {v for v in product_chain(graph, first, through_views=True) | _views_back(graph, score, first)
              if _feeds(graph, v, score)}
     if score != first and score not in chain:
         return None
     inside = chain | {first}
-    if any(set(users[v]) - inside - {top, sub} for v in inside) or inside & set(graph.outputs):
+    if any(set(_users(graph, v, alive)) - inside - pattern for v in inside) or inside & set(graph.outputs):
         return None  # a value of the scores is needed elsewhere: it must be written, so no fusion
-    return first, chain, score
+    return Match(first=first, chain=chain, score=score, safe=bool(guard))
+
+
+def _guarded(nodes: list[Node], v: int) -> tuple[int, int] | None:
+    """(the test, the value) of `where(x == -inf, 0, value)`, or None."""
+    node = nodes[v]
+    if not _pw(node, "where") or len(node.args) != 3 or node.args[1] != Const(0.0) or not isinstance(node.args[0], int):
+        return None
+    test = nodes[node.args[0]]
+    if not (_pw(test, "eq") and test.args[1:] == [Const(-math.inf)] and isinstance(node.args[2], int)):
+        return None
+    return node.args[0], node.args[2]
+
+
+def _users(graph: Graph, v: int, alive: set[int]) -> list[int]:
+    return [u for u, n in enumerate(graph.nodes) if u in alive and any(a == v for a in n.args if isinstance(a, int))]
 
 
 def _pw(node: Node, fn: str) -> bool:
@@ -145,8 +185,9 @@ def _feeds(graph: Graph, v: int, score: int) -> bool:
     return False
 
 
-def attention_kernel(leaves: int, scalars: int, body: list[str], result: str) -> tuple[str, str]:
-    """(name, source): one program per (block of BM queries, batch), looping over the keys in blocks of BN."""
+def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, safe: bool) -> tuple[str, str]:
+    """(name, source): one program per (block of BM queries, batch), looping over the keys in blocks of BN; `safe`:
+    a row that sees no key is 0 (torch's scaled_dot_product_attention), else NaN (softmax of an all -inf row)."""
     args = ["q_ptr", "k_ptr", "v_ptr", "out_ptr", "M", "N", "DK", "DV", "sqb", "sqm", "sqk", "skb", "skk", "skn",
             "svb", "svn", "svd", "sob", "som", "sod"]
     args += [a for k in range(leaves) for a in (f"l{k}_ptr", f"l{k}_sb", f"l{k}_sm", f"l{k}_sn")]
@@ -184,7 +225,7 @@ def attention_kernel(leaves: int, scalars: int, body: list[str], result: str) ->
         "                    mask=nmask[:, None] & (dv[None, :] < DV), other=0.0).to(tl.float32)",
         f"        o = o * alpha[:, None] + tl.dot(p, v, {IEEE_DOT})",
         "        mi = mnew",
-        "    o = o / li[:, None]",
+        '    o = tl.where((mi == -float("inf"))[:, None], 0.0, o / li[:, None])' if safe else "    o = o / li[:, None]",
         "    tl.store(out_ptr + b * sob + rm[:, None] * som + dv[None, :] * sod, o,",
         "             mask=mmask[:, None] & (dv[None, :] < DV))",
     ]
@@ -199,7 +240,7 @@ def emit_attention(fw: Forward, v: int) -> str:
     q, k, val = (fw.tensor(a) for a in fw.nodes[v].args[:3])
     chain = ChainExpr(fw, at["first"], at["chain"], at["score"], fw.nodes[at["score"]])
     result = chain.expr(at["score"])
-    name = fw.kernel(attention_kernel(len(chain.leaves), len(chain.scalars), chain.lines, result))
+    name = fw.kernel(attention_kernel(len(chain.leaves), len(chain.scalars), chain.lines, result, at["safe"]))
     fw.launcher("_attention", LAUNCHER)
     shapes = ", ".join("None" if s is None else f"lambda out: {chain.target(s, 'out')}" for s in chain.shapes)
     return fw.launch(v, name, f"_attention({q}, {k}, {val}, [{chain.leaf_vars()}], [{chain.scalar_args()}], "
