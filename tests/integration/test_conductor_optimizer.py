@@ -83,6 +83,46 @@ async def test_a_transformer_mlp_block_gets_its_epilogues_through_the_token_view
     assert source.count("_epilogue(_matmul(") == 2 and source.count("[grid](*args, **meta)") == 3
 
 
+CAUSAL_SDPA = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+batch, heads, seq, dim = 2, 2, 40, 8
+
+
+def get_inputs():
+    return [torch.randn(batch, heads, seq, dim) for _ in range(3)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+async def test_causal_attention_becomes_one_kernel_whose_scores_never_reach_memory(temporal_env, file_store, settings):
+    """scaled_dot_product_attention's scores, softmax and second matmul become one flash-attention kernel, verified
+    at the held-out sizes too (another sequence length: the causal mask and the key blocks change)."""
+    task = KernelTask(op_name="sdpa", task_desc=CAUSAL_SDPA, task_id=f"sdpa-{uuid.uuid4().hex[:6]}",
+                      arch="cpu-interpreter")
+    result, trace = await run_conductor(temporal_env.client, file_store, settings, task, "default")
+
+    assert result.outcome is KernelOutcome.VERIFIED and result.finish_reason is FinishReason.VERIFIED
+    assert trace[3].agent == "optimizer" and trace[3].summary.startswith("rewrite attention"), trace[3].summary
+    assert trace[4].summary.startswith("kept as the best: PASSED"), trace[4].summary
+    coder_modeled, optimized = trace[2].modeled, trace[4].modeled
+    assert coder_modeled is not None and optimized is not None
+    assert optimized.launches < coder_modeled.launches and optimized.traffic_ratio < coder_modeled.traffic_ratio
+    assert result.best_candidate == trace[3].artifact and result.report is not None and result.report.passed
+    assert "seq" in result.report.held_out, result.report.held_out
+    source = file_store.get_bytes(result.best_candidate).decode()
+    assert source.count("= _attention(") == 1 and "def attention_" in source
+
+
 async def test_a_rewrite_that_breaks_correctness_is_discarded_and_never_delivered(temporal_env, file_store, settings,
                                                                                     monkeypatch):
     def divides_by_multiplying(graph):  # noqa: ANN001, ANN202 - the compiler's Graph
