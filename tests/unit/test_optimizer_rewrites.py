@@ -17,6 +17,7 @@ import pytest
 from activities.kernels import compiler
 from activities.kernels.optimizer import REWRITES, load
 from tests.unit.compiler.cases import OTHER_N, RUNNER, TRACED_N, Case, analyse, source
+from tests.unit.compiler.test_lowerings_recurrent import NET
 
 ROOT = Path(__file__).resolve().parents[2]
 load()
@@ -82,6 +83,13 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
         "attention", Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
                           ", ".join(["torch.randn(2, 3 * N, 4)"] * 3) + ", torch.ones(3 * N, 3 * N).tril(-1).bool()",
                           args="q, k, v, m"), 6, 2),
+    "recurrent: a 2-layer LSTM, batch first": ("recurrent", Case(
+        "self.net(x)", "torch.randn(2, N, 6)", init=("self.net = Net('lstm', False, True)",), helpers=NET), 5, 5),
+    "recurrent: a 2-layer bidirectional GRU": ("recurrent", Case(
+        "self.net(x)", "torch.randn(N, 2, 6)", init=("self.net = Net('gru', True, False)",), helpers=NET), 5, 5),
+    "recurrent: a tanh RNN without biases": ("recurrent", Case(
+        "self.net(x)", "torch.randn(2, N, 6)", init=("self.net = Net('rnn', False, True, bias=False)",), helpers=NET),
+        5, 5),
     "blocks: a 3-D convolution's rows in 16-row tiles": ("blocks", Case(
         "self.conv(x)", "torch.randn(2, 2, N, 8, 8)", init=("self.conv = nn.Conv3d(2, 3, 3)",)), 1, 1),
     "blocks: a long pointwise chain in small blocks": ("blocks", Case("torch.sigmoid(x) * 2.0", "torch.randn(64, N, 9)"),
@@ -162,6 +170,15 @@ def test_the_blocks_rewrite_writes_sizes_from_the_shapes_into_the_launches(tmp_p
     chain_case = CASES["blocks: a long pointwise chain in small blocks"][1]
     chain = REWRITES["blocks"].fn(_graph(chain_case, tmp_path / "chain"))
     assert ", BLOCK=128)" in compiler.render(chain, source_of(chain_case))  # 4032 elements: 32 programs of 128
+
+
+def test_the_recurrent_rewrite_runs_every_time_step_in_one_launch_per_layer_and_direction(tmp_path):
+    case = CASES["recurrent: a 2-layer bidirectional GRU"][1]
+    graph = REWRITES["recurrent"].fn(_graph(case, tmp_path))
+    source = compiler.render(graph, source_of(case))
+    assert "rnn_persistent_kernel[(triton.cdiv(B, BB),)](" in source and "rnn_cell_kernel" not in source
+    loop = source[source.index("def _recurrent_persistent("):]
+    assert "for step in range(T)" not in loop.split("def ", 2)[1]  # the launcher has no loop over time steps
 
 
 def source_of(case: Case) -> str:

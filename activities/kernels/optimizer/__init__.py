@@ -35,7 +35,7 @@ class Rewrite:
 
 
 REWRITES: dict[str, Rewrite] = {}
-NODE_OPS = ("rows", "epilogue", "attention")
+NODE_OPS = ("rows", "epilogue", "attention", "persistent_recurrent")
 """The graph node kinds the rewrites introduce (beyond the compiler's NODE_OPS), each with its emitter registered
 through the compiler's `registry.emits` when `load()` imports the rewrite modules."""
 
@@ -43,7 +43,7 @@ through the compiler's `registry.emits` when `load()` imports the rewrite module
 def load() -> None:
     """Import the rewrite modules: their rewrites register here, their nodes' emitters in the compiler (lazily: they
     import the compiler, which a workflow-side import of this package must not pay for)."""
-    from activities.kernels.optimizer import attention, blocks, epilogue, rows  # noqa: F401
+    from activities.kernels.optimizer import attention, blocks, epilogue, recurrent, rows  # noqa: F401
 
 
 def rewrite(name: str, *, order: int, summary: str) -> Callable:
