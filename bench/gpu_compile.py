@@ -8,7 +8,8 @@ accepts kernels the GPU compiler refuses (a loop-carried value whose type change
 GPU cannot launch (more shared memory than the SM has): on 2026-11-24, 26 of 39 CPU-verified kernels failed to
 compile on an H100 for such reasons. This catches those here, at the task's own sizes; it says nothing about speed.
 
-Prints one line per kernel and a JSON summary; exit code 1 when any kernel fails to compile.
+Each folder is checked in the kernels activity's sandboxed child (a candidate may be an LLM's). Prints one line per
+kernel and a JSON summary; exit code 1 when any kernel fails to compile.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import Any
 SHARED_LIMIT = {80: 166_912, 86: 101_376, 89: 101_376, 90: 232_448, 100: 232_448}
 """Shared memory one program may use, by compute capability (CUDA's opt-in maximum per block): A100, RTX 30xx,
 L40S, H100, B200. A kernel that needs more compiles, then fails at launch."""
+RESULT_FILE = "gpu_compile.json"
+CHILD_TIMEOUT_S = 900.0
 OPTIONS = ("num_warps", "num_stages")
 """Launch keywords that are compile options, not kernel arguments."""
 DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int64": "i64",
@@ -128,17 +131,38 @@ def check(folder: Path, arch: int) -> list[dict]:
     return compile_for(folder, launches, arch)
 
 
+def in_sandbox(folder: Path, arch: int) -> list[dict]:
+    """`check` in the kernels activity's sandboxed child (activities/kernels/_proc.py), the folder its scratch dir:
+    the candidate may be an LLM's, and its code runs nowhere else."""
+    from activities.kernels._proc import spawn, wait_all
+
+    (folder / RESULT_FILE).unlink(missing_ok=True)
+    child = spawn("bench.gpu_compile", folder, ["--child", "--arch", str(arch), "."], gpu=False,
+                  timeout_s=CHILD_TIMEOUT_S)
+    done = wait_all({"compile": child}, CHILD_TIMEOUT_S, lambda _msg: None)["compile"]
+    if done.error:
+        return [{"kernel": "(the sandboxed child)", "ok": False, "error": f"{done.error}: {done.log_excerpt[-400:]}"}]
+    return json.loads((folder / RESULT_FILE).read_text(encoding="utf-8"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", type=Path, help="folders holding task.py and candidate.py")
     parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability x10 (90: H100, 80: A100)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # the sandboxed child's part
     args = parser.parse_args(argv)
+    if args.child:
+        os.environ["TRITON_INTERPRET"] = "0"  # the sandbox's CPU children interpret; this one compiles GPU code
+        results = check(args.folders[0], args.arch)
+        (args.folders[0] / RESULT_FILE).write_text(json.dumps(results, default=str), encoding="utf-8")
+        return 0
     summary = {}
     for folder in args.folders:
-        results = check(folder, args.arch)
+        results = in_sandbox(folder.resolve(), args.arch)
         summary[folder.name] = [r.get("error", "") for r in results if not r["ok"]]
         for r in results:
-            print(f"{folder.name:50} {r['kernel']:40} {'ok' if r['ok'] else 'FAILED: ' + r['error'][:300]}")
+            said = " | ".join(r.get("error", "").split("\n"))[:300]
+            print(f"{folder.name:50} {r['kernel']:40} {'ok' if r['ok'] else 'FAILED: ' + said}")
     print(json.dumps(summary))
     return 1 if any(summary.values()) else 0
 
