@@ -177,8 +177,8 @@ def test_the_recurrent_rewrite_runs_every_time_step_in_one_launch_per_layer_and_
     graph = REWRITES["recurrent"].fn(_graph(case, tmp_path))
     source = compiler.render(graph, source_of(case))
     assert "rnn_persistent_kernel[(triton.cdiv(B, BB),)](" in source and "rnn_cell_kernel" not in source
-    loop = source[source.index("def _recurrent_persistent("):]
-    assert "for step in range(T)" not in loop.split("def ", 2)[1]  # the launcher has no loop over time steps
+    run = source[source.index("def _rnn_persistent("):]
+    assert "_recurrent(" in source and "for step in range(T)" not in run.split("def ", 2)[1]  # no loop over steps
 
 
 def source_of(case: Case) -> str:

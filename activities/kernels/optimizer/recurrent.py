@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from activities.kernels.compiler.blocks import matmul
 from activities.kernels.compiler.blocks.common import IEEE_DOT
+from activities.kernels.compiler.blocks.recurrent import emit_recurrent
 from activities.kernels.compiler.registry import emits
 from activities.kernels.optimizer import live, rewrite
 
@@ -93,52 +93,19 @@ def rnn_persistent_kernel(xg_ptr, whh_ptr, bih_ptr, bhh_ptr, h0_ptr, c0_ptr, hn_
         tl.store(cn_ptr + state, c, mask=m2)
 '''
 
-LAUNCHER = '''
+RUN = '''
 
-def _recurrent_persistent(mode, x, states, weights, layers, bidirectional, batch_first, has_biases):
-    """(output, h_n[, c_n]) of a stacked (bi)directional recurrent layer: per layer and direction one batched matmul
-    projects all time steps, then one launch runs every step (the state in registers, BB batch rows a program)."""
-    code = ("lstm", "gru", "rnn_tanh", "rnn_relu").index(mode)
-    seq = x.transpose(0, 1) if batch_first else x
-    T, B = seq.shape[0], seq.shape[1]
-    H = states[0].shape[2]
-    D = 2 if bidirectional else 1
-    per = 4 if has_biases else 2
-    hn = torch.empty(states[0].shape, dtype=x.dtype, device=x.device)
-    cn = torch.empty(states[0].shape, dtype=x.dtype, device=x.device) if code == 0 else hn
+def _rnn_persistent(code, xg, w_hh, b_ih, b_hh, h, c, h_n, c_n, out, reverse, has_biases):
+    """One layer and direction in one launch: every step, the state in registers (BB batch rows a program)."""
+    T, B, H = out.shape
     BB, BH = 16, max(16, triton.next_power_of_2(H))
-    for layer in range(layers):
-        out = torch.empty((T, B, D * H), dtype=x.dtype, device=x.device)
-        for d in range(D):
-            k = layer * D + d
-            w = weights[k * per:(k + 1) * per]
-            w_ih, w_hh = w[0], w[1]
-            b_ih, b_hh = (w[2], w[3]) if has_biases else (w_ih, w_hh)
-            xg, grid, args, meta = _matmul(seq, w_ih.t().expand(T, -1, -1))
-            matmul_kernel[grid](*args, **meta)
-            h0 = states[0][k].contiguous()
-            c0 = states[1][k].contiguous() if code == 0 else h0
-            o = out[:, :, d * H:(d + 1) * H]
-            rnn_persistent_kernel[(triton.cdiv(B, BB),)](
-                xg, w_hh, b_ih, b_hh, h0, c0, hn[k], cn[k], o, T, B, H, xg.stride(0), xg.stride(1),
-                w_hh.stride(0), w_hh.stride(1), o.stride(0), o.stride(1), o.stride(2),
-                REVERSE=d == 1, MODE=code, HAS_BIAS=has_biases, BB=BB, BH=BH)
-        seq = out
-    output = seq.transpose(0, 1) if batch_first else seq
-    return (output, hn, cn) if code == 0 else (output, hn)
+    rnn_persistent_kernel[(triton.cdiv(B, BB),)](
+        xg, w_hh, b_ih, b_hh, h.contiguous(), c.contiguous(), h_n, h_n if c_n is None else c_n, out, T, B, H,
+        xg.stride(0), xg.stride(1), w_hh.stride(0), w_hh.stride(1), out.stride(0), out.stride(1), out.stride(2),
+        REVERSE=reverse, MODE=code, HAS_BIAS=has_biases, BB=BB, BH=BH)
 '''
 
 
 @emits("persistent_recurrent")
 def emit_persistent(fw: Forward, v: int) -> str:
-    n = fw.nodes[v]
-    at = n.attrs
-    args = [fw.tensor(a) for a in n.args]
-    x, states, weights = args[0], args[1:1 + at["states"]], args[1 + at["states"]:]
-    fw.kernel(("matmul_kernel", matmul.KERNEL))
-    fw.kernel(("rnn_persistent_kernel", KERNEL))
-    fw.launcher("_matmul", matmul.LAUNCHER)
-    fw.launcher("_recurrent_persistent", LAUNCHER)
-    fw.launches += 1
-    return fw.emit(v, f"_recurrent_persistent({at['mode']!r}, {x}, [{', '.join(states)}], [{', '.join(weights)}], "
-                      f"{at['layers']}, {at['bidirectional']}, {at['batch_first']}, {at['has_biases']})")
+    return emit_recurrent(fw, v, ("rnn_persistent_kernel", KERNEL), "_rnn_persistent", RUN)

@@ -60,57 +60,72 @@ def rnn_cell_kernel(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, h_ptr, c_ptr, h_out_ptr, c
 
 LAUNCHER = '''
 
-def _recurrent(mode, x, states, weights, layers, bidirectional, batch_first, has_biases):
+def _recurrent(mode, x, states, weights, layers, bidirectional, batch_first, has_biases, run):
     """(output, h_n[, c_n]) of a stacked (bi)directional recurrent layer: per layer and direction one batched
-    matmul projects all time steps, then per time step a matmul of the hidden state and the fused cell kernel."""
+    matmul projects all time steps, then `run` steps through them (`_rnn_steps`, or the optimizer's persistent
+    kernel) from the initial state into h_n, c_n and that direction's output slice."""
     code = ("lstm", "gru", "rnn_tanh", "rnn_relu").index(mode)
-    gates = (4, 3, 1, 1)[code]
     seq = x.transpose(0, 1) if batch_first else x
-    T, B = seq.shape[0], seq.shape[1]
+    T = seq.shape[0]
     H = states[0].shape[2]
     D = 2 if bidirectional else 1
     per = 4 if has_biases else 2
     hn = torch.empty(states[0].shape, dtype=x.dtype, device=x.device)
     cn = torch.empty(states[0].shape, dtype=x.dtype, device=x.device) if code == 0 else None
-    block = 1024
     for layer in range(layers):
-        out = torch.empty((T, B, D * H), dtype=x.dtype, device=x.device)
+        out = torch.empty((T, seq.shape[1], D * H), dtype=x.dtype, device=x.device)
         for d in range(D):
-            w = weights[(layer * D + d) * per:(layer * D + d + 1) * per]
+            k = layer * D + d
+            w = weights[k * per:(k + 1) * per]
             w_ih, w_hh = w[0], w[1]
             b_ih, b_hh = (w[2], w[3]) if has_biases else (w_ih, w_hh)
             xg, grid, args, meta = _matmul(seq, w_ih.t().expand(T, -1, -1))
             matmul_kernel[grid](*args, **meta)
-            k = layer * D + d
-            h, c = states[0][k], states[1][k] if code == 0 else states[0][k]
-            for step in range(T):
-                t = T - 1 - step if d == 1 else step
-                hg, grid, args, meta = _matmul(h, w_hh.t())
-                matmul_kernel[grid](*args, **meta)
-                h_new = hn[k] if step == T - 1 else torch.empty((B, H), dtype=x.dtype, device=x.device)
-                c_new = (cn[k] if step == T - 1 else torch.empty((B, H), dtype=x.dtype, device=x.device)) \\
-                    if code == 0 else h_new
-                o = out[t, :, d * H:(d + 1) * H]
-                rnn_cell_kernel[(triton.cdiv(B * H, block),)](
-                    xg[t], hg, b_ih, b_hh, h, c, h_new, c_new, o, o.stride(0), o.stride(1), B, H,
-                    MODE=code, G=gates, HAS_BIAS=has_biases, BLOCK=block)
-                h, c = h_new, c_new
+            run(code, xg, w_hh, b_ih, b_hh, states[0][k], states[1][k] if code == 0 else states[0][k], hn[k],
+                cn[k] if code == 0 else None, out[:, :, d * H:(d + 1) * H], d == 1, has_biases)
         seq = out
     output = seq.transpose(0, 1) if batch_first else seq
     return (output, hn, cn) if code == 0 else (output, hn)
 '''
 
+STEPS = '''
+
+def _rnn_steps(code, xg, w_hh, b_ih, b_hh, h, c, h_n, c_n, out, reverse, has_biases):
+    """One layer and direction, step by step: a matmul of the hidden state, then the fused cell kernel writing the
+    new state and that step's output; the last step writes h_n (and c_n)."""
+    T, B, H = out.shape
+    block = 1024
+    for step in range(T):
+        t = T - 1 - step if reverse else step
+        hg, grid, args, meta = _matmul(h, w_hh.t())
+        matmul_kernel[grid](*args, **meta)
+        h_new = h_n if step == T - 1 else torch.empty((B, H), dtype=h_n.dtype, device=h_n.device)
+        c_new = (c_n if step == T - 1 else torch.empty((B, H), dtype=h_n.dtype, device=h_n.device)) \\
+            if code == 0 else h_new
+        o = out[t]
+        rnn_cell_kernel[(triton.cdiv(B * H, block),)](
+            xg[t], hg, b_ih, b_hh, h, c, h_new, c_new, o, o.stride(0), o.stride(1), B, H,
+            MODE=code, G=(4, 3, 1, 1)[code], HAS_BIAS=has_biases, BLOCK=block)
+        h, c = h_new, c_new
+'''
+
+
+def emit_recurrent(fw: "Forward", v: int, kernel: tuple[str, str], run: str, run_source: str) -> str:
+    """Node v as a `_recurrent` launch whose layers and directions the launcher `run` (its source and its kernel
+    written into the candidate) steps through: the compiler's per-step kernels, or the optimizer's persistent one."""
+    at = fw.nodes[v].attrs
+    args = [fw.tensor(a) for a in fw.nodes[v].args]
+    x, states, weights = args[0], args[1:1 + at["states"]], args[1 + at["states"]:]
+    fw.kernel(("matmul_kernel", matmul.KERNEL))
+    fw.kernel(kernel)
+    fw.launcher("_matmul", matmul.LAUNCHER)
+    fw.launcher("_recurrent", LAUNCHER)
+    fw.launcher(run, run_source)
+    fw.launches += 1
+    return fw.emit(v, f"_recurrent({at['mode']!r}, {x}, [{', '.join(states)}], [{', '.join(weights)}], {at['layers']}, "
+                      f"{at['bidirectional']}, {at['batch_first']}, {at['has_biases']}, {run})")
+
 
 @emits("recurrent")
 def recurrent(fw: "Forward", v: int) -> str:
-    n = fw.nodes[v]
-    at = n.attrs
-    args = [fw.tensor(a) for a in n.args]
-    x, states, weights = args[0], args[1:1 + at["states"]], args[1 + at["states"]:]
-    fw.kernel(("matmul_kernel", matmul.KERNEL))
-    fw.kernel(("rnn_cell_kernel", KERNEL))
-    fw.launcher("_matmul", matmul.LAUNCHER)
-    fw.launcher("_recurrent", LAUNCHER)
-    fw.launches += 1
-    return fw.emit(v, f"_recurrent({at['mode']!r}, {x}, [{', '.join(states)}], [{', '.join(weights)}], {at['layers']}, "
-                      f"{at['bidirectional']}, {at['batch_first']}, {at['has_biases']})")
+    return emit_recurrent(fw, v, ("rnn_cell_kernel", KERNEL), "_rnn_steps", STEPS)
