@@ -15,14 +15,14 @@ kernel and a JSON summary; exit code 1 when any kernel fails to compile.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import inspect
 import json
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+from activities.kernels._child import _load  # the one way a kernels child imports a task or candidate file
 
 SHARED_LIMIT = {80: 166_912, 86: 101_376, 89: 101_376, 90: 232_448, 100: 232_448}
 """Shared memory one program may use, by compute capability (CUDA's opt-in maximum per block): A100, RTX 30xx,
@@ -33,15 +33,6 @@ OPTIONS = ("num_warps", "num_stages")
 """Launch keywords that are compile options, not kernel arguments."""
 DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int64": "i64",
           "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1"}
-
-
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _type(value: Any) -> str:
@@ -84,8 +75,8 @@ def record(folder: Path) -> list[dict]:
 
     JITFunction.run = run
     try:
-        task = _load(folder / "task.py", f"task_{folder.name}")
-        cand = _load(folder / "candidate.py", f"gpu_{folder.name}")
+        task = _load(str(folder / "task.py"), f"task_{folder.name}")
+        cand = _load(str(folder / "candidate.py"), f"gpu_{folder.name}")
         torch.manual_seed(0)
         model = cand.ModelNew(*task.get_init_inputs()).to("meta")
         inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
