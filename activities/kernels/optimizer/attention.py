@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from activities.kernels.compiler.blocks.common import IEEE_DOT, jit, kernel_name
 from activities.kernels.compiler.graph import Const, Node
 from activities.kernels.compiler.registry import emits
-from activities.kernels.optimizer import live, rewrite
+from activities.kernels.optimizer import live, reaches, rewrite
 from activities.kernels.optimizer.epilogue import ChainExpr, chain_operands, product_chain
 
 if TYPE_CHECKING:
@@ -42,9 +42,11 @@ reshape to [B, M, N])."""
 def attention(graph: Graph) -> Graph | None:
     """Every matched `softmax(chain(Q @ K)) @ V` becomes one `attention` node (None: the graph has none)."""
     alive = live(graph)
+    users = {v: {u for u in us if u in alive} for v, us in graph.users().items()}
+    """Each value's users among the nodes an output needs (an earlier pass can leave a dead twin of a guard)."""
     done = False
     for second, node in enumerate(graph.nodes):
-        found = _match(graph, second, alive) if node.op == "matmul" and second in alive else None
+        found = _match(graph, second, users) if node.op == "matmul" and second in alive else None
         if found is None:
             continue
         q, k = graph.nodes[found.first].args
@@ -68,7 +70,7 @@ class Match:
     """The softmax is torch's safe one (scaled_dot_product_attention): a row with no visible key gives 0, not NaN."""
 
 
-def _match(graph: Graph, second: int, alive: set[int]) -> Match | None:
+def _match(graph: Graph, second: int, users: dict[int, set[int]]) -> Match | None:
     """How matmul `second` computes softmax(chain(first matmul)) @ V, as the module docstring says; None when it
     does not (exactly)."""
     nodes = graph.nodes
@@ -105,7 +107,7 @@ def _match(graph: Graph, second: int, alive: set[int]) -> Match | None:
     if bool(guard) != bool(shifted) or any(nodes[g[0]].args[0] != top for g in (guard, shifted) if g):
         return None
     pattern |= {div, e, total, sub, shift, top} | {g[0] for g in (guard, shifted) if g}
-    if any(set(_users(graph, v, alive)) - pattern - {second} for v in pattern) or pattern & set(graph.outputs):
+    if any(users[v] - pattern - {second} for v in pattern) or pattern & set(graph.outputs):
         return None  # a value of the softmax is needed elsewhere
     first = _first(graph, score)
     if first is None or nodes[first].dtype != "float32":
@@ -114,11 +116,11 @@ def _match(graph: Graph, second: int, alive: set[int]) -> Match | None:
     if len(product) != 3 or product[:2] != nodes[second].shape[:2] or nodes[div].shape[-1] != product[-1]:
         return None
     chain = {v for v in product_chain(graph, first, through_views=True) | _views_back(graph, score, first)
-             if _feeds(graph, v, score)}
+             if reaches(graph, score, {v})}
     if score != first and score not in chain:
         return None
     inside = chain | {first}
-    if any(set(_users(graph, v, alive)) - inside - pattern for v in inside) or inside & set(graph.outputs):
+    if any(users[v] - inside - pattern for v in inside) or inside & set(graph.outputs):
         return None  # a value of the scores is needed elsewhere: it must be written, so no fusion
     return Match(first=first, chain=chain, score=score, safe=bool(guard))
 
@@ -132,10 +134,6 @@ def _guarded(nodes: list[Node], v: int) -> tuple[int, int] | None:
     if not (_pw(test, "eq") and test.args[1:] == [Const(-math.inf)] and isinstance(node.args[2], int)):
         return None
     return node.args[0], node.args[2]
-
-
-def _users(graph: Graph, v: int, alive: set[int]) -> list[int]:
-    return [u for u, n in enumerate(graph.nodes) if u in alive and any(a == v for a in n.args if isinstance(a, int))]
 
 
 def _pw(node: Node, fn: str) -> bool:
@@ -170,19 +168,6 @@ def _views_back(graph: Graph, score: int, first: int) -> set[int]:
         found.add(v)
         v = graph.nodes[v].args[0]
     return found
-
-
-def _feeds(graph: Graph, v: int, score: int) -> bool:
-    """Is v the score value or one it depends on?"""
-    todo, seen = [score], set()
-    while todo:
-        n = todo.pop()
-        if n == v:
-            return True
-        if n not in seen:
-            seen.add(n)
-            todo += [a for a in graph.nodes[n].args if isinstance(a, int)]
-    return False
 
 
 def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, safe: bool) -> tuple[str, str]:
