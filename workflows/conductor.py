@@ -96,15 +96,16 @@ with workflow.unsafe.imports_passed_through():
 R = TypeVar("R", DesignResult, CodeResult)
 
 REFERENCE_IN_STORE = "kernel-reference-and-source-in-store"
-"""Deprecated patch: trace_reference returns the analysis without its trace, with the designer's family and the size check made
-in the activity (a whole model's trace is hundreds of KiB, and the designer's walk over it outlasts a workflow
-task), and the task's source as a store ref that every later request carries instead of the text. The old path
-(reading the trace here) is gone: a kernel job started before 2db29ff must end before its worker is upgraded."""
+"""Deprecated patch: trace_reference returns the analysis without its trace, with the designer's family and the
+size check made in the activity (a whole model's trace is hundreds of KiB, and the designer's walk over it outlasts a
+workflow task), and the task's source as a store ref that every later request carries instead of the text. The old
+path (reading the trace here) is gone: a kernel job started before 2db29ff must end before its worker is upgraded."""
 
 TRACE_IN_STORE = "kernel-trace-in-store"
-"""Deprecated patch: the result carries the trace's store ref only (the history held the trace twice: record_trace's input and
-the result), so a job that fails after some steps records its trace too. The old path (a failed job
-without that activity) is gone: a kernel job started before d8ec1c0 must end before its worker is upgraded."""
+"""Deprecated patch: the result carries the trace's store ref only (the history held the trace twice:
+record_trace's input and the result), so a job that fails after some steps records its trace too. The old path (a
+failed job without that activity) is gone: a kernel job started before d8ec1c0 must end before its worker is
+upgraded."""
 
 OPTIMIZER_OFFLINE_FIRST = "kernel-optimizer-offline-first"
 """With an LLM configured, an optimizer round asks the offline optimizer first while it has a rewrite left
