@@ -1,161 +1,97 @@
-"""Do a candidate's kernels compile for a GPU? Answered without one: `python -m bench.gpu_compile DIR... [--arch 90]`.
+"""Do candidates' kernels compile for a GPU? Answered without one.
 
-Each DIR holds `task.py` and `candidate.py` (a bench workdir's recheck/ folders, or the rewrite tests' cases). The
-candidate's forward runs once on the meta device (shapes, no data) with every launch recorded instead of run, so its
-launchers choose what they would on a GPU; each launched kernel is then compiled for the target (`triton.compile`
-with a `GPUTarget`: Triton's own ptxas makes the cubin, no driver needed). The interpreter
-accepts kernels the GPU compiler refuses (a loop-carried value whose type changes, a `tl.dot` tile under 16) or the
-GPU cannot launch (more shared memory than the SM has): on 2026-11-24, 26 of 39 CPU-verified kernels failed to
-compile on an H100 for such reasons. This catches those here, at the task's own sizes; it says nothing about speed.
+    python -m bench.gpu_compile DIR... [--gpu h100]               # DIR: task.py + candidate.py (recheck/NAME)
+    python -m bench.gpu_compile --offline TASKS_DIR... [--gpu h100]  # the offline compiler's own, per task file
 
-Each folder is checked in the kernels activity's sandboxed child (a candidate may be an LLM's). Prints one line per
-kernel and a JSON summary; exit code 1 when any kernel fails to compile.
+Each candidate is checked as the verifier checks a passing one on the CPU interpreter
+(activities/kernels/gpu_compile.py: the forward on the meta device with its launches recorded, each kernel compiled
+for the GPU by Triton's own ptxas, its shared memory compared with the GPU's), in the kernels activity's sandboxed
+child. `--offline` writes, for every task file in the folders (examples/kernelbench/level1 ...), the offline coder's
+candidate and the offline optimizer's first one (every applicable rewrite at once), and checks both: the share of
+the offline compiler's kernels that would build on the GPU, without verifying them (the bench_kernelbench run does
+that). Prints one line per candidate and a count; exit code 1 when any candidate's kernels do not compile.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
-import json
-import os
 import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
-from activities.kernels._child import _load  # the one way a kernels child imports a task or candidate file
-
-SHARED_LIMIT = {80: 166_912, 86: 101_376, 89: 101_376, 90: 232_448, 100: 232_448}
-"""Shared memory one program may use, by compute capability (CUDA's opt-in maximum per block): A100, RTX 30xx,
-L40S, H100, B200. A kernel that needs more compiles, then fails at launch."""
-RESULT_FILE = "gpu_compile.json"
-CHILD_TIMEOUT_S = 900.0
-OPTIONS = ("num_warps", "num_stages")
-"""Launch keywords that are compile options, not kernel arguments."""
-DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int64": "i64",
-          "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1"}
+from activities.kernels.gpu_compile import check
+from activities.kernels.gpus import DEFAULT_GPU, GPUS, GpuSpec
 
 
-def _type(value: Any) -> str:
-    import torch
+def offline_candidates(task_file: Path, root: Path) -> list[Path] | str:
+    """Folders (task.py + candidate.py) for the offline coder's candidate and the optimizer's first rewrite of it,
+    or why there are none. The task is traced in this process: run it on trusted task files only."""
+    from activities.kernels import compiler, optimizer
+    from activities.kernels._probe import probe
+    from contracts.kernel_job import ReferenceAnalysis
 
-    if isinstance(value, torch.Tensor):
-        return "*" + DTYPES[str(value.dtype).removeprefix("torch.")]
-    if isinstance(value, bool):
-        return "i1"
-    if isinstance(value, int):
-        return "i32" if -2**31 <= value < 2**31 else "i64"
-    if isinstance(value, float):
-        return "fp32"
-    raise TypeError(f"a launch argument of type {type(value).__name__}")
-
-
-def record(folder: Path) -> list[dict]:
-    """Every distinct launch the candidate's forward makes on a GPU, found without one: the model and the task's
-    inputs on the meta device (shapes and dtypes, no data), `JITFunction.run` recording each launch instead of
-    running it, so the launchers pick their GPU block sizes. Kernel name, signature, constexprs, compile options."""
-    import torch
-    from triton.runtime.jit import JITFunction
-
-    seen: dict[str, dict] = {}
-    original = JITFunction.run
-
-    def run(fn: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
-        params = inspect.signature(fn.fn).parameters
-        values = dict(zip(fn.arg_names, args)) | {k: v for k, v in kwargs.items() if k not in OPTIONS}
-        options = {k: v for k, v in kwargs.items() if k in OPTIONS}
-        signature, constexprs = {}, {}
-        for name, value in values.items():
-            if "constexpr" in str(params[name].annotation) or value is None:
-                signature[name], constexprs[name] = "constexpr", value
-            else:
-                signature[name] = _type(value)
-        key = json.dumps([fn.__name__, signature, constexprs, options], sort_keys=True, default=str)
-        seen.setdefault(key, {"kernel": fn.__name__, "signature": signature, "constexprs": constexprs,
-                              "options": options})
-
-    JITFunction.run = run
+    task = task_file.read_text(encoding="utf-8")
+    trace = root / task_file.stem / "trace"
+    trace.mkdir(parents=True)
+    (trace / "task.py").write_text(task, encoding="utf-8")
     try:
-        task = _load(str(folder / "task.py"), f"task_{folder.name}")
-        cand = _load(str(folder / "candidate.py"), f"gpu_{folder.name}")
-        torch.manual_seed(0)
-        model = cand.ModelNew(*task.get_init_inputs()).to("meta")
-        inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
-        with torch.no_grad():
-            model(*inputs)
-    finally:
-        JITFunction.run = original
-    return list(seen.values())
+        reference = ReferenceAnalysis.model_validate(probe(str(trace / "task.py"), 0, symbolic=True))
+    except Exception as e:  # noqa: BLE001 - a task the probe cannot trace has no offline candidate
+        return f"not traced: {type(e).__name__}: {str(e)[:200]}"
+    lowered = compiler.lower(reference)
+    if isinstance(lowered, str):
+        return f"no offline lowering: {lowered[:200]}"
+    sources = {"coder": compiler.render(lowered, task)}
+    proposal = optimizer.offline_answer(task, reference, [])
+    if isinstance(proposal, optimizer.Proposal):
+        sources[f"optimizer {proposal.rewrite}"] = proposal.source
+    folders = []
+    for label, source in sources.items():
+        folder = root / task_file.stem / label.split()[0]
+        folder.mkdir()
+        (folder / "task.py").write_text(task, encoding="utf-8")
+        (folder / "candidate.py").write_text(source, encoding="utf-8")
+        (folder / "label").write_text(f"{task_file.parent.name}/{task_file.stem} {label}", encoding="utf-8")
+        folders.append(folder)
+    return folders
 
 
-def compile_for(folder: Path, launches: list[dict], arch: int) -> list[dict]:
-    """Compile each recorded launch's kernel for sm_<arch> and check its shared memory against the target's: one
-    result per launch."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    gpu = sys.modules[f"gpu_{folder.name}"]
-    results = []
-    for launch in launches:
-        try:
-            src = ASTSource(getattr(gpu, launch["kernel"]), signature=launch["signature"],
-                            constexprs=launch["constexprs"])
-            compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=launch["options"])
-            shared, limit = compiled.metadata.shared, SHARED_LIMIT.get(arch, 101_376)
-            results.append({**launch, "ok": shared <= limit, "shared_bytes": shared,
-                            **({} if shared <= limit else {"error": f"needs {shared:,} bytes of shared memory; "
-                                                                    f"sm_{arch} allows {limit:,}"})})
-        except Exception as e:  # noqa: BLE001 - a compile error is the finding
-            results.append({**launch, "ok": False, "error": f"{type(e).__name__}: {str(e).strip()[-600:]}"})
-    return results
-
-
-def check(folder: Path, arch: int) -> list[dict]:
-    """The candidate's GPU launches compiled for sm_<arch> (in this process: it must not be interpreting)."""
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        raise SystemExit("run without TRITON_INTERPRET: the kernels must be GPU code")
-    try:
-        launches = record(folder)
-    except Exception as e:  # noqa: BLE001 - the forward itself failed on the meta device: say so
-        return [{"kernel": "(the candidate's forward on the meta device)", "ok": False,
-                 "error": f"{type(e).__name__}: {str(e)[-600:]}"}]
-    return compile_for(folder, launches, arch)
-
-
-def in_sandbox(folder: Path, arch: int) -> list[dict]:
-    """`check` in the kernels activity's sandboxed child (activities/kernels/_proc.py), the folder its scratch dir:
-    the candidate may be an LLM's, and its code runs nowhere else."""
-    from activities.kernels._proc import spawn, wait_all
-
-    (folder / RESULT_FILE).unlink(missing_ok=True)
-    child = spawn("bench.gpu_compile", folder, ["--child", "--arch", str(arch), "."], gpu=False,
-                  timeout_s=CHILD_TIMEOUT_S)
-    done = wait_all({"compile": child}, CHILD_TIMEOUT_S, lambda _msg: None)["compile"]
-    if done.error:
-        return [{"kernel": "(the sandboxed child)", "ok": False, "error": f"{done.error}: {done.log_excerpt[-400:]}"}]
-    return json.loads((folder / RESULT_FILE).read_text(encoding="utf-8"))
+def _line(folder: Path, gpu: GpuSpec) -> tuple[bool | None, str]:
+    result = check(folder, gpu, lambda _msg: None)
+    label = (folder / "label").read_text(encoding="utf-8") if (folder / "label").is_file() else folder.name
+    said = {True: "ok", False: "FAILED", None: "OPEN"}[result.compiles]
+    return result.compiles, f"{label:60} {said:6} {' '.join(result.summary.split())[:400]} [{', '.join(result.kernels)}]"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folders", nargs="+", type=Path, help="folders holding task.py and candidate.py")
-    parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability x10 (90: H100, 80: A100)")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # the sandboxed child's part
+    parser.add_argument("folders", nargs="+", type=Path, help="folders holding task.py and candidate.py (with "
+                                                              "--offline: folders of task files)")
+    parser.add_argument("--gpu", choices=sorted(GPUS), default=DEFAULT_GPU, help=f"the target (default {DEFAULT_GPU})")
+    parser.add_argument("--offline", action="store_true", help="check the offline compiler's candidates for the "
+                                                               "task files in the folders")
+    parser.add_argument("--jobs", type=int, default=2, help="checks at a time (default 2)")
     args = parser.parse_args(argv)
-    if args.child:
-        os.environ["TRITON_INTERPRET"] = "0"  # the sandbox's CPU children interpret; this one compiles GPU code
-        results = check(args.folders[0], args.arch)
-        (args.folders[0] / RESULT_FILE).write_text(json.dumps(results, default=str), encoding="utf-8")
-        return 0
-    summary = {}
-    for folder in args.folders:
-        results = in_sandbox(folder.resolve(), args.arch)
-        summary[folder.name] = [r.get("error", "") for r in results if not r["ok"]]
-        for r in results:
-            said = " | ".join(r.get("error", "").split("\n"))[:300]
-            print(f"{folder.name:50} {r['kernel']:40} {'ok' if r['ok'] else 'FAILED: ' + said}")
-    print(json.dumps(summary))
-    return 1 if any(summary.values()) else 0
+    gpu = GPUS[args.gpu]
+    with tempfile.TemporaryDirectory(prefix="ff-gpu-compile-") as tmp:
+        folders = [folder.resolve() for folder in args.folders]
+        if args.offline:
+            folders = []
+            for task_file in sorted(f for d in args.folders for f in d.glob("*.py") if f.name != "__init__.py"):
+                made = offline_candidates(task_file, Path(tmp))
+                if isinstance(made, str):
+                    print(f"{task_file.parent.name}/{task_file.stem:55} SKIP   {made}")
+                else:
+                    folders += made
+        verdicts = []
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:  # each check is a sandboxed child: threads only wait
+            for compiles, line in pool.map(lambda f: _line(f, gpu), folders):
+                verdicts.append(compiles)
+                print(line, flush=True)
+    print(f"{verdicts.count(True)} compile, {verdicts.count(False)} do not, {verdicts.count(None)} not checked "
+          f"(of {len(verdicts)}) for {gpu.name}")
+    return 1 if False in verdicts else 0
 
 
 if __name__ == "__main__":

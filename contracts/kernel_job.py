@@ -87,6 +87,32 @@ class TorchOpUse(BaseModel, frozen=True):
     """The reference's traced graph computes this op: torch did the task's own arithmetic."""
 
 
+class GpuCompileCheck(BaseModel, frozen=True):
+    """Whether a candidate verified on the CPU interpreter compiles for the job's GPU (activities/kernels/gpu_compile:
+    Triton's own compiler, no GPU needed). It says nothing about speed."""
+
+    target: str
+    """`sm_90 (H100 SXM5 80GB)`: the job's roofline GPU."""
+    compiles: bool | None
+    """None: not checked (`note` says why: a forward that reads values cannot run on the meta device)."""
+    kernels: list[str] = Field(default_factory=list)
+    """The kernels the candidate's forward launches."""
+    max_shared_bytes: int = 0
+    """The most shared memory one of them needs per program."""
+    note: str = ""
+    """The failing kernel and the compiler's message, or why nothing was checked."""
+
+    @property
+    def summary(self) -> str:
+        if self.compiles is None:
+            return f"GPU compile for {self.target} {self.note}"
+        if not self.compiles:
+            return f"does not compile for {self.target}: {self.note}"
+        shared = (f"at most {-(-self.max_shared_bytes // 1024)} KB shared memory a program" if self.max_shared_bytes
+                  else "no shared memory")
+        return f"compiles for {self.target} ({len(self.kernels)} kernel(s), {shared})"
+
+
 class VerifierReport(BaseModel, frozen=True):
     passed: bool
     reason: str
@@ -120,6 +146,9 @@ class VerifierReport(BaseModel, frozen=True):
     """Set when the fp32 outputs disagreed and the reference ran again in float64 to tell which side is off."""
     timed_out: bool = False
     """The candidate was killed at its time limit (`reason` says when, and what had finished by then)."""
+    gpu_compile: GpuCompileCheck | None = None
+    """On the CPU interpreter, for a candidate right on every run: whether its kernels compile for the job's GPU
+    (None: a GPU run, a failing candidate, or a report from before the check)."""
 
 
 # --- the reference, read by tracing it -------------------------------------------------------

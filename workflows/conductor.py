@@ -453,7 +453,8 @@ class ConductorWorkflow:
             self._best_report, self._modeled, self._speed = res.report, res.modeled, res.speed
         elif self._best is None:
             self._speed = res.speed or self._speed
-        notes = [n for n in (shapes_checked(res.report), res.report.accuracy_note, res.speed) if n]
+        compiled = res.report.gpu_compile.summary if res.report.gpu_compile else ""
+        notes = [n for n in (shapes_checked(res.report), compiled, res.report.accuracy_note, res.speed) if n]
         summary = ("PASSED" + (f" ({'; '.join(notes)})" if notes else "")) if passed else f"FAILED: {res.report.reason}"
         if len(cands) > 1:
             summary += f" [{sum(r.report.passed for r in done.values())}/{len(cands)} candidates passed]"
@@ -574,6 +575,8 @@ class ConductorWorkflow:
             "reference": self._family or "-",
             "sizes": ", ".join(f"{k}={v}" for k, v in self._req.task.overrides.items()) or "as in the task file",
             "shapes": self._shapes(),
+            **({"gpu compile": self._best_report.gpu_compile.summary}
+               if self._best_report and self._best_report.gpu_compile else {}),
             "last": f"{last.agent}: {last.summary}" if last else "",
             "last error": error or (self._report.reason if self._report and not self._report.passed else ""),
             "tokens": token_totals(self._calls).total_tokens,

@@ -16,7 +16,9 @@ Sources:
   36 PFLOPS with sparsity (2.25 dense each); 148 SMs.
 * Launch overhead, all: "Getting Started with CUDA Graphs" (NVIDIA technical blog, 2019): back-to-back kernel
   launches on one stream cost a few microseconds each beyond the kernels' own run time (3.8 us per ~2.9 us
-  kernel without graphs). 3 us is used for every kernel launch and every eager aten op alike, so the
+  kernel without graphs).
+* Compute capability and shared memory a program may use: CUDA C++ Programming Guide, "Technical Specifications per
+  Compute Capability" (maximum shared memory per thread block, opt-in): 8.0 163 KB, 8.9 99 KB, 9.0 and 10.0 227 KB. 3 us is used for every kernel launch and every eager aten op alike, so the
   comparison with eager is launch for launch.
 
 Peaks are what a kernel can at best reach; the model's times are lower bounds of that GPU's, never measured.
@@ -42,6 +44,10 @@ class GpuSpec:
     """Peak dense fp16 / bf16 tensor-core FLOP/s."""
     sms: int
     """Streaming multiprocessors: a grid of fewer programs leaves the rest idle."""
+    compute_capability: int
+    """CUDA compute capability x 10 (90: sm_90), the target the GPU compile check compiles for."""
+    shared_bytes: int
+    """Shared memory one program (thread block) may use: a kernel that needs more compiles, then fails at launch."""
     launch_s: float = 3e-6
     """Seconds one kernel launch (or one eager aten op's launch) adds."""
 
@@ -53,12 +59,13 @@ class GpuSpec:
 
 GPUS: dict[str, GpuSpec] = {
     "h100": GpuSpec("H100 SXM5 80GB", dram_bytes_s=3.35e12, fp32_flops=66.9e12, tf32_flops=494.7e12,
-                    half_flops=989.4e12, sms=132),
+                    half_flops=989.4e12, sms=132, compute_capability=90, shared_bytes=232_448),
     "a100": GpuSpec("A100 SXM4 80GB", dram_bytes_s=2.039e12, fp32_flops=19.5e12, tf32_flops=156e12,
-                    half_flops=312e12, sms=108),
-    "l40s": GpuSpec("L40S", dram_bytes_s=864e9, fp32_flops=91.6e12, tf32_flops=183e12, half_flops=362e12, sms=142),
+                    half_flops=312e12, sms=108, compute_capability=80, shared_bytes=166_912),
+    "l40s": GpuSpec("L40S", dram_bytes_s=864e9, fp32_flops=91.6e12, tf32_flops=183e12, half_flops=362e12, sms=142,
+                    compute_capability=89, shared_bytes=101_376),
     "b200": GpuSpec("B200 (HGX, 1000 W)", dram_bytes_s=8e12, fp32_flops=75e12, tf32_flops=1.1e15,
-                    half_flops=2.25e15, sms=148),
+                    half_flops=2.25e15, sms=148, compute_capability=100, shared_bytes=232_448),
 }
 DEFAULT_GPU = "h100"
 

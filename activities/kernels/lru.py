@@ -1,6 +1,6 @@
-"""A small thread-safe LRU for what a worker process computes once per task: the reference's outputs (verifier)
-and its traced analysis (reference). Both come from trusted, deterministic code run on the task's source, so
-one run per worker process is enough; activities run in a thread pool, hence the lock."""
+"""A small thread-safe LRU for what a worker process computes once per task: the reference's outputs (verifier),
+its traced analysis (reference) and a candidate's GPU compile check (verifier). Each is a function of the sources it
+is keyed by, so one run per worker process is enough; activities run in a thread pool, hence the lock."""
 
 from __future__ import annotations
 

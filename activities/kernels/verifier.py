@@ -41,7 +41,9 @@ from activities.kernels._child import (
     PROGRESS_FILE,
     TRAFFIC_FILE,
 )
+from activities.kernels import gpu_compile
 from activities.kernels._proc import MEMORY_LIMIT_BYTES, Child, require_kernel_packages, spawn, wait_all
+from activities.kernels.gpus import GpuSpec
 from activities.kernels.held_out import OWN_SHAPES_ONLY
 from activities.kernels.lru import LRU
 from activities.kernels.precision import tf32_problem, tolerance
@@ -51,7 +53,7 @@ from activities.kernels.torch_work import torch_work
 from activities.kernels.traffic import require_hooked_triton
 from contracts.errors import Err, FleetforgeError
 from contracts.kernel import Number, PrecisionPolicy, TimeLimit
-from contracts.kernel_job import KernelTiming, LaunchCost, Mismatch, TorchOpUse, VerifierReport
+from contracts.kernel_job import GpuCompileCheck, KernelTiming, LaunchCost, Mismatch, TorchOpUse, VerifierReport
 
 __all__ = ["MEMORY_LIMIT_BYTES", "compare", "profile", "timing_from", "verify"]
 MAX_MISMATCHES = 10
@@ -69,14 +71,16 @@ def verify(
     seed: int = 0, trials: int = 2, heartbeat: Callable[[str], None] | None = None, gpu: bool = False,
     held_out: dict[str, Number] | None = None, held_out_note: str = "", reference_ops: list[str] | None = None,
     allow_mixed: bool = False, precision: PrecisionPolicy = PrecisionPolicy.STRICT,
-    costs: list[LaunchCost] | None = None,
+    costs: list[LaunchCost] | None = None, compile_for: GpuSpec | None = None,
 ) -> VerifierReport:
     """The verdict on `candidate_source`. `time_limit`: the candidate's, from the reference's time (without
     it, a fixed `timeout_s` per child); `held_out`: task constants for a second size set both children also
     run (the candidate must be right there too); `reference_ops`: the reference's traced aten ops (named first
     when torch computed them); `allow_mixed`: torch may do part of the work (named in the report, not rejected);
     `precision`: the job's policy (tolerance, TF32). `costs`, when given, receives what the interpreter counted
-    per launch of the candidate's first forward call (the cost model's input; empty on a GPU). A worker without
+    per launch of the candidate's first forward call (the cost model's input; empty on a GPU). `compile_for`: on
+    the interpreter, the GPU a candidate right on every run must also compile for (`gpu_compile`; a kernel the GPU
+    compiler refuses is rejected, with the compiler's message). A worker without
     torch or triton, `gpu` on a machine without a GPU and, on the interpreter, a Triton other than the hooked
     releases raise VERIFIER_ERROR: the machine's fault, never a verdict."""
     require_kernel_packages()
@@ -206,8 +210,28 @@ def verify(
             reason, family, torch_ops = _provenance(cand_dir / LAUNCHES_FILE, reference_ops or [], allow_mixed,
                                                     held_out=sizes if checked else "")
         durations["compare"] = round(time.monotonic() - t1, 4)
+        if not reason and compile_for is not None and not gpu:
+            t2 = time.monotonic()
+            base["gpu_compile"] = compiled = _compiled_for(cand_dir, compile_for, task_source, candidate_source, beat)
+            durations["gpu_compile"] = round(time.monotonic() - t2, 3)
+            if compiled.compiles is False:
+                reason = (f"{compiled.summary}. The CPU interpreter ran it, but {compile_for.name} would not: "
+                          "the interpreter accepts what the GPU compiler refuses")
     return VerifierReport(passed=not reason, reason=reason, mismatches=mismatches, input_family=family if reason else "",
                           torch_ops=torch_ops, **base)
+
+
+def _compiled_for(folder: Path, gpu: GpuSpec, task_source: str, candidate_source: str,
+                  beat: Callable[[str], None]) -> GpuCompileCheck:
+    """`gpu_compile.check`, once per task, candidate and GPU (the optimizer and the conductor verify the same
+    candidate again)."""
+    key = hashlib.sha256(f"{gpu.name}:{task_source}:{candidate_source}".encode()).hexdigest()
+    if (known := _COMPILE_CACHE.get(key)) is None:
+        beat(f"compiling the kernels for {gpu_compile.target(gpu)}")
+        known = gpu_compile.check(folder, gpu, beat)
+        if known.compiles is not None:  # an open answer (a child that failed) may be the machine's: asked again
+            _COMPILE_CACHE.put(key, known)
+    return known
 
 
 def profile(task_source: str, candidate_source: str, *, timeout_s: float, seed: int = 0,
@@ -290,6 +314,8 @@ class _Reference(NamedTuple):
 
 _REFERENCE_CACHE: LRU[_Reference] = LRU()
 """Reference outputs by (task source and held-out source, seed, trials, precision)."""
+_COMPILE_CACHE: LRU[GpuCompileCheck] = LRU(128)
+"""GPU compile checks by (GPU, task source, candidate source)."""
 
 
 def _reference_key(task_source: str, seed: int, trials: int, precision: PrecisionPolicy) -> str:

@@ -65,7 +65,7 @@ async def run_conductor(client: Client, store: ArtifactStore, settings: Settings
 async def test_all_eight_examples_end_verified_offline_through_one_worker(temporal_env, file_store, settings):
     """Acceptance: relu, leaky_relu, gelu, softmax, log_softmax, sum over a dim, rmsnorm and matmul
     (non-power-of-two sizes) end VERIFIED under the Triton interpreter, all through one worker (first_verified:
-    the optimizer's rounds have their own tests)."""
+    the optimizer's rounds have their own tests), and each kernel compiles for the H100 the speed is modeled on."""
     client = temporal_env.client
     queues = fresh_queues()
     tasks = [task_for(op) for op in ALL_EXAMPLES]
@@ -85,6 +85,9 @@ async def test_all_eight_examples_end_verified_offline_through_one_worker(tempor
     for result, trace in zip(results, traces):
         assert result.status is JobStatus.COMPLETED and result.finish_reason is FinishReason.VERIFIED
         assert result.report is not None and result.report.passed and result.report.static.ok
+        compiled = result.report.gpu_compile  # the roofline GPU's compiler took every kernel of the job
+        assert compiled is not None and compiled.compiles is True and compiled.target == "sm_90 (H100 SXM5 80GB)"
+        assert compiled.kernels and compiled.summary in trace[-1].summary
         assert [(e.agent, e.ok, e.provider) for e in trace] == [
             ("designer", True, "offline"), ("coder", True, "offline"), ("verifier", True, None)]
         assert result.speedup is None and result.timing is None  # nothing measured on CPU: modeled only

@@ -1,6 +1,8 @@
-"""bench/gpu_compile.py: a candidate's kernels compiled for a GPU without one. The optimizer's attention kernel at a
-head dim of 128 and its persistent GRU compile for an L40S (sm_89, 99 KB of shared memory a program) with the block
-sizes their launchers pick on a GPU; a kernel the interpreter runs but the GPU compiler refuses is reported."""
+"""activities/kernels/gpu_compile.py: a candidate's kernels compiled for a GPU without one. Through bench/gpu_compile:
+the optimizer's attention kernel at a head dim of 128 and its persistent GRU compile for an L40S (sm_89, 99 KB of
+shared memory a program) with the block sizes their launchers pick on a GPU; a kernel the interpreter runs but the GPU
+compiler refuses is reported. Through the verifier: such a kernel is rejected, one that compiles says for which GPU,
+and a forward the meta device cannot run leaves the question open, not the verdict."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import sys
 from pathlib import Path
 
 from activities.kernels import compiler
+from activities.kernels.gpus import GPUS
 from activities.kernels.optimizer import REWRITES, load
+from activities.kernels.verifier import verify
 from tests.unit.compiler.cases import TRACED_N, analyse, source
 from tests.unit.test_optimizer_rewrites import CASES
 
@@ -88,7 +92,7 @@ def _rewritten(task: str, rewrite: str, folder: Path) -> str:
 def _check(*folders: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", TRITON_DEFAULT_FP_FUSION="1")
-    return subprocess.run([sys.executable, "-m", "bench.gpu_compile", "--arch", "89", *map(str, folders)], env=env,
+    return subprocess.run([sys.executable, "-m", "bench.gpu_compile", "--gpu", "l40s", *map(str, folders)], env=env,
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
 
 
@@ -105,3 +109,59 @@ def test_a_kernel_the_gpu_compiler_refuses_is_reported(tmp_path):
     done = _check(_folder(tmp_path, "widen", TASK, LOOP_TYPE_CHANGES))
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "widen_kernel" in done.stdout and "Loop-carried variable r" in done.stdout
+
+
+COPY_WITH_A_TYPE_CHANGE = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), tl.int32)
+    for _ in range(0, 1):
+        acc = tl.load(x_ptr + offs, mask=offs < n)  # int32 -> float32 in the loop: right on the interpreter only
+    tl.store(y_ptr + offs, acc, mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        n = x.numel()
+        copy_kernel[(triton.cdiv(n, 64),)](x, out, n, BLOCK=64)
+        if READS_A_VALUE:
+            float(x[0])  # a value read on the host: cannot run on the meta device
+        return out
+'''
+
+
+def _copy(*, type_change: bool, reads_a_value: bool = False) -> str:
+    src = COPY_WITH_A_TYPE_CHANGE.replace("READS_A_VALUE", str(reads_a_value))
+    return src if type_change else src.replace("acc = tl.zeros((BLOCK,), tl.int32)", "acc = tl.zeros((BLOCK,), tl.float32)")
+
+
+def test_the_verifier_rejects_a_kernel_right_on_the_interpreter_that_the_gpu_compiler_refuses():
+    report = verify(TASK, _copy(type_change=True), timeout_s=120, compile_for=GPUS["h100"])
+    assert not report.passed
+    assert report.reason.startswith("does not compile for sm_90 (H100 SXM5 80GB): kernel copy_kernel: ")
+    assert "Loop-carried variable acc" in report.reason and "the interpreter accepts" in report.reason
+    assert report.gpu_compile is not None and report.gpu_compile.compiles is False
+    assert verify(TASK, _copy(type_change=True), timeout_s=120).passed  # the interpreter alone accepts it
+
+
+def test_a_kernel_that_compiles_is_verified_and_says_for_which_gpu():
+    report = verify(TASK, _copy(type_change=False), timeout_s=120, compile_for=GPUS["a100"])
+    assert report.passed, report.reason
+    check = report.gpu_compile
+    assert check is not None and check.compiles is True and check.kernels == ["copy_kernel"]
+    assert check.summary.startswith("compiles for sm_80 (A100 SXM4 80GB) (1 kernel(s)")
+    assert verify(TASK, _copy(type_change=False), timeout_s=120).gpu_compile is None  # asked for no GPU
+
+
+def test_a_forward_that_reads_values_leaves_the_question_open_not_the_verdict():
+    report = verify(TASK, _copy(type_change=True, reads_a_value=True), timeout_s=120, compile_for=GPUS["h100"])
+    assert report.passed, report.reason  # the meta device cannot run it: not the candidate's failure
+    assert report.gpu_compile is not None and report.gpu_compile.compiles is None
+    assert "not checked" in report.gpu_compile.summary and "meta" in report.gpu_compile.summary
