@@ -15,7 +15,7 @@ from contracts.common import ArtifactRef, JobStatus, TokenTotals
 from contracts.convert_job import ConversionResult
 from contracts.fleet_job import FleetTestResult, ModelTestResult
 from contracts.inspect import InspectResult
-from contracts.kernel_job import KernelResult, TraceEntry
+from contracts.kernel_job import KernelOutcome, KernelResult, TraceEntry
 
 
 def artifact_line(a: ArtifactRef) -> str:
@@ -149,6 +149,14 @@ def show_tokens(t: TokenTotals) -> None:
              + (f"; {t.unreported_calls} call(s) without usage from the server, not counted" if t.unreported_calls else ""))
 
 
+def _mark(entry: TraceEntry, verified: bool) -> str:
+    """`ok`, `err`, or `end` for the optimizer step that wrote no candidate in a verified job: its rounds ended
+    (every rewrite tried, or the LLM had nothing better), which is no failure of the job."""
+    if entry.ok:
+        return "ok "
+    return "end" if verified and entry.agent == "optimizer" and entry.artifact is None else "err"
+
+
 def show_kernel(result: KernelResult, trace: Sequence[TraceEntry], ui_url: str) -> None:
     """`trace`: the job's steps, read from the store (`client.artifacts.kernel_trace`)."""
     out.line(f"kernel: {result.outcome.value if hasattr(result.outcome, 'value') else result.outcome} "
@@ -159,8 +167,9 @@ def show_kernel(result: KernelResult, trace: Sequence[TraceEntry], ui_url: str) 
         out.line(f"reference: {result.op_family or 'no offline template'} (aten: {', '.join(result.aten_ops) or '-'})")
     if result.overrides:
         out.line("sizes: " + ", ".join(f"{k}={v}" for k, v in result.overrides.items()))
+    verified = result.outcome == KernelOutcome.VERIFIED
     for e in trace:
-        out.line(f"  {e.step:>3} {e.agent:<10} {'ok ' if e.ok else 'err'} {e.summary}")
+        out.line(f"  {e.step:>3} {e.agent:<10} {_mark(e, verified)} {e.summary}")
     for why in result.fallbacks:
         out.hint(f"fallback: {why}")
     if result.duplicates_refused:

@@ -71,6 +71,27 @@ def test_a_kernel_result_says_what_the_reference_is_its_sizes_and_every_fallback
     assert "fallback: step 2 coder: 3 LLM answers refused" in shown.err
 
 
+def test_a_verified_job_says_which_gpu_its_kernels_compile_for_and_its_optimizer_end_reads_end_not_err(capsys):
+    from client.cli import show_kernel
+    from contracts.common import JobStatus
+    from contracts.kernel_job import KernelOutcome, KernelResult, TraceEntry
+
+    trace = [TraceEntry(step=3, agent="verifier", summary="PASSED", ok=True),
+             TraceEntry(step=4, agent="optimizer", summary="no candidate: every applicable rewrite was tried", ok=False)]
+    from contracts.kernel import StaticReport
+    from contracts.kernel_job import GpuCompileCheck, VerifierReport
+
+    report = VerifierReport(passed=True, reason="", static=StaticReport(ok=True), gpu_compile=GpuCompileCheck(
+        target="sm_90 (H100 SXM5 80GB)", compiles=True, kernels=["rows_1"], max_shared_bytes=1500))
+    show_kernel(KernelResult(outcome=KernelOutcome.VERIFIED, status=JobStatus.COMPLETED, steps=4, report=report),
+                trace, "u")
+    shown = capsys.readouterr().out
+    assert "    4 optimizer  end no candidate: every applicable rewrite was tried" in shown
+    assert "gpu: compiles for sm_90 (H100 SXM5 80GB) (1 kernel(s), at most 2 KB shared memory a program)" in shown
+    show_kernel(KernelResult(outcome=KernelOutcome.FAILED, status=JobStatus.FAILED, steps=4), trace, "u")
+    assert "    4 optimizer  err no candidate" in capsys.readouterr().out  # a job without a kernel: it did fail
+
+
 def test_a_kernel_result_shows_the_measured_speed_first_the_modeled_beside_it_and_the_precision(capsys):
     from client.cli import show_kernel
     from contracts.common import JobStatus
