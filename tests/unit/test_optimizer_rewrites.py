@@ -83,6 +83,10 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
         "attention", Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
                           ", ".join(["torch.randn(2, 3 * N, 4)"] * 3) + ", torch.ones(3 * N, 3 * N).tril(-1).bool()",
                           args="q, k, v, m"), 6, 2),
+    "attention without a softmax: ReLU of the masked, scaled scores, then V (KernelBench L3 50's)": ("attention", Case(
+        "torch.relu((q @ k.transpose(-2, -1) * 0.5).masked_fill(self.mask[:, :, :q.size(2), :q.size(2)] == 0, "
+        "float('-inf'))) @ v", ", ".join(["torch.randn(1, 2, 40 * N, 4)"] * 3), args="q, k, v",
+        init=("self.register_buffer('mask', torch.tril(torch.ones(512, 512)).view(1, 1, 512, 512))",)), 3, 1),
     "recurrent: a 2-layer LSTM, batch first": ("recurrent", Case(
         "self.net(x)", "torch.randn(2, N, 6)", init=("self.net = Net('lstm', False, True)",), helpers=NET), 5, 5),
     "recurrent: a 2-layer bidirectional GRU": ("recurrent", Case(
@@ -106,6 +110,11 @@ UNTOUCHED: dict[str, tuple[str, Case]] = {
     "attention whose probabilities are returned too (they must be written)": ("attention", Case(
         "(torch.softmax(torch.bmm(q, k), dim=-1), torch.softmax(torch.bmm(q, k), dim=-1) @ v)",
         "torch.randn(2, N, 4), torch.randn(2, 4, N), torch.randn(2, N, 3)", args="q, k, v")),
+    "scores without a softmax also returned (they must be written)": ("attention", Case(
+        "(torch.relu(torch.bmm(q, k)), torch.relu(torch.bmm(q, k)) @ v)",
+        "torch.randn(2, N, 4), torch.randn(2, 4, N), torch.randn(2, N, 3)", args="q, k, v")),
+    "a plain product of three matrices (no chain between: the compiler's matmuls)": ("attention", Case(
+        "torch.bmm(q, k) @ v", "torch.randn(2, N, 4), torch.randn(2, 4, N), torch.randn(2, N, 3)", args="q, k, v")),
     "a product also returned": ("epilogue", Case("(x @ y, torch.relu(x @ y))", "torch.randn(N, 3), torch.randn(3, 4)",
                                                  args="x, y")),
 }

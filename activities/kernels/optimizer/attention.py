@@ -1,5 +1,5 @@
-"""The `attention` rewrite: `softmax(chain(Q @ K)) @ V` in one kernel that never writes the scores (flash attention:
-Dao et al., "FlashAttention", 2022). The compiler launches the scores' matmul, the softmax's three row kernels (or
+"""The `attention` rewrite: `softmax(chain(Q @ K)) @ V`, or `chain(Q @ K) @ V` with no softmax (ReLU attention), in
+one kernel that never writes the scores (flash attention: Dao et al., "FlashAttention", 2022). The compiler launches the scores' matmul, the softmax's three row kernels (or
 one after `rows`) and the second matmul, and the [batch, queries, keys] scores go to DRAM and back between each: at
 a sequence of 1,024 that is 4 MiB per head where Q, K and V are 256 KiB each.
 
@@ -14,7 +14,9 @@ The pattern is matched exactly: a batched matmul [B, M, N] whose chain ends in t
 dim reads (`amax`, `sub`, `exp`, `sum`, `div`: how softmax traces; `scaled_dot_product_attention` traces torch's safe
 softmax, the max and the result guarded by `where(amax == -inf, 0, ...)`, so a row with no visible key is 0 there),
 whose result, through reshapes, is the left operand of a batched matmul [B, M, D]; every value in between used only
-there. The reshapes keep the last dim N, so softmax rows are the score matrix's rows.
+there. The reshapes keep the last dim N, so softmax rows are the score matrix's rows. Without a softmax the chain's
+last value is that operand itself (`relu(masked_fill(Q @ K * scale, ...))`, KernelBench L3 50), and each key block's
+tile times V is summed, nothing rescaled.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def attention(graph: Graph) -> Graph | None:
         graph.nodes[second] = Node(op="attention", args=[q, k, node.args[1], *leaves], shape=list(node.shape),
                                    dtype=node.dtype, sizes=list(node.sizes),
                                    attrs={"first": found.first, "chain": sorted(found.chain), "score": found.score,
-                                          "safe": found.safe})
+                                          "norm": found.norm})
         done = True
     return graph if done else None
 
@@ -65,14 +67,15 @@ class Match:
     """The scores' matmul."""
     chain: set[int]
     score: int
-    """The value the softmax reads."""
-    safe: bool
-    """The softmax is torch's safe one (scaled_dot_product_attention): a row with no visible key gives 0, not NaN."""
+    """The value the softmax reads (the second matmul, without one)."""
+    norm: str
+    """`softmax`; `safe`: torch's safe softmax (scaled_dot_product_attention), a row with no visible key gives 0,
+    not NaN; `none`: no softmax, the chain's value goes into the second matmul as it is."""
 
 
 def _match(graph: Graph, second: int, users: dict[int, set[int]]) -> Match | None:
-    """How matmul `second` computes softmax(chain(first matmul)) @ V, as the module docstring says; None when it
-    does not (exactly)."""
+    """How matmul `second` computes softmax(chain(first matmul)) @ V or chain(first matmul) @ V, as the module
+    docstring says; None when it does not (exactly)."""
     nodes = graph.nodes
     if len(nodes[second].shape) != 3 or nodes[second].dtype != "float32":
         return None
@@ -85,7 +88,12 @@ def _match(graph: Graph, second: int, users: dict[int, set[int]]) -> Match | Non
         p = nodes[p].args[0]
     if not isinstance(p, int):
         return None
-    pattern.add(p)
+    return _softmax(graph, second, p, pattern | {p}, users) or _plain(graph, second, p, pattern, users)
+
+
+def _softmax(graph: Graph, second: int, p: int, pattern: set[int], users: dict[int, set[int]]) -> Match | None:
+    """`softmax(chain(first matmul))` read by matmul `second` (through the views in `pattern`), or None."""
+    nodes = graph.nodes
     guard = _guarded(nodes, p)  # the safe softmax: where(amax == -inf, 0, softmax)
     div = guard[1] if guard else p
     if not _pw(nodes[div], "div"):
@@ -109,11 +117,29 @@ def _match(graph: Graph, second: int, users: dict[int, set[int]]) -> Match | Non
     pattern |= {div, e, total, sub, shift, top} | {g[0] for g in (guard, shifted) if g}
     if any(users[v] - pattern - {second} for v in pattern) or pattern & set(graph.outputs):
         return None  # a value of the softmax is needed elsewhere
+    found = _scores(graph, second, score, pattern, users)
+    return Match(*found, score=score, norm="safe" if guard else "softmax") if found else None
+
+
+def _plain(graph: Graph, second: int, p: int, pattern: set[int], users: dict[int, set[int]]) -> Match | None:
+    """`chain(first matmul)` read by matmul `second` with no softmax between (ReLU attention), or None. The chain
+    must not be empty: a plain product of three matrices is the compiler's to launch."""
+    if any(users[v] - pattern - {second} for v in pattern) or pattern & set(graph.outputs):
+        return None  # a view of the operand is needed elsewhere
+    found = _scores(graph, second, p, pattern | {second}, users)
+    return Match(*found, score=p, norm="none") if found and p in found[1] else None
+
+
+def _scores(graph: Graph, second: int, score: int, pattern: set[int],
+            users: dict[int, set[int]]) -> tuple[int, set[int]] | None:
+    """(the first matmul, the chain from it to `score`) when every value of them is used only there or in `pattern`
+    (the normalisation and the views before `second`); None otherwise."""
+    nodes = graph.nodes
     first = _first(graph, score)
     if first is None or nodes[first].dtype != "float32":
         return None
     product = list(nodes[first].shape)
-    if len(product) != 3 or product[:2] != nodes[second].shape[:2] or nodes[div].shape[-1] != product[-1]:
+    if len(product) != 3 or product[:2] != nodes[second].shape[:2] or nodes[score].shape[-1] != product[-1]:
         return None
     chain = {v for v in product_chain(graph, first, through_views=True) | _views_back(graph, score, first)
              if reaches(graph, score, {v})}
@@ -122,7 +148,7 @@ def _match(graph: Graph, second: int, users: dict[int, set[int]]) -> Match | Non
     inside = chain | {first}
     if any(users[v] - inside - pattern for v in inside) or inside & set(graph.outputs):
         return None  # a value of the scores is needed elsewhere: it must be written, so no fusion
-    return Match(first=first, chain=chain, score=score, safe=bool(guard))
+    return first, chain
 
 
 def _guarded(nodes: list[Node], v: int) -> tuple[int, int] | None:
@@ -170,9 +196,10 @@ def _views_back(graph: Graph, score: int, first: int) -> set[int]:
     return found
 
 
-def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, safe: bool) -> tuple[str, str]:
-    """(name, source): one program per (block of BM queries, batch), looping over the keys in blocks of BN; `safe`:
-    a row that sees no key is 0 (torch's scaled_dot_product_attention), else NaN (softmax of an all -inf row)."""
+def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, norm: str) -> tuple[str, str]:
+    """(name, source): one program per (block of BM queries, batch), looping over the keys in blocks of BN; `norm`
+    (`Match.norm`): the online softmax, where a row that sees no key is NaN (`softmax`: an all -inf row) or 0
+    (`safe`), or none (the chain's value times V, summed)."""
     args = ["q_ptr", "k_ptr", "v_ptr", "out_ptr", "M", "N", "DK", "DV", "sqb", "sqm", "sqk", "skb", "skk", "skn",
             "svb", "svn", "svd", "sob", "som", "sod"]
     args += [a for k in range(leaves) for a in (f"l{k}_ptr", f"l{k}_sb", f"l{k}_sm", f"l{k}_sn")]
@@ -185,8 +212,8 @@ def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, sa
         "    dv = tl.arange(0, BDV)",
         "    q = tl.load(q_ptr + b * sqb + rm[:, None] * sqm + dk[None, :] * sqk,",
         "                mask=mmask[:, None] & (dk[None, :] < DK), other=0.0).to(tl.float32)",
-        '    mi = tl.full([BM], -float("inf"), dtype=tl.float32)',
-        "    li = tl.zeros([BM], dtype=tl.float32)",
+        *([] if norm == "none" else ['    mi = tl.full([BM], -float("inf"), dtype=tl.float32)',
+                                     "    li = tl.zeros([BM], dtype=tl.float32)"]),
         "    o = tl.zeros([BM, BDV], dtype=tl.float32)",
         "    for n0 in range(0, N, BN):",
         "        rn = n0 + tl.arange(0, BN)",
@@ -199,18 +226,13 @@ def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, sa
     lines += [f"        x{k} = tl.load(l{k}_ptr + b * l{k}_sb + rm[:, None] * l{k}_sm + rn[None, :] * l{k}_sn, "
               "mask=em, other=0.0).to(tl.float32)" for k in range(leaves)]
     lines += ["        " + line for line in body]
+    load_v = ["        v = tl.load(v_ptr + b * svb + rn[:, None] * svn + dv[None, :] * svd,",
+              "                    mask=nmask[:, None] & (dv[None, :] < DV), other=0.0).to(tl.float32)"]
+    if norm == "none":
+        lines += [f"        p = tl.where(em, {result}, 0.0)", *load_v, f"        o += tl.dot(p, v, {IEEE_DOT})"]
+    else:
+        lines += _online_softmax(result, norm == "safe", load_v)
     lines += [
-        f'        s = tl.where(em, {result}, -float("inf"))',
-        "        mnew = tl.maximum(mi, tl.max(s, axis=1))",
-        '        msafe = tl.where(mnew == -float("inf"), 0.0, mnew)  # a row that sees no key yet adds nothing',
-        "        p = tl.exp(s - msafe[:, None])",
-        "        alpha = tl.exp(mi - msafe)",
-        "        li = li * alpha + tl.sum(p, axis=1)",
-        "        v = tl.load(v_ptr + b * svb + rn[:, None] * svn + dv[None, :] * svd,",
-        "                    mask=nmask[:, None] & (dv[None, :] < DV), other=0.0).to(tl.float32)",
-        f"        o = o * alpha[:, None] + tl.dot(p, v, {IEEE_DOT})",
-        "        mi = mnew",
-        '    o = tl.where((mi == -float("inf"))[:, None], 0.0, o / li[:, None])' if safe else "    o = o / li[:, None]",
         "    tl.store(out_ptr + b * sob + rm[:, None] * som + dv[None, :] * sod, o,",
         "             mask=mmask[:, None] & (dv[None, :] < DV))",
     ]
@@ -219,13 +241,30 @@ def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, sa
     return jit(kernel_name("attention", src), src)
 
 
+def _online_softmax(result: str, safe: bool, load_v: list[str]) -> list[str]:
+    """The key loop's softmax part: running max and sum, the accumulator rescaled as the max grows; then the
+    division after the loop."""
+    return [
+        f'        s = tl.where(em, {result}, -float("inf"))',
+        "        mnew = tl.maximum(mi, tl.max(s, axis=1))",
+        '        msafe = tl.where(mnew == -float("inf"), 0.0, mnew)  # a row that sees no key yet adds nothing',
+        "        p = tl.exp(s - msafe[:, None])",
+        "        alpha = tl.exp(mi - msafe)",
+        "        li = li * alpha + tl.sum(p, axis=1)",
+        *load_v,
+        f"        o = o * alpha[:, None] + tl.dot(p, v, {IEEE_DOT})",
+        "        mi = mnew",
+        '    o = tl.where((mi == -float("inf"))[:, None], 0.0, o / li[:, None])' if safe else "    o = o / li[:, None]",
+    ]
+
+
 @emits("attention")
 def emit_attention(fw: Forward, v: int) -> str:
     at = fw.nodes[v].attrs
     q, k, val = (fw.tensor(a) for a in fw.nodes[v].args[:3])
     chain = ChainExpr(fw, at["first"], at["chain"], at["score"], fw.nodes[at["score"]])
     result = chain.expr(at["score"])
-    name = fw.kernel(attention_kernel(len(chain.leaves), len(chain.scalars), chain.lines, result, at["safe"]))
+    name = fw.kernel(attention_kernel(len(chain.leaves), len(chain.scalars), chain.lines, result, at["norm"]))
     fw.launcher("_attention", LAUNCHER)
     shapes = ", ".join("None" if s is None else f"lambda out: {chain.target(s, 'out')}" for s in chain.shapes)
     return fw.launch(v, name, f"_attention({q}, {k}, {val}, [{chain.leaf_vars()}], [{chain.scalar_args()}], "
@@ -235,7 +274,7 @@ def emit_attention(fw: Forward, v: int) -> str:
 LAUNCHER = '''
 
 def _attention(q, k, v, leaves, scalars, shapes, BM=None, BN=None):
-    """(out, grid, args, meta) of softmax(chain(q @ k)) @ v for batched [B, M, DK], [B, DK, N], [B, N, DV] operands;
+    """(out, grid, args, meta) of softmax(chain(q @ k)) @ v (or chain(q @ k) @ v) for batched [B, M, DK], [B, DK, N], [B, N, DV] operands;
     each leaf of the chain with its strides over the [B, M, N] scores (one attached after a reshape of the scores,
     `shapes`: that reshape as a function of them, is broadcast to it and reshaped back)."""
     B, M, DK = q.shape
