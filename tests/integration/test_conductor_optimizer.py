@@ -12,6 +12,7 @@ from activities.kernels.optimizer import Rewrite
 from contracts.kernel import FinishReason, KernelTask, TimeLimit
 from contracts.kernel_job import KernelOutcome
 from tests.integration.test_conductor_workflow import run_conductor, task_for
+from tests.unit.test_gpu_compile import copy_kernel
 from workflows import conductor_policy
 
 
@@ -168,37 +169,15 @@ async def test_a_rewrite_over_the_optimizers_time_budget_is_reverted_and_the_job
     assert [TimeLimit.model_validate(lim).ceiling_s for lim in limits] == [1800.0, 1.0, 1.0]  # the job's limit, then the rounds'
 
 
-RELU_ONLY_THE_INTERPRETER_RUNS = '''import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.zeros((BLOCK,), tl.int32)
-    for _ in range(0, 1):
-        x = tl.load(x_ptr + offs, mask=offs < n)  # int32 -> float32 in a loop: the GPU compiler refuses it
-    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=offs < n)
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        out = torch.empty_like(x)
-        n = x.numel()
-        relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
-        return out
-'''
-
-
 async def test_a_rewrite_right_on_the_interpreter_that_the_gpu_compiler_refuses_is_reverted(
         temporal_env, file_store, settings, monkeypatch):
     """The optimizer's candidate (here standing in for a rewrite's emitter bug) is right on every CPU run, but its
     kernel does not compile for the H100 the job is modeled on: rejected with the compiler's message, never
     delivered; the coder's kernel, which compiles, stays."""
     def offline_answer(task_source, reference, tried, *, tf32=False):  # noqa: ANN001, ANN202, ARG001
-        return optimizer.Proposal(RELU_ONLY_THE_INTERPRETER_RUNS, "bad") if not tried else "every rewrite was tried"
+        if tried:
+            return "every rewrite was tried"
+        return optimizer.Proposal(copy_kernel(type_change=True, relu=True), "bad")
 
     monkeypatch.setattr(optimizer, "offline_answer", offline_answer)
     result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("relu"), "default")
@@ -206,7 +185,7 @@ async def test_a_rewrite_right_on_the_interpreter_that_the_gpu_compiler_refuses_
     assert result.outcome is KernelOutcome.VERIFIED and result.finish_reason is FinishReason.VERIFIED
     assert [(e.agent, e.ok) for e in trace] == [("designer", True), ("coder", True), ("verifier", True),
                                                 ("optimizer", True), ("verifier", False), ("optimizer", False)]
-    assert "does not compile for sm_90 (H100 SXM5 80GB): kernel relu_kernel" in trace[4].summary, trace[4].summary
-    assert "Loop-carried variable x" in trace[4].summary
+    assert "does not compile for sm_90 (H100 SXM5 80GB): kernel copy_kernel" in trace[4].summary, trace[4].summary
+    assert "Loop-carried variable acc" in trace[4].summary
     assert result.best_candidate == trace[1].artifact and result.report is not None and result.report.passed
     assert result.report.gpu_compile is not None and result.report.gpu_compile.compiles is True

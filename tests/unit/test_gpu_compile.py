@@ -123,7 +123,7 @@ def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     acc = tl.zeros((BLOCK,), tl.int32)
     for _ in range(0, 1):
         acc = tl.load(x_ptr + offs, mask=offs < n)  # int32 -> float32 in the loop: right on the interpreter only
-    tl.store(y_ptr + offs, acc, mask=offs < n)
+    tl.store(y_ptr + offs, OUTPUT, mask=offs < n)
 
 
 class ModelNew(nn.Module):
@@ -137,31 +137,33 @@ class ModelNew(nn.Module):
 '''
 
 
-def _copy(*, type_change: bool, reads_a_value: bool = False) -> str:
+def copy_kernel(*, type_change: bool, reads_a_value: bool = False, relu: bool = False) -> str:
+    """A copy (or ReLU) candidate; `type_change`: right on the interpreter, refused by the GPU compiler."""
     src = COPY_WITH_A_TYPE_CHANGE.replace("READS_A_VALUE", str(reads_a_value))
+    src = src.replace("OUTPUT", "tl.maximum(acc, 0.0)" if relu else "acc")
     return src if type_change else src.replace("acc = tl.zeros((BLOCK,), tl.int32)", "acc = tl.zeros((BLOCK,), tl.float32)")
 
 
 def test_the_verifier_rejects_a_kernel_right_on_the_interpreter_that_the_gpu_compiler_refuses():
-    report = verify(TASK, _copy(type_change=True), timeout_s=120, compile_for=GPUS["h100"])
+    report = verify(TASK, copy_kernel(type_change=True), timeout_s=120, compile_for=GPUS["h100"])
     assert not report.passed
     assert report.reason.startswith("does not compile for sm_90 (H100 SXM5 80GB): kernel copy_kernel: ")
     assert "Loop-carried variable acc" in report.reason and "the interpreter accepts" in report.reason
     assert report.gpu_compile is not None and report.gpu_compile.compiles is False
-    assert verify(TASK, _copy(type_change=True), timeout_s=120).passed  # the interpreter alone accepts it
+    assert verify(TASK, copy_kernel(type_change=True), timeout_s=120).passed  # the interpreter alone accepts it
 
 
 def test_a_kernel_that_compiles_is_verified_and_says_for_which_gpu():
-    report = verify(TASK, _copy(type_change=False), timeout_s=120, compile_for=GPUS["a100"])
+    report = verify(TASK, copy_kernel(type_change=False), timeout_s=120, compile_for=GPUS["a100"])
     assert report.passed, report.reason
     check = report.gpu_compile
     assert check is not None and check.compiles is True and check.kernels == ["copy_kernel"]
     assert check.summary.startswith("compiles for sm_80 (A100 SXM4 80GB) (1 kernel(s)")
-    assert verify(TASK, _copy(type_change=False), timeout_s=120).gpu_compile is None  # asked for no GPU
+    assert verify(TASK, copy_kernel(type_change=False), timeout_s=120).gpu_compile is None  # asked for no GPU
 
 
 def test_a_forward_that_reads_values_leaves_the_question_open_not_the_verdict():
-    report = verify(TASK, _copy(type_change=True, reads_a_value=True), timeout_s=120, compile_for=GPUS["h100"])
+    report = verify(TASK, copy_kernel(type_change=True, reads_a_value=True), timeout_s=120, compile_for=GPUS["h100"])
     assert report.passed, report.reason  # the meta device cannot run it: not the candidate's failure
     assert report.gpu_compile is not None and report.gpu_compile.compiles is None
     assert "not checked" in report.gpu_compile.summary and "meta" in report.gpu_compile.summary
