@@ -61,7 +61,8 @@ def _line(folder: Path, gpu: GpuSpec) -> tuple[bool | None, str]:
     result = check(folder, gpu, lambda _msg: None)
     label = (folder / "label").read_text(encoding="utf-8") if (folder / "label").is_file() else folder.name
     said = {True: "ok", False: "FAILED", None: "OPEN"}[result.compiles]
-    return result.compiles, f"{label:60} {said:6} {' '.join(result.summary.split())[:400]} [{', '.join(result.kernels)}]"
+    summary = " ".join(result.summary.split())[:400]
+    return result.compiles, f"{label:60} {said:6} {summary} [{', '.join(result.kernels)}]"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,6 +43,8 @@ OPTIONS = ("num_warps", "num_stages")
 DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int64": "i64",
           "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1"}
 META_FORWARD = "(the candidate's forward on the meta device)"
+NOTE_CHARS = 1000
+"""The most of a compiler message a report carries (it goes to the coder's prompt and the history)."""
 
 
 def check(folder: Path, gpu: GpuSpec, beat: Callable[[str], None]) -> GpuCompileCheck:
@@ -57,7 +59,11 @@ def check(folder: Path, gpu: GpuSpec, beat: Callable[[str], None]) -> GpuCompile
     if done.error or not (folder / RESULT_FILE).is_file():
         why = f"not checked: the compile check's child {done.error or 'wrote no result'}: {done.log_excerpt[-300:]}"
         return GpuCompileCheck(target=target(gpu), compiles=None, note=why.strip(": "))
-    return summarize(gpu, json.loads((folder / RESULT_FILE).read_text(encoding="utf-8")))
+    try:  # written by a process that ran the candidate's code: read as untrusted
+        return summarize(gpu, json.loads((folder / RESULT_FILE).read_text(encoding="utf-8", errors="replace")))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        return GpuCompileCheck(target=target(gpu), compiles=None,
+                               note=f"not checked: the compile check's result is unreadable ({type(e).__name__})")
 
 
 def target(gpu: GpuSpec) -> str:
@@ -71,11 +77,11 @@ def summarize(gpu: GpuSpec, results: list[dict]) -> GpuCompileCheck:
     for r in results:
         if r["ok"] is False:
             return GpuCompileCheck(target=target(gpu), compiles=False, kernels=kernels, max_shared_bytes=shared,
-                                   note=f"kernel {r['kernel']}: {r['error']}")
+                                   note=f"kernel {r['kernel']}: {r['error']}"[:NOTE_CHARS])
     unchecked = [r for r in results if r["ok"] is None]
     if unchecked:
         return GpuCompileCheck(target=target(gpu), compiles=None, kernels=kernels, max_shared_bytes=shared,
-                               note=f"not checked: {unchecked[0]['kernel']}: {unchecked[0]['error']}")
+                               note=f"not checked: {unchecked[0]['kernel']}: {unchecked[0]['error']}"[:NOTE_CHARS])
     if not results:
         return GpuCompileCheck(target=target(gpu), compiles=None, note="not checked: the forward launched no kernel")
     return GpuCompileCheck(target=target(gpu), compiles=True, kernels=kernels, max_shared_bytes=shared)
@@ -85,7 +91,7 @@ def summarize(gpu: GpuSpec, results: list[dict]) -> GpuCompileCheck:
 
 
 def _name(gpu: GpuSpec) -> str:
-    return next(key for key, spec in GPUS.items() if spec is gpu)
+    return next(key for key, spec in GPUS.items() if spec == gpu)
 
 
 def _type(value: Any) -> str:

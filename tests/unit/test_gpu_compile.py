@@ -167,3 +167,19 @@ def test_a_forward_that_reads_values_leaves_the_question_open_not_the_verdict():
     assert report.passed, report.reason  # the meta device cannot run it: not the candidate's failure
     assert report.gpu_compile is not None and report.gpu_compile.compiles is None
     assert "not checked" in report.gpu_compile.summary and "meta" in report.gpu_compile.summary
+
+
+def test_a_result_the_child_could_have_forged_into_nonsense_leaves_the_question_open(tmp_path, monkeypatch):
+    """The child ran the candidate's code, so its result file is read as untrusted: garbage is 'not checked'."""
+    from activities.kernels import gpu_compile
+
+    class Done:
+        error, log_excerpt = None, ""
+
+    def fake_spawn(*_args, **_kwargs):  # the child "ran" and left this behind
+        (tmp_path / gpu_compile.RESULT_FILE).write_text('[{"no kernel": 1}]')
+
+    monkeypatch.setattr("activities.kernels._proc.spawn", fake_spawn)
+    monkeypatch.setattr("activities.kernels._proc.wait_all", lambda children, *_a: {"gpu_compile": Done()})
+    check = gpu_compile.check(tmp_path, GPUS["h100"], lambda _msg: None)
+    assert check.compiles is None and "unreadable (KeyError)" in check.note

@@ -1,7 +1,8 @@
 """The `attention` rewrite: `softmax(chain(Q @ K)) @ V`, or `chain(Q @ K) @ V` with no softmax (ReLU attention), in
-one kernel that never writes the scores (flash attention: Dao et al., "FlashAttention", 2022). The compiler launches the scores' matmul, the softmax's three row kernels (or
-one after `rows`) and the second matmul, and the [batch, queries, keys] scores go to DRAM and back between each: at
-a sequence of 1,024 that is 4 MiB per head where Q, K and V are 256 KiB each.
+one kernel that never writes the scores (flash attention: Dao et al., "FlashAttention", 2022). The compiler launches
+the scores' matmul, the softmax's three row kernels (or one after `rows`) and the second matmul, and the [batch,
+queries, keys] scores go to DRAM and back between each: at a sequence of 1,024 that is 4 MiB per head where Q, K and
+V are 256 KiB each.
 
 Here a program owns a block of queries of one batch and loops over the keys in blocks: the score tile comes from a
 `tl.dot`, gets the chain between the first matmul and the softmax (a scale, a causal mask: the epilogue rewrite's
@@ -67,7 +68,7 @@ class Match:
     """The scores' matmul."""
     chain: set[int]
     score: int
-    """The value the softmax reads (the second matmul, without one)."""
+    """The value the softmax reads; without a softmax, the second matmul's operand itself."""
     norm: str
     """`softmax`; `safe`: torch's safe softmax (scaled_dot_product_attention), a row with no visible key gives 0,
     not NaN; `none`: no softmax, the chain's value goes into the second matmul as it is."""
@@ -274,9 +275,10 @@ def emit_attention(fw: Forward, v: int) -> str:
 LAUNCHER = '''
 
 def _attention(q, k, v, leaves, scalars, shapes, BM=None, BN=None):
-    """(out, grid, args, meta) of softmax(chain(q @ k)) @ v (or chain(q @ k) @ v) for batched [B, M, DK], [B, DK, N], [B, N, DV] operands;
-    each leaf of the chain with its strides over the [B, M, N] scores (one attached after a reshape of the scores,
-    `shapes`: that reshape as a function of them, is broadcast to it and reshaped back)."""
+    """(out, grid, args, meta) of softmax(chain(q @ k)) @ v (or chain(q @ k) @ v) for batched [B, M, DK],
+    [B, DK, N], [B, N, DV] operands; each leaf of the chain with its strides over the [B, M, N] scores (one attached
+    after a reshape of the scores, `shapes`: that reshape as a function of them, is broadcast to it and reshaped
+    back)."""
     B, M, DK = q.shape
     N, DV = k.shape[2], v.shape[2]
     out = torch.empty((B, M, DV), dtype=q.dtype, device=q.device)
