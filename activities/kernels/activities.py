@@ -22,7 +22,7 @@ from temporalio import activity
 
 from activities.heartbeat import heartbeating
 from activities.kernels import llm_agents, offline_coder, offline_designer, optimizer, parsers
-from activities.kernels.gpus import GPUS, roofline_gpu
+from activities.kernels.gpus import roofline_gpu, roofline_spec
 from activities.kernels.precision import allows_tf32
 from activities.kernels.static_checks import static_check
 from activities.llm.activity import LLMActivities, record_offline_answer
@@ -249,8 +249,7 @@ class KernelActivities:
                         heartbeat=note, gpu=not req.task.on_cpu, held_out=req.held_out,
                         held_out_note=req.held_out_note, reference_ops=req.reference_ops, allow_mixed=req.allow_mixed,
                         precision=req.task.precision, costs=costs,
-                        compile_for=GPUS[roofline_gpu(req.task.arch, req.task.roofline_gpu)] if req.task.on_cpu
-                        else None)
+                        compile_for=roofline_spec(req.task.arch, req.task.roofline_gpu) if req.task.on_cpu else None)
         if sandbox.mode() is SandboxMode.OFF:  # the operator's choice, said in the result and the Web UI
             report = report.model_copy(update={"confinement": sandbox.confinement_note()})
         if report.reason.startswith("reference failed"):  # the task's failure, never the candidate's verdict

@@ -76,3 +76,8 @@ def roofline_gpu(arch: str, requested: str = DEFAULT_GPU) -> str:
     if arch in GPUS and arch in GPU_ARCHES:
         return arch
     return requested if requested in GPUS else DEFAULT_GPU
+
+
+def roofline_spec(arch: str, requested: str = DEFAULT_GPU) -> GpuSpec:
+    """`roofline_gpu`'s spec: the GPU a CPU job's kernels must also compile for (the verifier, the coder's prompt)."""
+    return GPUS[roofline_gpu(arch, requested)]

@@ -16,6 +16,7 @@ import jinja2
 from pydantic import ValidationError
 
 from activities.kernels import parsers
+from activities.kernels.gpus import roofline_spec
 from activities.llm.structured import Rejected
 from contracts.kernel import LLMDecision, OutputFormat
 from contracts.kernel_job import AnalyzeRequest, CodeRequest, DesignRequest, KernelDesign
@@ -46,7 +47,8 @@ def code_prompt(req: CodeRequest, sources: list[str], speed: list[str] | None = 
     fmt = parsers.output_format(req.role, req.output)
     template = TEMPLATES["optimizer"] if req.role == "optimizer" else TEMPLATES["coder"]
     return _ENV.get_template(template).render(
-        task=req.task, on_cpu=req.task.on_cpu, design=req.design, attempts=attempts, feedback=req.feedback,
+        task=req.task, on_cpu=req.task.on_cpu, gpu=roofline_spec(req.task.arch, req.task.roofline_gpu),
+        design=req.design, attempts=attempts, feedback=req.feedback,
         log=req.log, input_family=req.input_family, mismatches=req.mismatches, suggestion=req.suggestion,
         repair=req.repair, fields=_fields(fmt), parser=fmt.parser_name, code_field=parsers.code_field(fmt),
         speed=speed or [])

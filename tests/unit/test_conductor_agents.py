@@ -39,7 +39,8 @@ def test_coder_prompt_carries_task_design_history_full_feedback_suggestion_and_r
     for expected in ("return torch.relu(x)", "family: elementwise", "y = max(x, 0)", "def old_candidate",
                      "53/7000 elements differ", "signed_normal inputs", "candidate.py:12, in relu_kernel", "NameError: boom",
                      "index [6, 950]: 0.7 -> 0.0", "mask the tail", "Triton interpreter", "exactly one fenced ```python",
-                     "forbidden import 'os'", "Sizes set for this run (already in the source above): dim=1000"):
+                     "forbidden import 'os'", "Sizes set for this run (already in the source above): dim=1000",
+                     "compile for the H100 SXM5 80GB (sm_90)", "at most 227 KB of shared memory"):
         assert expected in prompt, expected
 
 
