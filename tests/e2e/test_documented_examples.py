@@ -113,6 +113,7 @@ def test_the_readme_kernel_then_using_it_in_a_model_as_docs_kernel_says(user) ->
     assert "modeled on H100 (strict): 1.49x over eager" in done.stdout and "2 launch(es)" in done.stdout, done.stdout[-3000:]
     speed = next(ln for ln in done.stdout.splitlines() if ln.startswith("speed: "))
     assert "5.88x over eager" in speed and "traffic 1.00x the floor, 1 launch(es)" in speed, speed
+    assert "gpu: compiles for sm_90 (H100 SXM5 80GB) (1 kernel(s)" in done.stdout, done.stdout[-3000:]  # as it says
     run_id = printed_run_id(done.stdout)
     (artifacts,) = [cmd for cmd in shell_lines("docs/kernel.md", "fleetforge artifacts kernel/") if "artifacts" in cmd]
     done = run(artifacts, stack, home, run_id, timeout=120)
