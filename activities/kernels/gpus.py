@@ -16,10 +16,10 @@ Sources:
   36 PFLOPS with sparsity (2.25 dense each); 148 SMs.
 * Launch overhead, all: "Getting Started with CUDA Graphs" (NVIDIA technical blog, 2019): back-to-back kernel
   launches on one stream cost a few microseconds each beyond the kernels' own run time (3.8 us per ~2.9 us
-  kernel without graphs).
-* Compute capability and shared memory a program may use: CUDA C++ Programming Guide, "Technical Specifications per
-  Compute Capability" (maximum shared memory per thread block, opt-in): 8.0 163 KB, 8.9 99 KB, 9.0 and 10.0 227 KB. 3 us is used for every kernel launch and every eager aten op alike, so the
+  kernel without graphs). 3 us is used for every kernel launch and every eager aten op alike, so the
   comparison with eager is launch for launch.
+* Compute capability and shared memory a program may use: CUDA C++ Programming Guide, "Technical Specifications per
+  Compute Capability" (maximum shared memory per thread block, opt-in): 8.0 163 KB, 8.9 99 KB, 9.0 and 10.0 227 KB.
 
 Peaks are what a kernel can at best reach; the model's times are lower bounds of that GPU's, never measured.
 """
