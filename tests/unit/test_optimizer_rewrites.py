@@ -22,6 +22,17 @@ from tests.unit.compiler.test_lowerings_recurrent import NET
 ROOT = Path(__file__).resolve().parents[2]
 load()
 LN = ("self.ln = nn.LayerNorm(6)",)
+CAUSAL_SCORES = ("(q @ k.transpose(-2, -1) * 0.5).masked_fill(self.mask[:, :, :q.size(2), :q.size(2)] == 0, "
+                 "float('-inf'))")
+"""minGPT's attention scores: a scale and a causal mask over [batch, heads, tokens, tokens]."""
+
+
+def _causal_heads(body: str) -> Case:
+    """`body` over CAUSAL_SCORES, two heads of 40 * N tokens (several blocks of keys)."""
+    return Case(body, ", ".join(["torch.randn(1, 2, 40 * N, 4)"] * 3), args="q, k, v",
+                init=("self.register_buffer('mask', torch.tril(torch.ones(512, 512)).view(1, 1, 512, 512))",))
+
+
 CASES: dict[str, tuple[str, Case, int, int]] = {
     # key: (rewrite, case, launches before, launches after)
     "softmax (online)": ("rows", Case("torch.softmax(x, dim=1)", "torch.randn(4, N)"), 3, 1),
@@ -68,10 +79,8 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
     "attention: softmax of the scores, then V": ("attention", Case(
         "torch.softmax(torch.bmm(q, k), dim=-1) @ v", "torch.randn(2, N, 4), torch.randn(2, 4, N), torch.randn(2, N, 3)",
         args="q, k, v"), 5, 1),
-    "attention: heads, a scale and a causal mask (minGPT's), over several blocks of keys": ("attention", Case(
-        "torch.softmax((q @ k.transpose(-2, -1) * 0.5).masked_fill(self.mask[:, :, :q.size(2), :q.size(2)] == 0, "
-        "float('-inf')), dim=-1) @ v", ", ".join(["torch.randn(1, 2, 40 * N, 4)"] * 3), args="q, k, v",
-        init=("self.register_buffer('mask', torch.tril(torch.ones(512, 512)).view(1, 1, 512, 512))",)), 5, 1),
+    "attention: heads, a scale and a causal mask (minGPT's), over several blocks of keys": (
+        "attention", _causal_heads(f"torch.softmax({CAUSAL_SCORES}, dim=-1) @ v"), 5, 1),
     "attention: a mask hiding the first keys (a row's first blocks see nothing)": ("attention", Case(
         "torch.softmax((q @ k.transpose(-2, -1)).masked_fill(self.mask[:, :, :q.size(2), :q.size(2)] == 0, "
         "float('-inf')), dim=-1) @ v", ", ".join(["torch.randn(1, 1, 40 * N, 4)"] * 3), args="q, k, v",
@@ -83,10 +92,8 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
         "attention", Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
                           ", ".join(["torch.randn(2, 3 * N, 4)"] * 3) + ", torch.ones(3 * N, 3 * N).tril(-1).bool()",
                           args="q, k, v, m"), 6, 2),
-    "attention without a softmax: ReLU of the masked, scaled scores, then V (KernelBench L3 50's)": ("attention", Case(
-        "torch.relu((q @ k.transpose(-2, -1) * 0.5).masked_fill(self.mask[:, :, :q.size(2), :q.size(2)] == 0, "
-        "float('-inf'))) @ v", ", ".join(["torch.randn(1, 2, 40 * N, 4)"] * 3), args="q, k, v",
-        init=("self.register_buffer('mask', torch.tril(torch.ones(512, 512)).view(1, 1, 512, 512))",)), 3, 1),
+    "attention without a softmax: ReLU of the masked, scaled scores, then V (KernelBench L3 50's)": (
+        "attention", _causal_heads(f"torch.relu({CAUSAL_SCORES}) @ v"), 3, 1),
     "recurrent: a 2-layer LSTM, batch first": ("recurrent", Case(
         "self.net(x)", "torch.randn(2, N, 6)", init=("self.net = Net('lstm', False, True)",), helpers=NET), 5, 5),
     "recurrent: a 2-layer bidirectional GRU": ("recurrent", Case(
