@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import random
 import socket
 import time
 import uuid
@@ -112,34 +114,45 @@ def alive(pid: int) -> bool:
 
 
 def free_ports(n: int = 1) -> list[int]:
-    """`n` distinct free TCP ports on 127.0.0.1 (held together while chosen, then released)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """`n` distinct free TCP ports for servers a test starts later (see `free_port_range`)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        first, _ = free_port_range(1)
+        ports += [first] if first not in ports else []
+    return ports
 
 
 def free_port_range(n: int) -> tuple[int, int]:
-    """(first, last) of `n` consecutive ports free on 127.0.0.1: a fleet hardware profile's port_range."""
+    """(first, last) of `n` consecutive ports free on the host: a fleet hardware profile's port_range.
+
+    Drawn outside the kernel's ephemeral range: a port there is handed to any process's bind(0) or
+    connect() (a concurrent test's server, a gRPC client), so one probed free there can be taken
+    before the test's server binds it (the row fails PORT_IN_USE). Each xdist worker draws from its
+    own band, so two tests running at once never get the same port."""
+    low, high = _port_band()
     for _ in range(100):
-        first = free_ports()[0]
-        if first + n - 1 > 65535:
-            continue
+        first = random.randint(low, high - n + 1)
         socks = [socket.socket() for _ in range(n)]
         try:
             for i, sock in enumerate(socks):
-                sock.bind(("127.0.0.1", first + i))
+                sock.bind(("0.0.0.0", first + i))
             return first, first + n - 1
         except OSError:
             continue
         finally:
             for sock in socks:
                 sock.close()
-    raise AssertionError(f"no {n} consecutive free ports")
+    raise AssertionError(f"no {n} consecutive free ports in {low}-{high}")
+
+
+def _port_band() -> tuple[int, int]:
+    """This xdist worker's share of the ports outside the ephemeral range (the wider side of it)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low, ephemeral_high = map(int, f.read().split())
+    low, high = max([(10000, ephemeral_low - 1), (ephemeral_high + 1, 65535)], key=lambda band: band[1] - band[0])
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    width = (high - low + 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return low + worker * width, low + (worker + 1) * width - 1
 
 
 def fresh_queues() -> TaskQueues:

@@ -45,6 +45,12 @@ def _cheap(summary: str) -> dict:
                 heartbeat_timeout=STORAGE.heartbeat, retry_policy=STORAGE.retry)
 
 
+def _by_category(categories: dict[str, int]) -> str:
+    """The failed rows' categories, most frequent first ("PORT_IN_USE 3, CRASHED 1")."""
+    failed = sorted(((n, c) for c, n in categories.items() if c != "PASSED"), key=lambda nc: (-nc[0], nc[1]))
+    return ", ".join(f"{c} {n}" for n, c in failed)
+
+
 @workflow.defn
 class FleetTestWorkflow:
     @workflow.init
@@ -242,7 +248,8 @@ class FleetTestWorkflow:
         tested = done.passed + done.failed + done.errors
         failure = Failure(code=Err.ROWS_FAILED, where="fleet",
                           message=f"{done.failed + done.errors} of {tested} tested rows did not pass "
-                                  f"({done.failed} No: the model failed; {done.errors} Error: not tested, rerun retests them)")
+                                  f"({done.failed} No: the model failed; {done.errors} Error: not tested, rerun retests them; "
+                                  f"{_by_category(done.categories)}; the CSV's notes say why, row by row)")
         return end_failed(result.model_copy(update={"failure": failure}), failure)
 
     @workflow.signal

@@ -86,6 +86,7 @@ async def test_process_fleet_records_every_row_once_with_status_and_note(tempora
 
     assert result.status is JobStatus.FAILED and result.failure is not None and result.failure.code == "ROWS_FAILED"
     assert "12 of 20 tested rows did not pass (8 No: the model failed; 4 Error" in result.failure.message
+    assert "; AUTH 4, CRASHED 4, CUDA_OOM 4; the CSV's notes say why" in result.failure.message, result.failure.message
     assert (result.total, result.skipped, result.passed, result.failed, result.errors) == (21, 1, 8, 8, 4)
     assert result.categories == {"PASSED": 8, "CRASHED": 4, "CUDA_OOM": 4, "AUTH": 4}
     out = read_csv(file_store, result)
