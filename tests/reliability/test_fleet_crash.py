@@ -22,9 +22,9 @@ from activities.containers.activities import upload_manifest
 from activities.storage import open_store
 from contracts.common import JobStatus
 from contracts.fleet import HardwareProfile
-from contracts.fleet_job import FleetTestRequest, RunnerKind
+from contracts.fleet_job import FleetTestRequest, FleetTestResult, RunnerKind
 from tests.conftest import fleet_containers
-from tests.helpers import SELF_TESTS, assert_eventually, free_port_range
+from tests.helpers import SELF_TESTS, assert_eventually, free_port_range, outcome_of
 from tests.reliability.worker_process import WorkerProcess, running_activity
 from workflows.fleet import FleetTestWorkflow
 
@@ -74,7 +74,7 @@ async def test_fleet_survives_a_worker_kill_with_containers_alive(temporal_env, 
         worker.kill()
         assert set(stale) <= set(_running_containers(fleet_id, SLOW)), "the containers outlive the killed worker"
         await worker.start()
-        result = await handle.result()
+        result = await outcome_of(handle, FleetTestResult)  # a FAILED result shows its failure message
         progress = await handle.query(FleetTestWorkflow.progress)
     finally:
         worker.stop()
