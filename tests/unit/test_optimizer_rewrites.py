@@ -27,6 +27,10 @@ CAUSAL_SCORES = ("(q @ k.transpose(-2, -1) * 0.5).masked_fill(self.mask[:, :, :q
 """minGPT's attention scores: a scale and a causal mask over [batch, heads, tokens, tokens]."""
 
 
+QKV = "torch.randn(2, N, 4), torch.randn(2, 4, N), torch.randn(2, N, 3)"
+"""Batched q [2, N, 4], k^T [2, 4, N] and v [2, N, 3]."""
+
+
 def _causal_heads(body: str) -> Case:
     """`body` over CAUSAL_SCORES, two heads of 40 * N tokens (several blocks of keys)."""
     return Case(body, ", ".join(["torch.randn(1, 2, 40 * N, 4)"] * 3), args="q, k, v",
@@ -77,8 +81,7 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
         "self.fc(x) * s", "torch.randn(2, N, 6), torch.randn(2, 1, 6)", args="x, s",
         init=("self.fc = nn.Linear(6, 6)",)), 3, 2),
     "attention: softmax of the scores, then V": ("attention", Case(
-        "torch.softmax(torch.bmm(q, k), dim=-1) @ v", "torch.randn(2, N, 4), torch.randn(2, 4, N), torch.randn(2, N, 3)",
-        args="q, k, v"), 5, 1),
+        "torch.softmax(torch.bmm(q, k), dim=-1) @ v", QKV, args="q, k, v"), 5, 1),
     "attention: heads, a scale and a causal mask (minGPT's), over several blocks of keys": (
         "attention", _causal_heads(f"torch.softmax({CAUSAL_SCORES}, dim=-1) @ v"), 5, 1),
     "attention: a mask hiding the first keys (a row's first blocks see nothing)": ("attention", Case(
@@ -92,6 +95,12 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
         "attention", Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
                           ", ".join(["torch.randn(2, 3 * N, 4)"] * 3) + ", torch.ones(3 * N, 3 * N).tril(-1).bool()",
                           args="q, k, v, m"), 6, 2),
+    "attention: q scaled before the scores (the kernel scales its Q tile as it loads it)": ("attention", Case(
+        "torch.softmax(torch.bmm(q * 0.35, k), dim=-1) @ v", QKV, args="q, k, v"), 6, 1),
+    "attention: a scaled q also returned (it is written, and the kernel reads it)": ("attention", Case(
+        "(q * 0.35, torch.softmax(torch.bmm(q * 0.35, k), dim=-1) @ v)", QKV, args="q, k, v"), 6, 2),
+    "attention: nn.MultiheadAttention (in-projection, heads, q's scale, out-projection)": ("attention", Case(
+        "self.mha(x, x, x)[0]", "torch.randn(N, 2, 8)", init=("self.mha = nn.MultiheadAttention(8, 2)",)), 10, 5),
     "attention without a softmax: ReLU of the masked, scaled scores, then V (KernelBench L3 50's)": (
         "attention", _causal_heads(f"torch.relu({CAUSAL_SCORES}) @ v"), 3, 1),
     "recurrent: a 2-layer LSTM, batch first": ("recurrent", Case(
@@ -116,12 +125,12 @@ UNTOUCHED: dict[str, tuple[str, Case]] = {
                                     "torch.randn(N, 8), torch.randn(N, 8), torch.randn(N, 8)", args="a, p, n")),
     "attention whose probabilities are returned too (they must be written)": ("attention", Case(
         "(torch.softmax(torch.bmm(q, k), dim=-1), torch.softmax(torch.bmm(q, k), dim=-1) @ v)",
-        "torch.randn(2, N, 4), torch.randn(2, 4, N), torch.randn(2, N, 3)", args="q, k, v")),
+        QKV, args="q, k, v")),
     "scores without a softmax also returned (they must be written)": ("attention", Case(
         "(torch.relu(torch.bmm(q, k)), torch.relu(torch.bmm(q, k)) @ v)",
-        "torch.randn(2, N, 4), torch.randn(2, 4, N), torch.randn(2, N, 3)", args="q, k, v")),
+        QKV, args="q, k, v")),
     "a plain product of three matrices (no chain between: the compiler's matmuls)": ("attention", Case(
-        "torch.bmm(q, k) @ v", "torch.randn(2, N, 4), torch.randn(2, 4, N), torch.randn(2, N, 3)", args="q, k, v")),
+        "torch.bmm(q, k) @ v", QKV, args="q, k, v")),
     "a product also returned": ("epilogue", Case("(x @ y, torch.relu(x @ y))", "torch.randn(N, 3), torch.randn(3, 4)",
                                                  args="x, y")),
 }

@@ -17,7 +17,8 @@ softmax, the max and the result guarded by `where(amax == -inf, 0, ...)`, so a r
 whose result, through reshapes, is the left operand of a batched matmul [B, M, D]; every value in between used only
 there. The reshapes keep the last dim N, so softmax rows are the score matrix's rows. Without a softmax the chain's
 last value is that operand itself (`relu(masked_fill(Q @ K * scale, ...))`, KernelBench L3 50), and each key block's
-tile times V is summed, nothing rescaled.
+tile times V is summed, nothing rescaled. A Q that is `x * c` or `x / c` (a constant) used only by the first matmul
+(nn.MultiheadAttention scales q before `bmm(q, k^T)`) is read as `x`, and the kernel scales its Q tile as it loads it.
 """
 
 from __future__ import annotations
@@ -53,11 +54,12 @@ def attention(graph: Graph) -> Graph | None:
         if found is None:
             continue
         q, k = graph.nodes[found.first].args
+        q, prescale = _prescaled(graph, q, found.first, users)
         leaves = chain_operands(graph, found.chain, found.first)
         graph.nodes[second] = Node(op="attention", args=[q, k, node.args[1], *leaves], shape=list(node.shape),
                                    dtype=node.dtype, sizes=list(node.sizes),
                                    attrs={"first": found.first, "chain": sorted(found.chain), "score": found.score,
-                                          "norm": found.norm})
+                                          "norm": found.norm, "prescale": prescale})
         done = True
     return graph if done else None
 
@@ -152,6 +154,22 @@ def _scores(graph: Graph, second: int, score: int, pattern: set[int],
     return first, chain
 
 
+def _prescaled(graph: Graph, q: int, first: int, users: dict[int, set[int]]) -> tuple[int, list | None]:
+    """(Q, None), or (what Q scales, [op, constant]) when Q is `x * c` or `x / c` used only by the scores' matmul
+    (nn.MultiheadAttention scales q before `bmm(q, k^T)`): the kernel scales its Q tile as it loads it, the same
+    operation on the same values, so the scaled Q is never written."""
+    node = graph.nodes[q]
+    if node.op != "pw" or node.attrs.get("fn") not in ("mul", "div") or users[q] != {first} or q in graph.outputs:
+        return q, None
+    x, c = node.args if len(node.args) == 2 else (None, None)
+    if node.attrs["fn"] == "mul" and isinstance(x, Const):
+        x, c = c, x
+    if not (isinstance(x, int) and isinstance(c, Const) and graph.nodes[x].shape == node.shape
+            and graph.nodes[x].dtype == node.dtype == "float32"):
+        return q, None
+    return x, [node.attrs["fn"], float(c.value)]
+
+
 def _guarded(nodes: list[Node], v: int) -> tuple[int, int] | None:
     """(the test, the value) of `where(x == -inf, 0, value)`, or None."""
     node = nodes[v]
@@ -197,10 +215,12 @@ def _views_back(graph: Graph, score: int, first: int) -> set[int]:
     return found
 
 
-def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, norm: str) -> tuple[str, str]:
+def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, norm: str,
+                     prescale: list | None = None) -> tuple[str, str]:
     """(name, source): one program per (block of BM queries, batch), looping over the keys in blocks of BN; `norm`
     (`Match.norm`): the online softmax, where a row that sees no key is NaN (`softmax`: an all -inf row) or 0
-    (`safe`), or none (the chain's value times V, summed)."""
+    (`safe`), or none (the chain's value times V, summed); `prescale` (`_prescaled`): Q's tile times or over a
+    constant as it is loaded."""
     args = ["q_ptr", "k_ptr", "v_ptr", "out_ptr", "M", "N", "DK", "DV", "sqb", "sqm", "sqk", "skb", "skk", "skn",
             "svb", "svn", "svd", "sob", "som", "sod"]
     args += [a for k in range(leaves) for a in (f"l{k}_ptr", f"l{k}_sb", f"l{k}_sm", f"l{k}_sn")]
@@ -213,6 +233,7 @@ def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, no
         "    dv = tl.arange(0, BDV)",
         "    q = tl.load(q_ptr + b * sqb + rm[:, None] * sqm + dk[None, :] * sqk,",
         "                mask=mmask[:, None] & (dk[None, :] < DK), other=0.0).to(tl.float32)",
+        *([f"    q = q {'*' if prescale[0] == 'mul' else '/'} {prescale[1]!r}"] if prescale else []),
         *([] if norm == "none" else ['    mi = tl.full([BM], -float("inf"), dtype=tl.float32)',
                                      "    li = tl.zeros([BM], dtype=tl.float32)"]),
         "    o = tl.zeros([BM, BDV], dtype=tl.float32)",
@@ -265,7 +286,8 @@ def emit_attention(fw: Forward, v: int) -> str:
     q, k, val = (fw.tensor(a) for a in fw.nodes[v].args[:3])
     chain = ChainExpr(fw, at["first"], at["chain"], at["score"], fw.nodes[at["score"]])
     result = chain.expr(at["score"])
-    name = fw.kernel(attention_kernel(len(chain.leaves), len(chain.scalars), chain.lines, result, at["norm"]))
+    name = fw.kernel(attention_kernel(len(chain.leaves), len(chain.scalars), chain.lines, result, at["norm"],
+                                      at.get("prescale")))
     fw.launcher("_attention", LAUNCHER)
     shapes = ", ".join("None" if s is None else f"lambda out: {chain.target(s, 'out')}" for s in chain.shapes)
     return fw.launch(v, name, f"_attention({q}, {k}, {val}, [{chain.leaf_vars()}], [{chain.scalar_args()}], "
