@@ -62,3 +62,18 @@ def common_subexpressions(graph: Graph) -> Graph:
             seen[key] = i
     graph.outputs = [same.get(o, o) for o in graph.outputs]
     return graph
+
+
+@graph_pass("reshape_chains", order=20)
+def reshape_chains(graph: Graph) -> Graph:
+    """A reshape of a reshape reads the first one's input (the elements keep their order, so it is the same
+    reshape): minGPT's `y.transpose(1, 2).contiguous().view(B, T, C)` then a Linear's `view(-1, C)` is one
+    reshape of the permuted heads, which the matmul can read in place (`_merged`) where two would copy."""
+    for n in graph.nodes:
+        while n.op == "view" and n.attrs.get("kind") == "reshape" and isinstance(n.args[0], int):
+            src = graph.nodes[n.args[0]]
+            if not (src.op == "view" and src.attrs.get("kind") == "reshape"):
+                break
+            n.args = [src.args[0], *n.args[1:]]
+            n.attrs = {**n.attrs, "src": list(src.attrs["src"])}
+    return graph

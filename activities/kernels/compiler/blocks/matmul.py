@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from activities.kernels.compiler.forward import Forward
 
 KERNEL = f'''@triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn,
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, AM, sam2, AK, sak2,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -20,31 +20,99 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sab, sam, sak, sbb, sbk, sbn, sc
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
+    a_rows = (rm // AM) * sam + (rm % AM) * sam2
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         kk = k0 + rk
-        a = tl.load(a_ptr + pid_b * sab + rm[:, None] * sam + kk[None, :] * sak,
+        a = tl.load(a_ptr + pid_b * sab + a_rows[:, None] + ((kk // AK) * sak + (kk % AK) * sak2)[None, :],
                     mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
         b = tl.load(b_ptr + pid_b * sbb + kk[:, None] * sbk + rn[None, :] * sbn,
                     mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc += tl.dot(a.to(tl.float32), b.to(tl.float32), {IEEE_DOT})
     tl.store(c_ptr + pid_b * scb + rm[:, None] * scm + rn[None, :] * scn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 '''
+"""A's rows and columns are each `i // AM * sam + i % AM * sam2` (and AK, sak, sak2): a row that merges two strided
+dims of a tensor torch could only reshape by copying (`_merged`); AM = 1 (a plain stride) is specialised away."""
 
 LAUNCHER = '''
 
 def _matmul(a, b, BM=None, BN=None, BK=None):
-    """(C, grid, args, meta) of A @ B for 2-D or 3-D (batched) strided operands."""
-    batched = a.dim() == 3
-    a3, b3 = (a, b) if batched else (a.unsqueeze(0), b.unsqueeze(0))
-    B, M, K = a3.shape
+    """(C, grid, args, meta) of A @ B for 2-D or 3-D (batched) strided operands; A may be `_merged`."""
+    batched = len(a.shape) == 3
+    data, (B, M, K), (sab, sam, sak, am, sam2, ak, sak2) = _operand_a(a, batched)
+    b3 = b if batched else b.unsqueeze(0)
     N = b3.shape[2]
-    c = torch.empty((B, M, N), dtype=a.dtype, device=a.device)
+    c = torch.empty((B, M, N), dtype=data.dtype, device=data.device)
     BM = BM or (64 if M > 32 else (32 if M > 16 else 16))
     BN = BN or (64 if N > 32 else (32 if N > 16 else 16))
-    BK = BK or (64 if a.device.type == "cpu" and K > 32 else 32)
+    BK = BK or (64 if data.device.type == "cpu" and K > 32 else 32)
     return c if batched else c[0], (triton.cdiv(M, BM), triton.cdiv(N, BN), B), \\
-        (a3, b3, c, M, N, K, *a3.stride(), *b3.stride(), *c.stride()), {"BM": BM, "BN": BN, "BK": BK}
+        (data, b3, c, M, N, K, sab, sam, sak, *b3.stride(), *c.stride(), am, sam2, ak, sak2), \\
+        {"BM": BM, "BN": BN, "BK": BK}
+
+
+def _operand_a(a, batched):
+    """(data, (B, M, K), (sab, sam, sak, AM, sam2, AK, sak2)) of a matmul's A: a tensor's strides, or a `_Merged`
+    one's dims, each `i // AM * sam + i % AM * sam2` (AM = 1: a plain stride)."""
+    if not isinstance(a, _Merged):
+        a3 = a if batched else a.unsqueeze(0)
+        return a3, tuple(a3.shape), (*a3.stride(), 1, 0, 1, 0)
+    data, shape, factors = a
+    (sb, _, _), (sm, am, sm2), (sk, ak, sk2) = [_dim(f) for f in factors] if batched else \\
+        [(0, 1, 0), *(_dim(f) for f in factors)]
+    return data, ((shape[0] if batched else 1), shape[-2], shape[-1]), (sb, sm, sk, am, sm2, ak, sk2)
+
+
+def _dim(factors):
+    """(outer stride, inner size, inner stride) of a dim made of at most two (size, stride) factors."""
+    if len(factors) < 2:
+        return (factors[0][1] if factors else 0), 1, 0
+    (_, outer), (inner, stride) = factors
+    return outer, inner, stride
+
+
+class _Merged(tuple):
+    """(data, sizes, factors): a reshape torch could only make by copying, kept as the data and, per new dim, its
+    (size, stride) factors of the data (at most two): the matmul kernel indexes them itself."""
+
+    shape = property(lambda self: self[1])
+
+
+def _merged(x, sizes):
+    """x.reshape(sizes) without a copy: a view where torch can make one; else, when each new dim merges at most
+    two strided factors of x (a permuted tensor's [tokens, batch] rows) and a batch dim is one, a `_Merged` for a
+    matmul's A; else torch's copy."""
+    sizes = list(torch.empty(x.shape, device="meta").view(sizes).shape)  # -1 resolved
+    try:
+        return x.view(sizes)
+    except RuntimeError:
+        pass
+    factors = _factors([[n, s] for n, s in zip(x.shape, x.stride()) if n != 1], sizes)
+    if factors is None or any(len(f) > 2 for f in factors) or (len(sizes) == 3 and len(factors[0]) > 1):
+        return x.reshape(sizes)
+    return _Merged((x, sizes, factors))
+
+
+def _factors(todo, sizes):
+    """Per new dim, the [size, stride] factors of the data it covers in row-major order (a dim of the data split
+    where a new dim ends inside it); None where the sizes do not line up."""
+    out = []
+    for n in sizes:
+        mine = []
+        while n > 1:
+            if not todo or (todo[0][0] % n and n % todo[0][0]):
+                return None
+            size, stride = todo[0]
+            if size <= n:
+                mine.append((size, stride))
+                todo.pop(0)
+                n //= size
+            else:  # the new dim ends inside this one: its outer part
+                mine.append((n, stride * (size // n)))
+                todo[0][0] = size // n
+                n = 1
+        out.append(mine)
+    return out if not todo else None
 '''
 
 

@@ -19,7 +19,24 @@ def view(fw: "Forward", v: int) -> str:
     write = VIEWS.get(n.attrs["kind"])
     if write is None:
         raise Refused(f"view {n.attrs['kind']}")
+    if n.attrs["kind"] == "reshape" and _matmul_a_only(fw, v):  # no copy where torch's reshape would make one
+        from activities.kernels.compiler.blocks.matmul import LAUNCHER
+
+        fw.launcher("_matmul", LAUNCHER)
+        x = fw.tensor(n.args[0])
+        return fw.emit(v, f"_merged({x}, [{', '.join(reshape_sizes(fw, x, n.attrs['src'], n.shape, n.sizes))}])")
     return fw.emit(v, write(fw, n, fw.tensor(n.args[0]), n.attrs))
+
+
+def _matmul_a_only(fw: "Forward", v: int) -> bool:
+    """Every node that reads `v` is a matmul (or a matmul with its epilogue) reading it as A, and only as A."""
+    users = [u for u in fw.needed() if v in fw.nodes[u].args]
+    for u in users:
+        node = fw.nodes[u]
+        main = fw.nodes[node.attrs["main"]] if node.op == "epilogue" else node
+        if main.op != "matmul" or main.args[0] != v or v in node.args[1:]:
+            return False
+    return bool(users) and v not in fw.graph.outputs
 
 
 def _expand(fw: "Forward", n: Node, x: str, at: dict) -> str:

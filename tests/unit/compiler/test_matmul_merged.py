@@ -1,0 +1,68 @@
+"""A matmul's A read through a reshape torch could only make by copying (activities/kernels/compiler/blocks/matmul.py,
+`_merged`): a permuted [tokens, batch, features] tensor's rows, or attention heads put back together, are indexed by
+the kernel itself, and the answer is torch's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from activities.kernels.compiler.blocks.matmul import KERNEL, LAUNCHER
+from tests.unit.compiler.cases import Case, candidate, run
+
+ROOT = Path(__file__).resolve().parents[3]
+PROBE = r'''
+import json, sys, torch, triton, triton.language as tl
+scope = {"torch": torch, "triton": triton, "tl": tl}
+exec(sys.argv[1], scope)
+torch.manual_seed(0)
+cases = {
+    "tokens x batch rows of a permuted image": (torch.randn(2, 8, 6).permute(2, 0, 1), [12, 8], torch.randn(8, 5)),
+    "heads put back together: rows and columns each merge two dims": (
+        torch.randn(8, 6, 2).permute(1, 0, 2), [12, 8], torch.randn(8, 5)),
+    "batched: rows merge two dims": (torch.randn(2, 3, 4, 5).permute(0, 2, 1, 3), [2, 12, 5], torch.randn(2, 5, 7)),
+    "three dims in one row: torch's copy": (torch.randn(2, 3, 4, 5).permute(3, 2, 1, 0), [60, 2], torch.randn(2, 3)),
+    "a reshape torch can view": (torch.randn(3, 4, 5), [12, 5], torch.randn(5, 2)),
+}
+report = {}
+for case, (x, sizes, b) in cases.items():
+    a = scope["_merged"](x, sizes)
+    kind = "merged" if isinstance(a, scope["_Merged"]) else "view" if a.data_ptr() == x.data_ptr() else "copy"
+    out, grid, args, meta = scope["_matmul"](a, b)
+    scope["matmul_kernel"][grid](*args, **meta)
+    want = x.reshape(sizes) @ b
+    report[case] = {"kind": kind, "right": bool(torch.allclose(out, want, atol=1e-5, rtol=1e-5))}
+print(json.dumps(report))
+'''
+
+
+def test_a_reshape_that_would_copy_is_read_in_place_by_the_matmul_and_the_product_is_torchs():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-c", PROBE, LAUNCHER + "\n" + KERNEL], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {
+        "tokens x batch rows of a permuted image": {"kind": "merged", "right": True},
+        "heads put back together: rows and columns each merge two dims": {"kind": "merged", "right": True},
+        "batched: rows merge two dims": {"kind": "merged", "right": True},
+        "three dims in one row: torch's copy": {"kind": "copy", "right": True},
+        "a reshape torch can view": {"kind": "view", "right": True},
+    }
+
+
+HEADS_BACK = Case("self.proj(y.transpose(1, 2).contiguous().view(2, N, 8).view(-1, 8))", "torch.randn(2, 4, N, 2)",
+                  args="y", init=("self.proj = nn.Linear(8, 3)",))
+"""minGPT's heads put back together ([batch, heads, tokens, head dim] -> [batch, tokens, features]), then a Linear's
+2-D view: two reshapes, which `reshape_chains` makes one."""
+
+
+def test_heads_put_back_together_feed_the_linear_in_place_and_stay_right_at_two_sizes(tmp_path):
+    source = candidate(HEADS_BACK, tmp_path / "trace")
+    merged = [line.strip() for line in source.splitlines() if "_merged(" in line and "def " not in line]
+    permuted = {line.split(" = ")[0].strip() for line in source.splitlines() if ".permute(" in line}
+    assert len(merged) == 1 and merged[0].split("_merged(")[1].split(",")[0] in permuted, merged
+    assert run({"view:heads back": HEADS_BACK}, tmp_path / "run") == {"view:heads back": []}
