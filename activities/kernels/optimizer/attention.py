@@ -222,7 +222,7 @@ def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, no
     (`safe`), or none (the chain's value times V, summed); `prescale` (`_prescaled`): Q's tile times or over a
     constant as it is loaded."""
     args = ["q_ptr", "k_ptr", "v_ptr", "out_ptr", "M", "N", "DK", "DV", "sqb", "sqm", "sqk", "skb", "skk", "skn",
-            "svb", "svn", "svd", "sob", "som", "sod"]
+            "svb", "svn", "svd", "sob", "som", "sod", "QB", "sqb2", "KB", "skb2", "VB", "svb2"]
     args += [a for k in range(leaves) for a in (f"l{k}_ptr", f"l{k}_sb", f"l{k}_sm", f"l{k}_sn")]
     args += [f"s{k}" for k in range(scalars)]
     lines = [
@@ -231,7 +231,7 @@ def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, no
         "    mmask = rm < M",
         "    dk = tl.arange(0, BDK)",
         "    dv = tl.arange(0, BDV)",
-        "    q = tl.load(q_ptr + b * sqb + rm[:, None] * sqm + dk[None, :] * sqk,",
+        "    q = tl.load(q_ptr + (b // QB) * sqb + (b % QB) * sqb2 + rm[:, None] * sqm + dk[None, :] * sqk,",
         "                mask=mmask[:, None] & (dk[None, :] < DK), other=0.0).to(tl.float32)",
         *([f"    q = q {'*' if prescale[0] == 'mul' else '/'} {prescale[1]!r}"] if prescale else []),
         *([] if norm == "none" else ['    mi = tl.full([BM], -float("inf"), dtype=tl.float32)',
@@ -240,7 +240,7 @@ def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, no
         "    for n0 in range(0, N, BN):",
         "        rn = n0 + tl.arange(0, BN)",
         "        nmask = rn < N",
-        "        k = tl.load(k_ptr + b * skb + dk[:, None] * skk + rn[None, :] * skn,",
+        "        k = tl.load(k_ptr + (b // KB) * skb + (b % KB) * skb2 + dk[:, None] * skk + rn[None, :] * skn,",
         "                    mask=(dk[:, None] < DK) & nmask[None, :], other=0.0).to(tl.float32)",
         f"        acc = tl.dot(q, k, {IEEE_DOT})",
         "        em = mmask[:, None] & nmask[None, :]",
@@ -248,7 +248,7 @@ def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, no
     lines += [f"        x{k} = tl.load(l{k}_ptr + b * l{k}_sb + rm[:, None] * l{k}_sm + rn[None, :] * l{k}_sn, "
               "mask=em, other=0.0).to(tl.float32)" for k in range(leaves)]
     lines += ["        " + line for line in body]
-    load_v = ["        v = tl.load(v_ptr + b * svb + rn[:, None] * svn + dv[None, :] * svd,",
+    load_v = ["        v = tl.load(v_ptr + (b // VB) * svb + (b % VB) * svb2 + rn[:, None] * svn + dv[None, :] * svd,",
               "                    mask=nmask[:, None] & (dv[None, :] < DV), other=0.0).to(tl.float32)"]
     if norm == "none":
         lines += [f"        p = tl.where(em, {result}, 0.0)", *load_v, f"        o += tl.dot(p, v, {IEEE_DOT})"]
@@ -298,11 +298,13 @@ LAUNCHER = '''
 
 def _attention(q, k, v, leaves, scalars, shapes, BM=None, BN=None):
     """(out, grid, args, meta) of softmax(chain(q @ k)) @ v (or chain(q @ k) @ v) for batched [B, M, DK],
-    [B, DK, N], [B, N, DV] operands; each leaf of the chain with its strides over the [B, M, N] scores (one attached
+    [B, DK, N], [B, N, DV] operands (each may be `_merged`: its batch dim, batch x heads, read in place as
+    `b // QB * sqb + b % QB * sqb2`); each leaf of the chain with its strides over the [B, M, N] scores (one attached
     after a reshape of the scores, `shapes`: that reshape as a function of them, is broadcast to it and reshaped
     back)."""
     B, M, DK = q.shape
     N, DV = k.shape[2], v.shape[2]
+    (q, qs, qb), (k, ks, kb), (v, vs, vb) = (_batch_merged(t) for t in (q, k, v))
     out = torch.empty((B, M, DV), dtype=q.dtype, device=q.device)
     scores = torch.empty((B, M, N), device="meta")
     extra = []
@@ -321,6 +323,16 @@ def _attention(q, k, v, leaves, scalars, shapes, BM=None, BN=None):
     meta["BM"] = BM or max(16, min(bm, triton.next_power_of_2(M)))
     meta["BN"] = BN or max(16, min(bn, triton.next_power_of_2(N)))
     BM = meta["BM"]
-    return out, (triton.cdiv(M, BM), B), (q, k, v, out, M, N, DK, DV, *q.stride(), *k.stride(), *v.stride(),
-                                          *out.stride(), *extra, *scalars), meta
+    return out, (triton.cdiv(M, BM), B), (q, k, v, out, M, N, DK, DV, *qs, *ks, *vs, *out.stride(), *qb, *kb, *vb,
+                                          *extra, *scalars), meta
+
+
+def _batch_merged(t):
+    """(data, strides, (inner size, inner stride) of the batch dim) of an attention operand: a `_merged` one whose
+    batch dim alone covers two factors is read in place; another is copied (torch's reshape)."""
+    if hasattr(t, "factors") and all(inner == 1 for _, inner, _ in t.factors[1:]):
+        (sb, inner, sb2), (s1, _, _), (s2, _, _) = t.factors
+        return t.data, (sb, s1, s2), (inner, sb2)
+    t = t.copy() if hasattr(t, "factors") else t
+    return t, t.stride(), (1, 0)
 '''

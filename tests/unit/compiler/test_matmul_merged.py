@@ -1,6 +1,7 @@
-"""A matmul's A read through a reshape torch could only make by copying (activities/kernels/compiler/blocks/matmul.py,
-`_merged`): a permuted [tokens, batch, features] tensor's rows, or attention heads put back together, are indexed by
-the kernel itself, and the answer is torch's."""
+"""Operands read through a reshape torch could only make by copying (activities/kernels/compiler/blocks/matmul.py,
+`_merged`): a matmul's A (a permuted [tokens, batch, features] tensor's rows, attention heads put back together) and
+attention's Q, K and V (heads split and merged with the batch) are indexed by the kernel itself, and the answer is
+torch's."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from activities.kernels.compiler.blocks.matmul import KERNEL, LAUNCHER
+from activities.kernels.compiler.blocks.matmul import KERNEL, LAUNCHER, MERGED
 from tests.unit.compiler.cases import Case, candidate, run
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -25,6 +26,8 @@ cases = {
         torch.randn(8, 6, 2).permute(1, 0, 2), [12, 8], torch.randn(8, 5)),
     "batched: rows merge two dims": (torch.randn(2, 3, 4, 5).permute(0, 2, 1, 3), [2, 12, 5], torch.randn(2, 5, 7)),
     "three dims in one row: torch's copy": (torch.randn(2, 3, 4, 5).permute(3, 2, 1, 0), [60, 2], torch.randn(2, 3)),
+    "batched: the batch merges two dims (copied for the matmul)": (
+        torch.randn(3, 2, 4, 5).permute(1, 0, 2, 3), [6, 4, 5], torch.randn(6, 5, 2)),
     "a reshape torch can view": (torch.randn(3, 4, 5), [12, 5], torch.randn(5, 2)),
 }
 report = {}
@@ -41,7 +44,7 @@ print(json.dumps(report))
 
 def test_a_reshape_that_would_copy_is_read_in_place_by_the_matmul_and_the_product_is_torchs():
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", PROBE, LAUNCHER + "\n" + KERNEL], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", PROBE, LAUNCHER + MERGED + "\n" + KERNEL], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -50,6 +53,7 @@ def test_a_reshape_that_would_copy_is_read_in_place_by_the_matmul_and_the_produc
         "heads put back together: rows and columns each merge two dims": {"kind": "merged", "right": True},
         "batched: rows merge two dims": {"kind": "merged", "right": True},
         "three dims in one row: torch's copy": {"kind": "copy", "right": True},
+        "batched: the batch merges two dims (copied for the matmul)": {"kind": "merged", "right": True},
         "a reshape torch can view": {"kind": "view", "right": True},
     }
 
@@ -66,3 +70,33 @@ def test_heads_put_back_together_feed_the_linear_in_place_and_stay_right_at_two_
     permuted = {line.split(" = ")[0].strip() for line in source.splitlines() if ".permute(" in line}
     assert len(merged) == 1 and merged[0].split("_merged(")[1].split(",")[0] in permuted, merged
     assert run({"view:heads back": HEADS_BACK}, tmp_path / "run") == {"view:heads back": []}
+
+
+ATTENTION_PROBE = r'''
+import json, sys, torch, triton, triton.language as tl
+scope = {"torch": torch, "triton": triton, "tl": tl}
+exec(sys.argv[1], scope)
+torch.manual_seed(0)
+tokens, batch, heads, dim = 9, 2, 3, 4
+qkv = torch.randn(tokens, batch, 3, heads * dim)  # nn.MultiheadAttention's packed in-projection, [T, B, 3, E]
+q, k, v = (scope["_merged"](qkv[:, :, i], [tokens, batch * heads, dim]).permute([1, 0, 2]) for i in range(3))
+out, grid, args, meta = scope["_attention"](q, k.permute([0, 2, 1]), v, [], [], [])
+scope[sys.argv[2]][grid](*args, **meta)
+want = torch.softmax(q.copy() @ k.copy().transpose(1, 2), dim=-1) @ v.copy()
+storage = qkv.untyped_storage().data_ptr()
+print(json.dumps({"merged": [type(t).__name__ for t in (q, k, v)],
+                  "in place": all(t.untyped_storage().data_ptr() == storage for t in args[:3]),  # the kernel's q, k, v
+                  "right": bool(torch.allclose(out, want, atol=1e-5, rtol=1e-5))}))
+'''
+
+
+def test_attention_reads_heads_merged_with_the_batch_in_place_and_answers_as_torch():
+    from activities.kernels.optimizer.attention import LAUNCHER as ATTENTION, attention_kernel
+
+    name, kernel = attention_kernel(0, 0, [], "acc", "softmax")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-c", ATTENTION_PROBE, ATTENTION + MERGED + "\n" + kernel, name], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"merged": ["_Merged"] * 3, "in place": True,
+                                                                "right": True}

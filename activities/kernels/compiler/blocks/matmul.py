@@ -39,6 +39,8 @@ LAUNCHER = '''
 def _matmul(a, b, BM=None, BN=None, BK=None):
     """(C, grid, args, meta) of A @ B for 2-D or 3-D (batched) strided operands; A may be `_merged`."""
     batched = len(a.shape) == 3
+    if hasattr(a, "factors") and batched and a.factors[0][1] != 1:  # a batch dim of two factors
+        a = a.copy()
     data, (B, M, K), (sab, sam, sak, am, sam2, ak, sak2) = _operand_a(a, batched)
     b3 = b if batched else b.unsqueeze(0)
     N = b3.shape[2]
@@ -52,49 +54,52 @@ def _matmul(a, b, BM=None, BN=None, BK=None):
 
 
 def _operand_a(a, batched):
-    """(data, (B, M, K), (sab, sam, sak, AM, sam2, AK, sak2)) of a matmul's A: a tensor's strides, or a `_Merged`
+    """(data, (B, M, K), (sab, sam, sak, AM, sam2, AK, sak2)) of a matmul's A: a tensor's strides, or a `_merged`
     one's dims, each `i // AM * sam + i % AM * sam2` (AM = 1: a plain stride)."""
-    if not isinstance(a, _Merged):
+    if not hasattr(a, "factors"):
         a3 = a if batched else a.unsqueeze(0)
         return a3, tuple(a3.shape), (*a3.stride(), 1, 0, 1, 0)
-    data, shape, factors = a
-    (sb, _, _), (sm, am, sm2), (sk, ak, sk2) = [_dim(f) for f in factors] if batched else \\
-        [(0, 1, 0), *(_dim(f) for f in factors)]
-    return data, ((shape[0] if batched else 1), shape[-2], shape[-1]), (sb, sm, sk, am, sm2, ak, sk2)
+    (sb, _, _), (sm, am, sm2), (sk, ak, sk2) = a.factors if batched else [(0, 1, 0), *a.factors]
+    return a.data, ((a.shape[0] if batched else 1), a.shape[-2], a.shape[-1]), (sb, sm, sk, am, sm2, ak, sk2)
+'''
 
+MERGED = '''
 
-def _dim(factors):
-    """(outer stride, inner size, inner stride) of a dim made of at most two (size, stride) factors."""
-    if len(factors) < 2:
-        return (factors[0][1] if factors else 0), 1, 0
-    (_, outer), (inner, stride) = factors
-    return outer, inner, stride
+class _Merged:
+    """A reshape torch could only make by copying (then permuted, perhaps), kept as the data and, per dim, its
+    `(outer stride, inner size, inner stride)`: index i is at `i // inner * outer + i % inner * inner stride` (one
+    factor: inner size 1). Kernels that take it index the data themselves; `copy()` is torch's reshape."""
 
+    def __init__(self, x, sizes, factors, perm=None):
+        self.data, self.sizes, self.factors = x, sizes, factors
+        self.perm = perm or list(range(len(sizes)))
+        self.shape = torch.Size([sizes[d] for d in self.perm])
 
-class _Merged(tuple):
-    """(data, sizes, factors): a reshape torch could only make by copying, kept as the data and, per new dim, its
-    (size, stride) factors of the data (at most two): the matmul kernel indexes them itself."""
+    def permute(self, dims):
+        return _Merged(self.data, self.sizes, [self.factors[d] for d in dims], [self.perm[d] for d in dims])
 
-    shape = property(lambda self: self[1])
+    def copy(self):
+        return self.data.reshape(self.sizes).permute(self.perm)
 
 
 def _merged(x, sizes):
-    """x.reshape(sizes) without a copy: a view where torch can make one; else, when each new dim merges at most
-    two strided factors of x (a permuted tensor's [tokens, batch] rows) and a batch dim is one, a `_Merged` for a
-    matmul's A; else torch's copy."""
+    """x.reshape(sizes) without a copy: a view where torch can make one; else, when each new dim covers at most
+    two strided factors of x (a permuted tensor's [tokens, batch] rows, a head split merged with the batch), a
+    `_Merged`; else torch's copy."""
     sizes = list(torch.empty(x.shape, device="meta").view(sizes).shape)  # -1 resolved
     try:
         return x.view(sizes)
     except RuntimeError:
         pass
     factors = _factors([[n, s] for n, s in zip(x.shape, x.stride()) if n != 1], sizes)
-    if factors is None or any(len(f) > 2 for f in factors) or (len(sizes) == 3 and len(factors[0]) > 1):
+    if factors is None or any(len(f) > 2 for f in factors):
         return x.reshape(sizes)
-    return _Merged((x, sizes, factors))
+    return _Merged(x, sizes, [(f[0][1] if f else 0, 1, 0) if len(f) < 2 else (f[0][1], f[1][0], f[1][1])
+                              for f in factors])
 
 
 def _factors(todo, sizes):
-    """Per new dim, the [size, stride] factors of the data it covers in row-major order (a dim of the data split
+    """Per new dim, the (size, stride) factors of the data it covers in row-major order (a dim of the data split
     where a new dim ends inside it); None where the sizes do not line up."""
     out = []
     for n in sizes:

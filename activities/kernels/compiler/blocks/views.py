@@ -19,22 +19,29 @@ def view(fw: "Forward", v: int) -> str:
     write = VIEWS.get(n.attrs["kind"])
     if write is None:
         raise Refused(f"view {n.attrs['kind']}")
-    if n.attrs["kind"] == "reshape" and _matmul_a_only(fw, v):  # no copy where torch's reshape would make one
-        from activities.kernels.compiler.blocks.matmul import LAUNCHER
+    if n.attrs["kind"] == "reshape" and _indexed_in_place(fw, v):  # no copy where torch's reshape would make one
+        from activities.kernels.compiler.blocks.matmul import MERGED
 
-        fw.launcher("_matmul", LAUNCHER)
+        fw.launcher("_merged", MERGED)
         x = fw.tensor(n.args[0])
         return fw.emit(v, f"_merged({x}, [{', '.join(reshape_sizes(fw, x, n.attrs['src'], n.shape, n.sizes))}])")
     return fw.emit(v, write(fw, n, fw.tensor(n.args[0]), n.attrs))
 
 
-def _matmul_a_only(fw: "Forward", v: int) -> bool:
-    """Every node that reads `v` is a matmul (or a matmul with its epilogue) reading it as A, and only as A."""
+def _indexed_in_place(fw: "Forward", v: int) -> bool:
+    """Every node that reads `v` (directly or through permutes) indexes merged dims itself (`_merged`): a matmul
+    (or a matmul with its epilogue) reading it as A, or attention reading it as Q, K or V, and only so."""
     users = [u for u in fw.needed() if v in fw.nodes[u].args]
     for u in users:
         node = fw.nodes[u]
-        main = fw.nodes[node.attrs["main"]] if node.op == "epilogue" else node
-        if main.op != "matmul" or main.args[0] != v or v in node.args[1:]:
+        if node.op == "view" and node.attrs["kind"] == "permute":
+            ok = _indexed_in_place(fw, u)
+        elif node.op == "attention":
+            ok = v not in node.args[3:]
+        else:
+            main = fw.nodes[node.attrs["main"]] if node.op == "epilogue" else node
+            ok = main.op == "matmul" and main.args[0] == v and v not in node.args[1:]
+        if not ok:
             return False
     return bool(users) and v not in fw.graph.outputs
 
