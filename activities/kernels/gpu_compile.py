@@ -126,7 +126,8 @@ def record(folder: Path) -> list[dict]:
         options = {k: v for k, v in kwargs.items() if k in OPTIONS}
         signature, constexprs = {}, {}
         for name, value in values.items():
-            if "constexpr" in str(params[name].annotation) or value is None:
+            if "constexpr" in str(params[name].annotation) or value is None or (type(value) is int and value == 1):
+                # an integer argument equal to 1 is specialised as a constant by Triton's launcher too
                 signature[name], constexprs[name] = "constexpr", value
             else:
                 signature[name] = _type(value)
