@@ -32,6 +32,7 @@ class Forward:
         self.launches = 0
         self.symbols: set[str] = set()
         """The size symbols the forward's lines use (bound from the inputs' sizes by `prologue`)."""
+        self._readers: dict[int, list[int]] | None = None
 
     def write(self) -> list[str]:
         """The forward's variables for the graph's outputs (writing everything they need into `lines`). The nodes
@@ -53,6 +54,15 @@ class Forward:
             seen.add(v)
             todo += [a for a in self.nodes[v].args if isinstance(a, int)]
         return sorted(seen)
+
+    def readers(self, v: int) -> list[int]:
+        """The needed nodes that read `v` (an earlier rewrite may leave dead ones that still name it)."""
+        if self._readers is None:
+            self._readers = {}
+            for u in self.needed():
+                for a in dict.fromkeys(a for a in self.nodes[u].args if isinstance(a, int)):
+                    self._readers.setdefault(a, []).append(u)
+        return self._readers.get(v, [])
 
     def size(self, expr: str) -> str:
         """A size expression from the trace, as forward code (its symbols are variables bound at the start)."""

@@ -39,8 +39,6 @@ LAUNCHER = '''
 def _matmul(a, b, BM=None, BN=None, BK=None):
     """(C, grid, args, meta) of A @ B for 2-D or 3-D (batched) strided operands; A may be `_merged`."""
     batched = len(a.shape) == 3
-    if hasattr(a, "factors") and batched and a.factors[0][1] != 1:  # a batch dim of two factors
-        a = a.copy()
     data, (B, M, K), (sab, sam, sak, am, sam2, ak, sak2) = _operand_a(a, batched)
     b3 = b if batched else b.unsqueeze(0)
     N = b3.shape[2]
@@ -55,7 +53,9 @@ def _matmul(a, b, BM=None, BN=None, BK=None):
 
 def _operand_a(a, batched):
     """(data, (B, M, K), (sab, sam, sak, AM, sam2, AK, sak2)) of a matmul's A: a tensor's strides, or a `_merged`
-    one's dims, each `i // AM * sam + i % AM * sam2` (AM = 1: a plain stride)."""
+    one's dims, each `i // AM * sam + i % AM * sam2` (AM = 1: a plain stride; a batch dim of two factors is copied)."""
+    if hasattr(a, "factors") and batched and a.factors[0][1] != 1:
+        a = a.copy()
     if not hasattr(a, "factors"):
         a3 = a if batched else a.unsqueeze(0)
         return a3, tuple(a3.shape), (*a3.stride(), 1, 0, 1, 0)
@@ -86,7 +86,8 @@ def _merged(x, sizes):
     """x.reshape(sizes) without a copy: a view where torch can make one; else, when each new dim covers at most
     two strided factors of x (a permuted tensor's [tokens, batch] rows, a head split merged with the batch), a
     `_Merged`; else torch's copy."""
-    sizes = list(torch.empty(x.shape, device="meta").view(sizes).shape)  # -1 resolved
+    if -1 in sizes:
+        sizes = list(torch.empty(x.shape, device="meta").view(sizes).shape)
     try:
         return x.view(sizes)
     except RuntimeError:
@@ -94,8 +95,16 @@ def _merged(x, sizes):
     factors = _factors([[n, s] for n, s in zip(x.shape, x.stride()) if n != 1], sizes)
     if factors is None or any(len(f) > 2 for f in factors):
         return x.reshape(sizes)
-    return _Merged(x, sizes, [(f[0][1] if f else 0, 1, 0) if len(f) < 2 else (f[0][1], f[1][0], f[1][1])
-                              for f in factors])
+    return _Merged(x, sizes, [_dim(f) for f in factors])
+
+
+def _dim(factors):
+    """(outer stride, inner size, inner stride) of a dim from its (size, stride) factors: none (size 1), one (inner
+    size 1), or two."""
+    if len(factors) < 2:
+        return (factors[0][1] if factors else 0), 1, 0
+    (_, outer), (inner, stride) = factors
+    return outer, inner, stride
 
 
 def _factors(todo, sizes):

@@ -31,7 +31,7 @@ def view(fw: "Forward", v: int) -> str:
 def _indexed_in_place(fw: "Forward", v: int) -> bool:
     """Every node that reads `v` (directly or through permutes) indexes merged dims itself (`_merged`): a matmul
     (or a matmul with its epilogue) reading it as A, or attention reading it as Q, K or V, and only so."""
-    users = [u for u in fw.needed() if v in fw.nodes[u].args]
+    users = fw.readers(v)
     for u in users:
         node = fw.nodes[u]
         if node.op == "view" and node.attrs["kind"] == "permute":
