@@ -101,6 +101,9 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
         "(q * 0.35, torch.softmax(torch.bmm(q * 0.35, k), dim=-1) @ v)", QKV, args="q, k, v"), 6, 2),
     "attention: nn.MultiheadAttention (in-projection, heads, q's scale, out-projection)": ("attention", Case(
         "self.mha(x, x, x)[0]", "torch.randn(N, 2, 8)", init=("self.mha = nn.MultiheadAttention(8, 2)",)), 10, 5),
+    "attention: nn.MultiheadAttention's fast path (scaled_dot_product_attention: q and k each scaled in the kernel)": (
+        "attention", Case("self.mha(x, x, x, need_weights=False)[0]", "torch.randn(N, 2, 8)",
+                          init=("self.mha = nn.MultiheadAttention(8, 2)",)), 11, 5),
     "attention without a softmax: ReLU of the masked, scaled scores, then V (KernelBench L3 50's)": (
         "attention", _causal_heads(f"torch.relu({CAUSAL_SCORES}) @ v"), 3, 1),
     "recurrent: a 2-layer LSTM, batch first": ("recurrent", Case(

@@ -77,3 +77,112 @@ def reshape_chains(graph: Graph) -> Graph:
             n.args = [src.args[0], *n.args[1:]]
             n.attrs = {**n.attrs, "src": list(src.attrs["src"])}
     return graph
+
+
+@graph_pass("view_chains", order=30)
+def view_chains(graph: Graph) -> Graph:
+    """A run of reshapes and permutes that starts with a reshape, passes a permute and ends with a reshape is
+    written as x split into every factor the run needs, one permute of those factors, and one reshape merging them.
+    The split and the permute are always views, so torch copies at most once, at the merge, and only where no view
+    exists (where a kernel reads the result, `_merged` indexes it in place). nn.MultiheadAttention's fast path
+    splits heads as `q.reshape(T, B * H, hd).transpose(0, 1).view(B, H, T, hd)`: a copy at the first reshape,
+    though the whole run is the view `q.view(T, B, H, hd).permute(1, 2, 0, 3)`."""
+    users = graph.users()
+    done: set[int] = set()
+    for last in reversed(range(len(graph.nodes))):
+        chain = _view_run(graph, last, users) if last not in done else None
+        if chain is None or not _is_kind(graph.nodes[chain[0]], "reshape"):
+            continue
+        permutes = [v for v in chain if _is_kind(graph.nodes[v], "permute")]
+        x = graph.nodes[chain[0]].args[0]
+        steps = [(n.attrs["kind"], n.attrs.get("perm") or n.shape, n.sizes) for n in (graph.nodes[v] for v in chain)]
+        composed = compose_views(graph.nodes[x].shape, graph.nodes[x].sizes, steps) if permutes else None
+        if composed is None:
+            continue
+        split, split_sizes, perm = composed
+        first, middle, end = graph.nodes[chain[0]], graph.nodes[permutes[0]], graph.nodes[last]
+        first.shape, first.sizes, first.attrs = split, split_sizes, {"kind": "reshape", "src": list(graph.nodes[x].shape)}
+        middle.args, middle.shape, middle.attrs = [chain[0]], [split[p] for p in perm], {"kind": "permute", "perm": perm}
+        middle.sizes = [split_sizes[p] for p in perm] if split_sizes else []
+        end.args, end.attrs = [permutes[0]], {"kind": "reshape", "src": list(middle.shape)}
+        done |= set(chain)
+    return graph
+
+
+def _is_kind(node, kind: str) -> bool:  # noqa: ANN001 - a graph Node
+    return node.op == "view" and node.attrs.get("kind") == kind
+
+
+def _view_run(graph: Graph, last: int, users: dict[int, list[int]]) -> list[int] | None:
+    """The reshapes and permutes that reshape `last` reads through, each read only by the next (oldest first), or
+    None when `last` is not a reshape or the run is shorter than three."""
+    if not _is_kind(graph.nodes[last], "reshape"):
+        return None
+    chain = [last]
+    while True:
+        v = graph.nodes[chain[0]].args[0]
+        node = graph.nodes[v] if isinstance(v, int) else None
+        if node is None or not (_is_kind(node, "reshape") or _is_kind(node, "permute")):
+            break
+        if users[v] != [chain[0]] or v in graph.outputs:
+            break
+        chain.insert(0, v)
+    return chain if len(chain) >= 3 else None
+
+
+def compose_views(src: list[int], src_sizes: list[str],
+                  steps: list[tuple[str, list[int], list[str]]]) -> tuple[list[int], list[str], list[int]] | None:
+    """A run of views over a tensor of shape `src` as (the split of `src` into factors, in its order; their size
+    expressions, [] where none are known; the permutation of the factors), whose merge in that order gives the run's
+    result. `steps` are (`permute`, perm, _) or (`reshape`, shape, its size expressions). None where a reshape cuts
+    a factor unevenly, or a split factor's size expression is unknown while the trace has them (a size that varies
+    with the inputs must not be written as the traced one)."""
+    size: dict[int, int] = {}
+    exprs: dict[int, str] = {}
+    factors: list[list[int]] = []  # per dim of src, its factors in order
+    for d, n in enumerate(src):
+        factors.append([len(size)] if n != 1 else [])
+        if n != 1:
+            size[len(size)] = n
+            if src_sizes:
+                exprs[len(size) - 1] = src_sizes[d]
+    dims = [list(f) for f in factors]
+    for kind, arg, sizes in steps:
+        if kind == "permute":
+            dims = [dims[p] for p in arg]
+            continue
+        flat = [f for d in dims for f in d]
+        dims = []
+        for n in arg:
+            mine: list[int] = []
+            while n > 1:
+                if not flat:
+                    return None
+                f = flat.pop(0)
+                if size[f] <= n:
+                    if n % size[f]:
+                        return None
+                    mine.append(f)
+                    n //= size[f]
+                    continue
+                if size[f] % n:
+                    return None
+                outer, inner = len(size), len(size) + 1  # the new dim ends inside f: its outer part
+                size[outer], size[inner] = n, size[f] // n
+                group = next(g for g in factors if f in g)
+                group[group.index(f):group.index(f) + 1] = [outer, inner]
+                flat.insert(0, inner)
+                mine.append(outer)
+                n = 1
+            dims.append(mine)
+        if flat:
+            return None
+        for d, expr in zip(dims, sizes):
+            if len(d) == 1:
+                exprs[d[0]] = expr
+    order = [f for g in factors for f in g]
+    known = any(s for *_, s in steps) or bool(src_sizes)
+    if known and any(len(g) > 1 and f not in exprs for g in factors for f in g):
+        return None
+    return ([size[f] for f in order], [exprs.get(f, str(size[f])) for f in order] if known else [],
+            [order.index(f) for d in dims for f in d])

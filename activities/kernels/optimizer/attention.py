@@ -17,8 +17,9 @@ softmax, the max and the result guarded by `where(amax == -inf, 0, ...)`, so a r
 whose result, through reshapes, is the left operand of a batched matmul [B, M, D]; every value in between used only
 there. The reshapes keep the last dim N, so softmax rows are the score matrix's rows. Without a softmax the chain's
 last value is that operand itself (`relu(masked_fill(Q @ K * scale, ...))`, KernelBench L3 50), and each key block's
-tile times V is summed, nothing rescaled. A Q that is `x * c` or `x / c` (a constant) used only by the first matmul
-(nn.MultiheadAttention scales q before `bmm(q, k^T)`) is read as `x`, and the kernel scales its Q tile as it loads it.
+tile times V is summed, nothing rescaled. A Q or K that is `x * c` or `x / c` (a constant), perhaps through views,
+used only by the first matmul (nn.MultiheadAttention scales q before `bmm(q, k^T)`; scaled_dot_product_attention's
+math path scales both by sqrt(scale)) is read as `x`, and the kernel scales its tile as it loads it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from activities.kernels.compiler.forward import Forward
     from activities.kernels.compiler.graph import Graph
 
+REARRANGING = ("reshape", "permute", "expand", "unsqueeze", "squeeze", "select", "slice")
+"""Views that only rearrange (or repeat) their input's elements: a constant scale commutes with each."""
 PASSTHROUGH = ("reshape", "expand")
 """The views between the softmax and the second matmul (torch.bmm traces an expand to the same shape, then a
 reshape to [B, M, N])."""
@@ -54,12 +57,13 @@ def attention(graph: Graph) -> Graph | None:
         if found is None:
             continue
         q, k = graph.nodes[found.first].args
-        q, prescale = _prescaled(graph, q, found.first, users)
+        (q, qs), (k, ks) = (_prescaled(graph, t, found.first, users) for t in (q, k))
+        prescale = {name: s for name, s in (("q", qs), ("k", ks)) if s}
         leaves = chain_operands(graph, found.chain, found.first)
         graph.nodes[second] = Node(op="attention", args=[q, k, node.args[1], *leaves], shape=list(node.shape),
                                    dtype=node.dtype, sizes=list(node.sizes),
                                    attrs={"first": found.first, "chain": sorted(found.chain), "score": found.score,
-                                          "norm": found.norm, "prescale": prescale})
+                                          "norm": found.norm, "prescale": prescale or None})
         done = True
     return graph if done else None
 
@@ -154,20 +158,30 @@ def _scores(graph: Graph, second: int, score: int, pattern: set[int],
     return first, chain
 
 
-def _prescaled(graph: Graph, q: int, first: int, users: dict[int, set[int]]) -> tuple[int, list | None]:
-    """(Q, None), or (what Q scales, [op, constant]) when Q is `x * c` or `x / c` used only by the scores' matmul
-    (nn.MultiheadAttention scales q before `bmm(q, k^T)`): the kernel scales its Q tile as it loads it, the same
-    operation on the same values, so the scaled Q is never written."""
-    node = graph.nodes[q]
-    if node.op != "pw" or node.attrs.get("fn") not in ("mul", "div") or users[q] != {first} or q in graph.outputs:
-        return q, None
+def _prescaled(graph: Graph, t: int, first: int, users: dict[int, set[int]]) -> tuple[int, list | None]:
+    """(operand `t` of the scores' matmul, None), or, when `t` is `x * c` or `x / c` (a constant), directly or
+    through views each read only by the next, and read only there, (what reads x now, [op, c]): the kernel scales
+    its Q or K tile as it loads it, the same operation on the same values, so the scaled tensor is never written
+    (nn.MultiheadAttention scales q before `bmm(q, k^T)`; scaled_dot_product_attention's math path scales q and k
+    by sqrt(scale)). A scale commutes with a view, so the view that read the scaled tensor reads x instead."""
+    reader, v = first, t
+    while graph.nodes[v].op == "view" and graph.nodes[v].attrs.get("kind") in REARRANGING and users[v] == {reader} \
+            and v not in graph.outputs:
+        reader, v = v, graph.nodes[v].args[0]
+    node = graph.nodes[v]
+    if node.op != "pw" or node.attrs.get("fn") not in ("mul", "div") or users[v] != {reader} or v in graph.outputs:
+        return t, None
     x, c = node.args if len(node.args) == 2 else (None, None)
     if node.attrs["fn"] == "mul" and isinstance(x, Const):
         x, c = c, x
     if not (isinstance(x, int) and isinstance(c, Const) and graph.nodes[x].shape == node.shape
             and graph.nodes[x].dtype == node.dtype == "float32"):
-        return q, None
-    return x, [node.attrs["fn"], float(c.value)]
+        return t, None
+    users[v], users[x] = set(), users[x] - {v} | {reader}
+    if reader == first:
+        return x, [node.attrs["fn"], float(c.value)]
+    graph.nodes[reader].args[0] = x
+    return t, [node.attrs["fn"], float(c.value)]
 
 
 def _guarded(nodes: list[Node], v: int) -> tuple[int, int] | None:
@@ -216,11 +230,12 @@ def _views_back(graph: Graph, score: int, first: int) -> set[int]:
 
 
 def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, norm: str,
-                     prescale: list | None = None) -> tuple[str, str]:
+                     prescale: dict | None = None) -> tuple[str, str]:
     """(name, source): one program per (block of BM queries, batch), looping over the keys in blocks of BN; `norm`
     (`Match.norm`): the online softmax, where a row that sees no key is NaN (`softmax`: an all -inf row) or 0
-    (`safe`), or none (the chain's value times V, summed); `prescale` (`_prescaled`): Q's tile times or over a
-    constant as it is loaded."""
+    (`safe`), or none (the chain's value times V, summed); `prescale` (`_prescaled`): per operand (`q`, `k`), its
+    tile times or over a constant as it is loaded."""
+    prescale = prescale or {}
     args = ["q_ptr", "k_ptr", "v_ptr", "out_ptr", "M", "N", "DK", "DV", "sqb", "sqm", "sqk", "skb", "skk", "skn",
             "svb", "svn", "svd", "sob", "som", "sod", "QB", "sqb2", "KB", "skb2", "VB", "svb2"]
     args += [a for k in range(leaves) for a in (f"l{k}_ptr", f"l{k}_sb", f"l{k}_sm", f"l{k}_sn")]
@@ -233,7 +248,7 @@ def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, no
         "    dv = tl.arange(0, BDV)",
         "    q = tl.load(q_ptr + (b // QB) * sqb + (b % QB) * sqb2 + rm[:, None] * sqm + dk[None, :] * sqk,",
         "                mask=mmask[:, None] & (dk[None, :] < DK), other=0.0).to(tl.float32)",
-        *([f"    q = q {'*' if prescale[0] == 'mul' else '/'} {prescale[1]!r}"] if prescale else []),
+        *_scaled("q", prescale, "    "),
         *([] if norm == "none" else ['    mi = tl.full([BM], -float("inf"), dtype=tl.float32)',
                                      "    li = tl.zeros([BM], dtype=tl.float32)"]),
         "    o = tl.zeros([BM, BDV], dtype=tl.float32)",
@@ -242,6 +257,7 @@ def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, no
         "        nmask = rn < N",
         "        k = tl.load(k_ptr + (b // KB) * skb + (b % KB) * skb2 + dk[:, None] * skk + rn[None, :] * skn,",
         "                    mask=(dk[:, None] < DK) & nmask[None, :], other=0.0).to(tl.float32)",
+        *_scaled("k", prescale, "        "),
         f"        acc = tl.dot(q, k, {IEEE_DOT})",
         "        em = mmask[:, None] & nmask[None, :]",
     ]
@@ -261,6 +277,14 @@ def attention_kernel(leaves: int, scalars: int, body: list[str], result: str, no
     src = ("def KERNEL(" + ", ".join(args) + ", BM: tl.constexpr, BN: tl.constexpr, BDK: tl.constexpr, "
            "BDV: tl.constexpr):\n" + "\n".join(lines) + "\n")
     return jit(kernel_name("attention", src), src)
+
+
+def _scaled(name: str, prescale: dict, indent: str) -> list[str]:
+    """The line scaling a loaded Q or K tile (`_prescaled`), if it is scaled."""
+    if name not in prescale:
+        return []
+    op, c = prescale[name]
+    return [f"{indent}{name} = {name} {'*' if op == 'mul' else '/'} {c!r}"]
 
 
 def _online_softmax(result: str, safe: bool, load_v: list[str]) -> list[str]:

@@ -100,3 +100,4 @@ def test_attention_reads_heads_merged_with_the_batch_in_place_and_answers_as_tor
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"merged": ["_Merged"] * 3, "in place": True,
                                                                 "right": True}
+
