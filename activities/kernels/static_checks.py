@@ -152,7 +152,8 @@ def _launches(
     methods: dict[str, ast.AST],
     seen: set[int] | None = None,
 ) -> bool:
-    """Does `fn` launch a kernel, itself or through module functions / `self.` methods it calls?"""
+    """Does `fn` launch a kernel, itself or through module functions / `self.` methods it calls (or passes to a call:
+    `_recurrent(..., _rnn_steps)` runs the function it is given)?"""
     seen = seen if seen is not None else set()
     if id(fn) in seen:
         return False
@@ -174,5 +175,9 @@ def _launches(
         ):
             nxt = methods[callee.attr]
         if nxt is not None and _launches(nxt, kernels, functions, methods, seen):
+            return True
+        passed = [a for a in [*node.args, *(k.value for k in node.keywords)]
+                  if isinstance(a, ast.Name) and a.id in functions and a.id not in kernels]
+        if any(_launches(functions[a.id], kernels, functions, methods, seen) for a in passed):
             return True
     return False

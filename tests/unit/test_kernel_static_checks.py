@@ -83,6 +83,42 @@ def test_accepts_a_launch_through_a_helper_and_bare_jit_import():
     assert static_check(GOOD_VIA_HELPER).ok
 
 
+PASSED_LAUNCHER = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def _steps(x):
+    add_one[(1,)](x, x.numel(), BLOCK=1024)
+
+
+def _each_layer(x, layers, run):
+    for _ in range(layers):
+        run(x)
+    return x
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return _each_layer(x.clone(), 2, {run})
+'''
+
+
+def test_accepts_a_launch_through_a_function_passed_to_a_helper_and_rejects_a_passed_one_that_launches_nothing():
+    """The compiler's recurrent layers run `_recurrent(..., _rnn_steps)`: the launcher is an argument."""
+    assert static_check(PASSED_LAUNCHER.format(run="_steps")).ok
+    assert static_check(PASSED_LAUNCHER.format(run="run=_steps")).ok
+    report = static_check(PASSED_LAUNCHER.format(run="torch.relu"))
+    assert any("launches no @triton.jit kernel" in r for r in report.reasons)
+
+
 def test_rejects_torch_only_model_new_even_with_an_unused_kernel():
     report = static_check(TORCH_ONLY)
     assert not report.ok

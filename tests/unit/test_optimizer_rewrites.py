@@ -200,13 +200,15 @@ def test_the_blocks_rewrite_writes_sizes_from_the_shapes_into_the_launches(tmp_p
     assert ", BLOCK=128)" in compiler.render(chain, source_of(chain_case))  # 4032 elements: 32 programs of 128
 
 
-def test_the_recurrent_rewrite_runs_every_time_step_in_one_launch_per_layer_and_direction(tmp_path):
+def test_the_recurrent_rewrite_runs_every_time_step_and_its_input_projection_in_one_launch_per_layer_and_direction(
+        tmp_path):
     case = CASES["recurrent: a 2-layer bidirectional GRU"][1]
     graph = REWRITES["recurrent"].fn(_graph(case, tmp_path))
     source = compiler.render(graph, source_of(case))
     assert "rnn_persistent_kernel[(triton.cdiv(B, BB),)](" in source and "rnn_cell_kernel" not in source
     run = source[source.index("def _rnn_persistent("):]
     assert "_recurrent(" in source and "for step in range(T)" not in run.split("def ", 2)[1]  # no loop over steps
+    assert "_matmul(seq" not in source  # each step's input projection is inside the kernel, not a launch
 
 
 def source_of(case: Case) -> str:

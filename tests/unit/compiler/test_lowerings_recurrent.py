@@ -46,3 +46,24 @@ def runs(tmp_path_factory) -> dict[str, list[str]]:
 @pytest.mark.parametrize("key", list(CASES))
 def test_the_lowering_matches_the_reference_at_the_traced_size_and_another(key, runs):
     assert runs[key] == [], runs[key]
+
+
+BARE_GRU = Case("self.gru(x)[0]", "torch.randn(N, 2, 6)", init=("self.gru = nn.GRU(6, 8, 2)",))
+"""A model that is only a recurrent layer: every launch of its forward is inside the layer's launcher."""
+
+
+def test_a_model_that_is_only_a_recurrent_layer_passes_the_static_check_compiled_and_rewritten(tmp_path):
+    import copy
+
+    from activities.kernels import compiler
+    from activities.kernels.optimizer import REWRITES, load
+    from activities.kernels.static_checks import static_check
+    from tests.unit.compiler.cases import TRACED_N, analyse, source
+
+    load()
+    task = source(BARE_GRU, TRACED_N)
+    graph = compiler.lower(analyse(task, tmp_path))
+    assert not isinstance(graph, str), graph
+    persistent = REWRITES["recurrent"].fn(copy.deepcopy(graph))
+    for candidate in (compiler.render(graph, task), compiler.render(persistent, task)):
+        assert static_check(candidate).reasons == []

@@ -61,9 +61,9 @@ def rnn_cell_kernel(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, h_ptr, c_ptr, h_out_ptr, c
 LAUNCHER = '''
 
 def _recurrent(mode, x, states, weights, layers, bidirectional, batch_first, has_biases, run):
-    """(output, h_n[, c_n]) of a stacked (bi)directional recurrent layer: per layer and direction one batched
-    matmul projects all time steps, then `run` steps through them (`_rnn_steps`, or the optimizer's persistent
-    kernel) from the initial state into h_n, c_n and that direction's output slice."""
+    """(output, h_n[, c_n]) of a stacked (bi)directional recurrent layer: per layer and direction, `run` steps
+    through the layer's input sequence (`_rnn_steps`, or the optimizer's persistent kernel) from the initial state
+    into h_n, c_n and that direction's output slice."""
     code = ("lstm", "gru", "rnn_tanh", "rnn_relu").index(mode)
     seq = x.transpose(0, 1) if batch_first else x
     T = seq.shape[0]
@@ -79,9 +79,7 @@ def _recurrent(mode, x, states, weights, layers, bidirectional, batch_first, has
             w = weights[k * per:(k + 1) * per]
             w_ih, w_hh = w[0], w[1]
             b_ih, b_hh = (w[2], w[3]) if has_biases else (w_ih, w_hh)
-            xg, grid, args, meta = _matmul(seq, w_ih.t().expand(T, -1, -1))
-            matmul_kernel[grid](*args, **meta)
-            run(code, xg, w_hh, b_ih, b_hh, states[0][k], states[1][k] if code == 0 else states[0][k], hn[k],
+            run(code, seq, w_ih, w_hh, b_ih, b_hh, states[0][k], states[1][k] if code == 0 else states[0][k], hn[k],
                 cn[k] if code == 0 else None, out[:, :, d * H:(d + 1) * H], d == 1, has_biases)
         seq = out
     output = seq.transpose(0, 1) if batch_first else seq
@@ -90,10 +88,13 @@ def _recurrent(mode, x, states, weights, layers, bidirectional, batch_first, has
 
 STEPS = '''
 
-def _rnn_steps(code, xg, w_hh, b_ih, b_hh, h, c, h_n, c_n, out, reverse, has_biases):
-    """One layer and direction, step by step: a matmul of the hidden state, then the fused cell kernel writing the
-    new state and that step's output; the last step writes h_n (and c_n)."""
+def _rnn_steps(code, seq, w_ih, w_hh, b_ih, b_hh, h, c, h_n, c_n, out, reverse, has_biases):
+    """One layer and direction: one batched matmul projects every step's input, then step by step a matmul of the
+    hidden state and the fused cell kernel writing the new state and that step's output; the last step writes h_n
+    (and c_n)."""
     T, B, H = out.shape
+    xg, grid, args, meta = _matmul(seq, w_ih.t().expand(T, -1, -1))
+    matmul_kernel[grid](*args, **meta)
     block = 1024
     for step in range(T):
         t = T - 1 - step if reverse else step
@@ -116,9 +117,7 @@ def emit_recurrent(fw: "Forward", v: int, kernel: tuple[str, str], run: str, run
     at = fw.nodes[v].attrs
     args = [fw.tensor(a) for a in fw.nodes[v].args]
     x, states, weights = args[0], args[1:1 + at["states"]], args[1 + at["states"]:]
-    fw.kernel(("matmul_kernel", matmul.KERNEL))
     fw.kernel(kernel)
-    fw.launcher("_matmul", matmul.LAUNCHER)
     fw.launcher("_recurrent", LAUNCHER)
     fw.launcher(run, run_source)
     fw.launches += 1
@@ -128,4 +127,6 @@ def emit_recurrent(fw: "Forward", v: int, kernel: tuple[str, str], run: str, run
 
 @emits("recurrent")
 def recurrent(fw: "Forward", v: int) -> str:
+    fw.kernel(("matmul_kernel", matmul.KERNEL))
+    fw.launcher("_matmul", matmul.LAUNCHER)
     return emit_recurrent(fw, v, ("rnn_cell_kernel", KERNEL), "_rnn_steps", STEPS)
