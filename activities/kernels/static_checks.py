@@ -153,7 +153,7 @@ def _launches(
     seen: set[int] | None = None,
 ) -> bool:
     """Does `fn` launch a kernel, itself or through module functions / `self.` methods it calls (or passes to a call:
-    `_recurrent(..., _rnn_steps)` runs the function it is given)?"""
+    `_each_layer(x, run=_steps)` runs the function it is given: an LLM's launcher passed as a callback)?"""
     seen = seen if seen is not None else set()
     if id(fn) in seen:
         return False

@@ -112,7 +112,7 @@ class ModelNew(torch.nn.Module):
 
 
 def test_accepts_a_launch_through_a_function_passed_to_a_helper_and_rejects_a_passed_one_that_launches_nothing():
-    """The compiler's recurrent layers run `_recurrent(..., _rnn_steps)`: the launcher is an argument."""
+    """A launcher passed as a callback is a launch: the check must not refuse a candidate written that way."""
     assert static_check(PASSED_LAUNCHER.format(run="_steps")).ok
     assert static_check(PASSED_LAUNCHER.format(run="run=_steps")).ok
     report = static_check(PASSED_LAUNCHER.format(run="torch.relu"))

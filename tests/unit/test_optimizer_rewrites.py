@@ -200,15 +200,15 @@ def test_the_blocks_rewrite_writes_sizes_from_the_shapes_into_the_launches(tmp_p
     assert ", BLOCK=128)" in compiler.render(chain, source_of(chain_case))  # 4032 elements: 32 programs of 128
 
 
-def test_the_recurrent_rewrite_runs_every_time_step_and_its_input_projection_in_one_launch_per_layer_and_direction(
-        tmp_path):
+def test_the_recurrent_rewrite_runs_every_step_layer_and_direction_of_a_stacked_layer_in_one_launch(tmp_path):
     case = CASES["recurrent: a 2-layer bidirectional GRU"][1]
     graph = REWRITES["recurrent"].fn(_graph(case, tmp_path))
     source = compiler.render(graph, source_of(case))
-    assert "rnn_persistent_kernel[(triton.cdiv(B, BB),)](" in source and "rnn_cell_kernel" not in source
-    run = source[source.index("def _rnn_persistent("):]
-    assert "_recurrent(" in source and "for step in range(T)" not in run.split("def ", 2)[1]  # no loop over steps
-    assert "_matmul(seq" not in source  # each step's input projection is inside the kernel, not a launch
+    launches = [line.strip() for line in source.split("class ModelNew")[1].splitlines() if "[grid](" in line]
+    assert len([line for line in launches if line.startswith("rnn_stack_")]) == 1, launches  # one launch, 4 layers
+    assert "rnn_cell_kernel" not in source and "_recurrent(" not in source and "_matmul(seq" not in source
+    stack = source[source.index("def rnn_stack_"):]
+    assert stack.split("\n\n")[0].count("rnn_layer(") == 4 and stack.count("tl.debug_barrier()") == 1
 
 
 def source_of(case: Case) -> str:

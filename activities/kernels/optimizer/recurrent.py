@@ -1,22 +1,25 @@
-"""The `recurrent` rewrite: a recurrent layer's time loop inside one kernel per layer and direction (a persistent
-RNN). The compiler's recurrent block launches, per layer and direction, one matmul for every step's input
-projection and then, per time step, a matmul of the hidden state and a cell kernel: 2 launches a step, and the
-hidden state goes to DRAM and back between them (an LSTM of 6 layers over 512 steps: 6,000 launches).
+"""The `recurrent` rewrite: a whole stacked (bi)directional recurrent layer in one launch (a persistent RNN). The
+compiler's recurrent block launches, per layer and direction, one matmul for every step's input projection and
+then, per time step, a matmul of the hidden state and a cell kernel: 2 launches a step, and the hidden state goes
+to DRAM and back between them (an LSTM of 6 layers over 512 steps: 6,000 launches).
 
-A batch row's hidden state depends on that row alone, so here a program owns BB batch rows and the whole hidden
-size, keeps the state in registers across the steps, and per step computes each gate's `x_t @ W_ih[gate]^T` and
-`h @ W_hh[gate]^T` with `tl.dot` (the weights reread from cache; the input projection is not a launch of its own,
-and the projected sequence is never written), adds the biases, applies the cell (LSTM, GRU, tanh or relu RNN, as
-torch computes them) and writes that step's output slice. The hidden lanes beyond H hold 0 and stay 0 through every
-cell, so the padded `tl.dot` is exact.
+A batch row's hidden state depends on that row alone, at every layer, so here a program owns BB batch rows and the
+whole hidden size and runs every layer and direction for them, one after the other, as the stream would run their
+launches. Per layer and direction (`rnn_layer`) it keeps the state in registers across the steps and per step
+computes each gate's `x_t @ W_ih[gate]^T` and `h @ W_hh[gate]^T` with `tl.dot` (the weights reread from cache; the
+projected sequence is never written), adds the biases, applies the cell (LSTM, GRU, tanh or relu RNN, as torch
+computes them) and writes that step's output slice. The next layer reads those slices back: written by this
+program's own threads, after a barrier (`tl.debug_barrier`, CUDA's `__syncthreads`, which makes a block's global
+writes visible to the whole block). The hidden lanes beyond H hold 0 and stay 0 through every cell, so the padded
+`tl.dot` is exact. The kernel is generated per layer count and direction count: each layer's weights are arguments
+of their own.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from activities.kernels.compiler.blocks.common import IEEE_DOT
-from activities.kernels.compiler.blocks.recurrent import emit_recurrent
+from activities.kernels.compiler.blocks.common import IEEE_DOT, jit, kernel_name
 from activities.kernels.compiler.registry import emits
 from activities.kernels.optimizer import live, rewrite
 
@@ -25,7 +28,7 @@ if TYPE_CHECKING:
     from activities.kernels.compiler.graph import Graph
 
 
-@rewrite("recurrent", order=40, summary="a recurrent layer's time loop in one kernel per layer and direction")
+@rewrite("recurrent", order=40, summary="a stacked recurrent layer's every step, layer and direction in one launch")
 def recurrent(graph: Graph) -> Graph | None:
     """Every recurrent node runs persistent (None: the graph has none)."""
     found = [i for i in sorted(live(graph)) if graph.nodes[i].op == "recurrent"]
@@ -34,20 +37,20 @@ def recurrent(graph: Graph) -> Graph | None:
     return graph if found else None
 
 
-KERNEL = f'''@triton.jit
-def rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, k, I, H, sxi, swir, swic, swr, swc,
-                        jmask, wmask, HAS_BIAS: tl.constexpr, BI: tl.constexpr):
+LAYER = f'''@triton.jit
+def rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, k, I, H, sxi, jmask, wmask,
+                        HAS_BIAS: tl.constexpr, BI: tl.constexpr):
     # gate k: this step's input times W_ih[k*H:(k+1)*H]^T (over the input in blocks of BI) plus
-    # h @ W_hh[k*H:(k+1)*H]^T, biases added
+    # h @ W_hh[k*H:(k+1)*H]^T, biases added (the weights contiguous: W_ih [G*H, I], W_hh [G*H, H])
     x = tl.zeros_like(h)
     for i0 in range(0, I, BI):
         i = i0 + tl.arange(0, BI)
         imask = i < I
         xt = tl.load(xrow + i[None, :] * sxi, mask=rmask[:, None] & imask[None, :], other=0.0).to(tl.float32)
-        wi = tl.load(wih_ptr + (k * H + j[None, :]) * swir + i[:, None] * swic, mask=imask[:, None] & jmask[None, :],
+        wi = tl.load(wih_ptr + (k * H + j[None, :]) * I + i[:, None], mask=imask[:, None] & jmask[None, :],
                      other=0.0).to(tl.float32)
         x += tl.dot(xt, wi, {IEEE_DOT})
-    w = tl.load(whh_ptr + (k * H + j[None, :]) * swr + j[:, None] * swc, mask=wmask, other=0.0).to(tl.float32)
+    w = tl.load(whh_ptr + (k * H + j[None, :]) * H + j[:, None], mask=wmask, other=0.0).to(tl.float32)
     hg = tl.dot(h, w, {IEEE_DOT})
     if HAS_BIAS:
         x += tl.load(bih_ptr + k * H + j, mask=jmask, other=0.0).to(tl.float32)[None, :]
@@ -56,12 +59,11 @@ def rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, k
 
 
 @triton.jit
-def rnn_persistent_kernel(x_ptr, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h0_ptr, c0_ptr, hn_ptr, cn_ptr, out_ptr,
-                          T, B, I, H, sxt, sxb, sxi, swir, swic, swr, swc, sot, sob, soh, REVERSE: tl.constexpr,
-                          MODE: tl.constexpr, HAS_BIAS: tl.constexpr, BB: tl.constexpr, BH: tl.constexpr,
-                          BI: tl.constexpr):
-    # every time step of one layer and direction for BB batch rows (MODE 0 LSTM, 1 GRU, 2 tanh RNN, 3 relu RNN);
-    # the hidden (and cell) state stays in registers
+def rnn_layer(x_ptr, sxt, sxb, sxi, I, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h0_ptr, c0_ptr, hn_ptr, cn_ptr, out_ptr,
+              sot, sob, T, B, H, REVERSE: tl.constexpr, MODE: tl.constexpr, HAS_BIAS: tl.constexpr,
+              BB: tl.constexpr, BH: tl.constexpr, BI: tl.constexpr):
+    # every time step of one layer and direction for this program's BB batch rows (MODE 0 LSTM, 1 GRU, 2 tanh RNN,
+    # 3 relu RNN); the hidden (and cell) state stays in registers
     rb = tl.program_id(0) * BB + tl.arange(0, BB)
     rmask = rb < B
     j = tl.arange(0, BH)
@@ -76,49 +78,97 @@ def rnn_persistent_kernel(x_ptr, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h0_ptr, c0_
         if REVERSE:
             t = T - 1 - step
         xrow = x_ptr + t * sxt + rb[:, None] * sxb
-        x0, h0 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 0, I, H, sxi, swir, swic,
-                                     swr, swc, jmask, wmask, HAS_BIAS, BI)
+        x0, h0 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 0, I, H, sxi, jmask, wmask,
+                                     HAS_BIAS, BI)
         if MODE == 0:
-            x1, h1 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 1, I, H, sxi, swir,
-                                         swic, swr, swc, jmask, wmask, HAS_BIAS, BI)
-            x2, h2 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 2, I, H, sxi, swir,
-                                         swic, swr, swc, jmask, wmask, HAS_BIAS, BI)
-            x3, h3 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 3, I, H, sxi, swir,
-                                         swic, swr, swc, jmask, wmask, HAS_BIAS, BI)
+            x1, h1 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 1, I, H, sxi, jmask,
+                                         wmask, HAS_BIAS, BI)
+            x2, h2 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 2, I, H, sxi, jmask,
+                                         wmask, HAS_BIAS, BI)
+            x3, h3 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 3, I, H, sxi, jmask,
+                                         wmask, HAS_BIAS, BI)
             c = tl.sigmoid(x1 + h1) * c + tl.sigmoid(x0 + h0) * _tanh(x2 + h2)
             h = tl.sigmoid(x3 + h3) * _tanh(c)
         elif MODE == 1:
-            x1, h1 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 1, I, H, sxi, swir,
-                                         swic, swr, swc, jmask, wmask, HAS_BIAS, BI)
-            x2, h2 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 2, I, H, sxi, swir,
-                                         swic, swr, swc, jmask, wmask, HAS_BIAS, BI)
+            x1, h1 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 1, I, H, sxi, jmask,
+                                         wmask, HAS_BIAS, BI)
+            x2, h2 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 2, I, H, sxi, jmask,
+                                         wmask, HAS_BIAS, BI)
             z = tl.sigmoid(x1 + h1)
             h = (1.0 - z) * _tanh(x2 + tl.sigmoid(x0 + h0) * h2) + z * h
         elif MODE == 2:
             h = _tanh(x0 + h0)
         else:
             h = tl.maximum(x0 + h0, 0.0)
-        tl.store(out_ptr + t * sot + rb[:, None] * sob + j[None, :] * soh, h, mask=m2)
+        tl.store(out_ptr + t * sot + rb[:, None] * sob + j[None, :], h, mask=m2)
     tl.store(hn_ptr + state, h, mask=m2)
     if MODE == 0:
         tl.store(cn_ptr + state, c, mask=m2)
 '''
+"""One layer and direction's steps (`rnn_layer`) and a gate of one step (`rnn_persistent_gate`): the stack kernel's
+helpers."""
 
-RUN = '''
 
-def _rnn_persistent(code, seq, w_ih, w_hh, b_ih, b_hh, h, c, h_n, c_n, out, reverse, has_biases):
-    \"\"\"One layer and direction in one launch: every step, its input projection included, the state in registers
-    (BB batch rows a program).\"\"\"
-    T, B, H = out.shape
-    I = seq.shape[2]
-    BB, BH, BI = 16, max(16, triton.next_power_of_2(H)), max(16, min(64, triton.next_power_of_2(I)))
-    rnn_persistent_kernel[(triton.cdiv(B, BB),)](
-        seq, w_ih, w_hh, b_ih, b_hh, h.contiguous(), c.contiguous(), h_n, h_n if c_n is None else c_n, out, T, B, I, H,
-        *seq.stride(), *w_ih.stride(), *w_hh.stride(), *out.stride(), REVERSE=reverse, MODE=code,
-        HAS_BIAS=has_biases, BB=BB, BH=BH, BI=BI)
+def stack_kernel(layers: int, directions: int) -> tuple[str, str]:
+    """(name, source) of the kernel running `layers` layers of `directions` directions for BB batch rows a program:
+    `rnn_layer` per layer and direction, a barrier between layers. Layer 0 reads the input (any strides); layer l
+    writes its [T, B, directions * H] buffer `o<l>`, which layer l + 1 reads."""
+    weights = [f"w{k}_{n}" for k in range(layers * directions) for n in ("ih", "hh", "bih", "bhh")]
+    args = ["x_ptr", "sxt", "sxb", "sxi", "I", *[f"o{layer}_ptr" for layer in range(layers)], *weights,
+            "h0_ptr", "c0_ptr", "hn_ptr", "cn_ptr", "T", "B", "H"]
+    row = f"{directions} * H"
+    lines = []
+    for layer in range(layers):
+        if layer:
+            lines.append("    tl.debug_barrier()  # the last layer's outputs, written by this program, are read next")
+        source = "x_ptr, sxt, sxb, sxi, I" if layer == 0 else f"o{layer - 1}_ptr, B * {row}, {row}, 1, {row}"
+        for d in range(directions):
+            k = layer * directions + d
+            lines.append(f"    rnn_layer({source}, w{k}_ih, w{k}_hh, w{k}_bih, w{k}_bhh, h0_ptr + {k} * B * H, "
+                         f"c0_ptr + {k} * B * H, hn_ptr + {k} * B * H, cn_ptr + {k} * B * H, o{layer}_ptr + {d} * H, "
+                         f"B * {row}, {row}, T, B, H, {d == 1}, MODE, HAS_BIAS, BB, BH, BI)")
+    src = ("def KERNEL(" + ", ".join(args) + ", MODE: tl.constexpr, HAS_BIAS: tl.constexpr, BB: tl.constexpr, "
+           "BH: tl.constexpr, BI: tl.constexpr):\n" + "\n".join(lines) + "\n")
+    return jit(kernel_name("rnn_stack", src), src)
+
+
+LAUNCHER = '''
+
+def _rnn_stack(mode, x, states, weights, layers, bidirectional, batch_first, has_biases):
+    """((output, h_n[, c_n]), grid, args, meta) of a stacked (bi)directional recurrent layer in one launch: BB batch
+    rows a program, every layer and direction; layer l's output goes to a [T, B, D * H] buffer of its own, the last
+    one's is the output."""
+    code = ("lstm", "gru", "rnn_tanh", "rnn_relu").index(mode)
+    seq = x.transpose(0, 1) if batch_first else x
+    T, B, I = seq.shape
+    H = states[0].shape[2]
+    D = 2 if bidirectional else 1
+    outs = [torch.empty((T, B, D * H), dtype=x.dtype, device=x.device) for _ in range(layers)]
+    hn = torch.empty(states[0].shape, dtype=x.dtype, device=x.device)
+    cn = torch.empty(states[0].shape, dtype=x.dtype, device=x.device) if code == 0 else hn
+    per = 4 if has_biases else 2
+    ws = []
+    for k in range(layers * D):
+        w = [t.contiguous() for t in weights[k * per:(k + 1) * per]]
+        ws += w if has_biases else [w[0], w[1], w[0], w[1]]
+    h0 = states[0].contiguous()
+    c0 = states[1].contiguous() if code == 0 else h0
+    BB, BH = 16, max(16, triton.next_power_of_2(H))
+    BI = max(16, min(64, triton.next_power_of_2(max(I, D * H))))
+    output = outs[-1].transpose(0, 1) if batch_first else outs[-1]
+    return (output, hn, cn) if code == 0 else (output, hn), (triton.cdiv(B, BB),), \\
+        (seq, *seq.stride(), I, *outs, *ws, h0, c0, hn, cn, T, B, H), \\
+        {"MODE": code, "HAS_BIAS": has_biases, "BB": BB, "BH": BH, "BI": BI}
 '''
 
 
 @emits("persistent_recurrent")
 def emit_persistent(fw: Forward, v: int) -> str:
-    return emit_recurrent(fw, v, ("rnn_persistent_kernel", KERNEL), "_rnn_persistent", RUN)
+    at = fw.nodes[v].attrs
+    args = [fw.tensor(a) for a in fw.nodes[v].args]
+    x, states, weights = args[0], args[1:1 + at["states"]], args[1 + at["states"]:]
+    fw.kernel(("rnn_layer", LAYER))
+    name = fw.kernel(stack_kernel(at["layers"], 2 if at["bidirectional"] else 1))
+    fw.launcher("_rnn_stack", LAUNCHER)
+    return fw.launch(v, name, f"_rnn_stack({at['mode']!r}, {x}, [{', '.join(states)}], [{', '.join(weights)}], "
+                              f"{at['layers']}, {at['bidirectional']}, {at['batch_first']}, {at['has_biases']})")

@@ -60,10 +60,10 @@ def rnn_cell_kernel(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, h_ptr, c_ptr, h_out_ptr, c
 
 LAUNCHER = '''
 
-def _recurrent(mode, x, states, weights, layers, bidirectional, batch_first, has_biases, run):
-    """(output, h_n[, c_n]) of a stacked (bi)directional recurrent layer: per layer and direction, `run` steps
-    through the layer's input sequence (`_rnn_steps`, or the optimizer's persistent kernel) from the initial state
-    into h_n, c_n and that direction's output slice."""
+def _recurrent(mode, x, states, weights, layers, bidirectional, batch_first, has_biases):
+    """(output, h_n[, c_n]) of a stacked (bi)directional recurrent layer: per layer and direction, `_rnn_steps`
+    steps through the layer's input sequence from the initial state into h_n, c_n and that direction's output
+    slice."""
     code = ("lstm", "gru", "rnn_tanh", "rnn_relu").index(mode)
     seq = x.transpose(0, 1) if batch_first else x
     T = seq.shape[0]
@@ -79,8 +79,8 @@ def _recurrent(mode, x, states, weights, layers, bidirectional, batch_first, has
             w = weights[k * per:(k + 1) * per]
             w_ih, w_hh = w[0], w[1]
             b_ih, b_hh = (w[2], w[3]) if has_biases else (w_ih, w_hh)
-            run(code, seq, w_ih, w_hh, b_ih, b_hh, states[0][k], states[1][k] if code == 0 else states[0][k], hn[k],
-                cn[k] if code == 0 else None, out[:, :, d * H:(d + 1) * H], d == 1, has_biases)
+            _rnn_steps(code, seq, w_ih, w_hh, b_ih, b_hh, states[0][k], states[1][k] if code == 0 else states[0][k],
+                       hn[k], cn[k] if code == 0 else None, out[:, :, d * H:(d + 1) * H], d == 1, has_biases)
         seq = out
     output = seq.transpose(0, 1) if batch_first else seq
     return (output, hn, cn) if code == 0 else (output, hn)
@@ -111,22 +111,16 @@ def _rnn_steps(code, seq, w_ih, w_hh, b_ih, b_hh, h, c, h_n, c_n, out, reverse, 
 '''
 
 
-def emit_recurrent(fw: "Forward", v: int, kernel: tuple[str, str], run: str, run_source: str) -> str:
-    """Node v as a `_recurrent` launch whose layers and directions the launcher `run` (its source and its kernel
-    written into the candidate) steps through: the compiler's per-step kernels, or the optimizer's persistent one."""
+@emits("recurrent")
+def recurrent(fw: "Forward", v: int) -> str:
     at = fw.nodes[v].attrs
     args = [fw.tensor(a) for a in fw.nodes[v].args]
     x, states, weights = args[0], args[1:1 + at["states"]], args[1 + at["states"]:]
-    fw.kernel(kernel)
+    fw.kernel(("matmul_kernel", matmul.KERNEL))
+    fw.kernel(("rnn_cell_kernel", KERNEL))
+    fw.launcher("_matmul", matmul.LAUNCHER)
     fw.launcher("_recurrent", LAUNCHER)
-    fw.launcher(run, run_source)
+    fw.launcher("_rnn_steps", STEPS)
     fw.launches += 1
     return fw.emit(v, f"_recurrent({at['mode']!r}, {x}, [{', '.join(states)}], [{', '.join(weights)}], {at['layers']}, "
-                      f"{at['bidirectional']}, {at['batch_first']}, {at['has_biases']}, {run})")
-
-
-@emits("recurrent")
-def recurrent(fw: "Forward", v: int) -> str:
-    fw.kernel(("matmul_kernel", matmul.KERNEL))
-    fw.launcher("_matmul", matmul.LAUNCHER)
-    return emit_recurrent(fw, v, ("rnn_cell_kernel", KERNEL), "_rnn_steps", STEPS)
+                      f"{at['bidirectional']}, {at['batch_first']}, {at['has_biases']})")
