@@ -6,11 +6,13 @@ to DRAM and back between them (an LSTM of 6 layers over 512 steps: 6,000 launche
 A batch row's hidden state depends on that row alone, at every layer, so here a program owns BB batch rows and the
 whole hidden size and runs every layer and direction for them, one after the other, as the stream would run their
 launches. Per layer and direction (`rnn_layer`) it keeps the state in registers across the steps and per step
-computes each gate's `x_t @ W_ih[gate]^T` and `h @ W_hh[gate]^T` with `tl.dot` (the weights reread from cache; the
-projected sequence is never written), adds the biases, applies the cell (LSTM, GRU, tanh or relu RNN, as torch
-computes them) and writes that step's output slice. The next layer reads those slices back: written by this
-program's own threads, after a barrier (`tl.debug_barrier`, CUDA's `__syncthreads`, which makes a block's global
-writes visible to the whole block). The hidden lanes beyond H hold 0 and stay 0 through every cell, so the padded
+computes each gate's `x_t @ W_ih[gate]^T` and `h @ W_hh[gate]^T` with `tl.dot` over blocks of 32 of the input and
+hidden size (`rnn_project`: the weights reread from cache, tiles of 32 x H whatever the sizes; the projected sequence
+is never written), adds the biases, applies the cell (LSTM, GRU, tanh or relu RNN, as torch computes them) and writes
+that step's output slice. The blocks of h come from memory: h0, then the output slice the last step wrote; and the
+next layer reads those slices too. Both were written by this program's own threads, so a barrier comes between
+(`tl.debug_barrier`, CUDA's `__syncthreads`, which makes a block's global writes visible to the whole block). With
+h @ W_hh^T as one register tile, hidden size 256 needed 272 KB of shared memory, beyond an H100's 227 KB. The hidden lanes beyond H hold 0 and stay 0 through every cell, so the padded
 `tl.dot` is exact. The kernel is generated per layer count and direction count: each layer's weights are arguments
 of their own.
 """
@@ -38,62 +40,69 @@ def recurrent(graph: Graph) -> Graph | None:
 
 
 LAYER = f'''@triton.jit
-def rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, k, I, H, sxi, jmask, wmask,
-                        HAS_BIAS: tl.constexpr, BI: tl.constexpr):
-    # gate k: this step's input times W_ih[k*H:(k+1)*H]^T (over the input in blocks of BI) plus
-    # h @ W_hh[k*H:(k+1)*H]^T, biases added (the weights contiguous: W_ih [G*H, I], W_hh [G*H, H])
-    x = tl.zeros_like(h)
-    for i0 in range(0, I, BI):
-        i = i0 + tl.arange(0, BI)
-        imask = i < I
-        xt = tl.load(xrow + i[None, :] * sxi, mask=rmask[:, None] & imask[None, :], other=0.0).to(tl.float32)
-        wi = tl.load(wih_ptr + (k * H + j[None, :]) * I + i[:, None], mask=imask[:, None] & jmask[None, :],
-                     other=0.0).to(tl.float32)
-        x += tl.dot(xt, wi, {IEEE_DOT})
-    w = tl.load(whh_ptr + (k * H + j[None, :]) * H + j[:, None], mask=wmask, other=0.0).to(tl.float32)
-    hg = tl.dot(h, w, {IEEE_DOT})
+def rnn_project(acc, rows, rmask, w_ptr, k, H, K, sk, j, jmask, BK: tl.constexpr):
+    # acc + rows[:, :K] @ W[k*H:(k+1)*H, :K]^T over K in blocks of BK (W contiguous [G*H, K]; rows: a [BB, 1]
+    # block of row pointers, sk the stride along K): tiles of BK x BH, whatever the hidden size
+    for k0 in range(0, K, BK):
+        kk = k0 + tl.arange(0, BK)
+        kmask = kk < K
+        a = tl.load(rows + kk[None, :] * sk, mask=rmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + (k * H + j[None, :]) * K + kk[:, None], mask=kmask[:, None] & jmask[None, :],
+                    other=0.0).to(tl.float32)
+        acc += tl.dot(a, w, {IEEE_DOT})
+    return acc
+
+
+@triton.jit
+def rnn_persistent_gate(xrow, hrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, k, I, H, sxi, jmask,
+                        HAS_BIAS: tl.constexpr, BK: tl.constexpr):
+    # gate k: this step's input times W_ih[k*H:(k+1)*H]^T plus the last hidden state times W_hh[k*H:(k+1)*H]^T,
+    # biases added (the weights contiguous: W_ih [G*H, I], W_hh [G*H, H])
+    x = rnn_project(tl.zeros_like(h), xrow, rmask, wih_ptr, k, H, I, sxi, j, jmask, BK)
+    hg = rnn_project(tl.zeros_like(h), hrow, rmask, whh_ptr, k, H, H, 1, j, jmask, BK)
     if HAS_BIAS:
         x += tl.load(bih_ptr + k * H + j, mask=jmask, other=0.0).to(tl.float32)[None, :]
         hg += tl.load(bhh_ptr + k * H + j, mask=jmask, other=0.0).to(tl.float32)[None, :]
     return x, hg
 
 
-@triton.jit
+@triton.jit(noinline=True)
 def rnn_layer(x_ptr, sxt, sxb, sxi, I, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h0_ptr, c0_ptr, hn_ptr, cn_ptr, out_ptr,
               sot, sob, T, B, H, REVERSE: tl.constexpr, MODE: tl.constexpr, HAS_BIAS: tl.constexpr,
-              BB: tl.constexpr, BH: tl.constexpr, BI: tl.constexpr):
+              BB: tl.constexpr, BH: tl.constexpr, BK: tl.constexpr):
     # every time step of one layer and direction for this program's BB batch rows (MODE 0 LSTM, 1 GRU, 2 tanh RNN,
-    # 3 relu RNN); the hidden (and cell) state stays in registers
+    # 3 relu RNN); the hidden (and cell) state stays in registers, and the last hidden state is read back in blocks
+    # for its projection from where it was stored (h0, then the last step's output slice)
     rb = tl.program_id(0) * BB + tl.arange(0, BB)
     rmask = rb < B
     j = tl.arange(0, BH)
     jmask = j < H
     m2 = rmask[:, None] & jmask[None, :]
-    wmask = jmask[:, None] & jmask[None, :]
     state = rb[:, None] * H + j[None, :]
     h = tl.load(h0_ptr + state, mask=m2, other=0.0).to(tl.float32)
     c = tl.load(c0_ptr + state, mask=m2, other=0.0).to(tl.float32)
+    hrow = h0_ptr + rb[:, None] * H
     for step in range(T):
         t = step
         if REVERSE:
             t = T - 1 - step
         xrow = x_ptr + t * sxt + rb[:, None] * sxb
-        x0, h0 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 0, I, H, sxi, jmask, wmask,
-                                     HAS_BIAS, BI)
+        x0, h0 = rnn_persistent_gate(xrow, hrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 0, I, H, sxi,
+                                     jmask, HAS_BIAS, BK)
         if MODE == 0:
-            x1, h1 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 1, I, H, sxi, jmask,
-                                         wmask, HAS_BIAS, BI)
-            x2, h2 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 2, I, H, sxi, jmask,
-                                         wmask, HAS_BIAS, BI)
-            x3, h3 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 3, I, H, sxi, jmask,
-                                         wmask, HAS_BIAS, BI)
+            x1, h1 = rnn_persistent_gate(xrow, hrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 1, I, H, sxi,
+                                         jmask, HAS_BIAS, BK)
+            x2, h2 = rnn_persistent_gate(xrow, hrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 2, I, H, sxi,
+                                         jmask, HAS_BIAS, BK)
+            x3, h3 = rnn_persistent_gate(xrow, hrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 3, I, H, sxi,
+                                         jmask, HAS_BIAS, BK)
             c = tl.sigmoid(x1 + h1) * c + tl.sigmoid(x0 + h0) * _tanh(x2 + h2)
             h = tl.sigmoid(x3 + h3) * _tanh(c)
         elif MODE == 1:
-            x1, h1 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 1, I, H, sxi, jmask,
-                                         wmask, HAS_BIAS, BI)
-            x2, h2 = rnn_persistent_gate(xrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 2, I, H, sxi, jmask,
-                                         wmask, HAS_BIAS, BI)
+            x1, h1 = rnn_persistent_gate(xrow, hrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 1, I, H, sxi,
+                                         jmask, HAS_BIAS, BK)
+            x2, h2 = rnn_persistent_gate(xrow, hrow, rmask, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h, j, 2, I, H, sxi,
+                                         jmask, HAS_BIAS, BK)
             z = tl.sigmoid(x1 + h1)
             h = (1.0 - z) * _tanh(x2 + tl.sigmoid(x0 + h0) * h2) + z * h
         elif MODE == 2:
@@ -101,12 +110,15 @@ def rnn_layer(x_ptr, sxt, sxb, sxi, I, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h0_pt
         else:
             h = tl.maximum(x0 + h0, 0.0)
         tl.store(out_ptr + t * sot + rb[:, None] * sob + j[None, :], h, mask=m2)
+        hrow = out_ptr + t * sot + rb[:, None] * sob
+        tl.debug_barrier()  # this step's h, stored by this program's threads, is read back by all of them next
     tl.store(hn_ptr + state, h, mask=m2)
     if MODE == 0:
         tl.store(cn_ptr + state, c, mask=m2)
 '''
 """One layer and direction's steps (`rnn_layer`) and a gate of one step (`rnn_persistent_gate`): the stack kernel's
-helpers."""
+helpers. `rnn_layer` is a function of its own in the compiled kernel (`noinline`), called per layer and direction:
+inlined, 6 layers x 2 directions at hidden size 256 took ptxas past the compile check's 10 minutes."""
 
 
 def stack_kernel(layers: int, directions: int) -> tuple[str, str]:
@@ -126,9 +138,9 @@ def stack_kernel(layers: int, directions: int) -> tuple[str, str]:
             k = layer * directions + d
             lines.append(f"    rnn_layer({source}, w{k}_ih, w{k}_hh, w{k}_bih, w{k}_bhh, h0_ptr + {k} * B * H, "
                          f"c0_ptr + {k} * B * H, hn_ptr + {k} * B * H, cn_ptr + {k} * B * H, o{layer}_ptr + {d} * H, "
-                         f"B * {row}, {row}, T, B, H, {d == 1}, MODE, HAS_BIAS, BB, BH, BI)")
+                         f"B * {row}, {row}, T, B, H, {d == 1}, MODE, HAS_BIAS, BB, BH, BK)")
     src = ("def KERNEL(" + ", ".join(args) + ", MODE: tl.constexpr, HAS_BIAS: tl.constexpr, BB: tl.constexpr, "
-           "BH: tl.constexpr, BI: tl.constexpr):\n" + "\n".join(lines) + "\n")
+           "BH: tl.constexpr, BK: tl.constexpr):\n" + "\n".join(lines) + "\n")
     return jit(kernel_name("rnn_stack", src), src)
 
 
@@ -154,11 +166,10 @@ def _rnn_stack(mode, x, states, weights, layers, bidirectional, batch_first, has
     h0 = states[0].contiguous()
     c0 = states[1].contiguous() if code == 0 else h0
     BB, BH = 16, max(16, triton.next_power_of_2(H))
-    BI = max(16, min(64, triton.next_power_of_2(max(I, D * H))))
     output = outs[-1].transpose(0, 1) if batch_first else outs[-1]
     return (output, hn, cn) if code == 0 else (output, hn), (triton.cdiv(B, BB),), \\
         (seq, *seq.stride(), I, *outs, *ws, h0, c0, hn, cn, T, B, H), \\
-        {"MODE": code, "HAS_BIAS": has_biases, "BB": BB, "BH": BH, "BI": BI}
+        {"MODE": code, "HAS_BIAS": has_biases, "BB": BB, "BH": BH, "BK": 32}
 '''
 
 
