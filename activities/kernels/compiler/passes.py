@@ -101,9 +101,11 @@ def view_chains(graph: Graph) -> Graph:
             continue
         split, split_sizes, perm = composed
         first, middle, end = graph.nodes[chain[0]], graph.nodes[permutes[0]], graph.nodes[last]
-        first.shape, first.sizes, first.attrs = split, split_sizes, {"kind": "reshape", "src": list(graph.nodes[x].shape)}
-        middle.args, middle.shape, middle.attrs = [chain[0]], [split[p] for p in perm], {"kind": "permute", "perm": perm}
+        first.shape, first.sizes = split, split_sizes
+        first.attrs = {"kind": "reshape", "src": list(graph.nodes[x].shape)}
+        middle.args, middle.shape = [chain[0]], [split[p] for p in perm]
         middle.sizes = [split_sizes[p] for p in perm] if split_sizes else []
+        middle.attrs = {"kind": "permute", "perm": perm}
         end.args, end.attrs = [permutes[0]], {"kind": "reshape", "src": list(middle.shape)}
         done |= set(chain)
     return graph

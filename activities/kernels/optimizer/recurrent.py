@@ -12,9 +12,10 @@ is never written), adds the biases, applies the cell (LSTM, GRU, tanh or relu RN
 that step's output slice. The blocks of h come from memory: h0, then the output slice the last step wrote; and the
 next layer reads those slices too. Both were written by this program's own threads, so a barrier comes between
 (`tl.debug_barrier`, CUDA's `__syncthreads`, which makes a block's global writes visible to the whole block). With
-h @ W_hh^T as one register tile, hidden size 256 needed 272 KB of shared memory, beyond an H100's 227 KB. The hidden lanes beyond H hold 0 and stay 0 through every cell, so the padded
-`tl.dot` is exact. The kernel is generated per layer count and direction count: each layer's weights are arguments
-of their own.
+h @ W_hh^T as one register tile, hidden size 256 needed 272 KB of shared memory, beyond an H100's 227 KB. The
+padded lanes (hidden units beyond H, depth beyond the input or hidden size) load as 0, so the padded `tl.dot` is
+exact. The kernel is generated per layer count and direction count: each layer's weights are arguments of their
+own.
 """
 
 from __future__ import annotations
