@@ -63,7 +63,7 @@ def attention(graph: Graph) -> Graph | None:
         graph.nodes[second] = Node(op="attention", args=[q, k, node.args[1], *leaves], shape=list(node.shape),
                                    dtype=node.dtype, sizes=list(node.sizes),
                                    attrs={"first": found.first, "chain": sorted(found.chain), "score": found.score,
-                                          "norm": found.norm, "prescale": prescale or None})
+                                          "norm": found.norm, "prescale": prescale})
         done = True
     return graph if done else None
 
