@@ -3,13 +3,8 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+from tests.unit.compiler.cases import interpreted
 
-ROOT = Path(__file__).resolve().parents[2]
 PROBE = '''
 import json, sys
 import torch, triton, triton.language as tl
@@ -41,10 +36,7 @@ print(json.dumps({"checks": checks["n"], "right": bool(torch.equal(o, x.reshape(
 
 
 def run(mode: str) -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", PROBE, mode], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return interpreted(PROBE, mode)
 
 
 def test_the_interpreter_computes_the_same_values_without_its_dropped_overflow_checks():

@@ -6,20 +6,14 @@ than the compiler's candidate."""
 from __future__ import annotations
 
 import copy
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from activities.kernels import compiler
 from activities.kernels.optimizer import REWRITES, load
-from tests.unit.compiler.cases import OTHER_N, RUNNER, TRACED_N, Case, analyse, source
+from tests.unit.compiler.cases import OTHER_N, RUNNER, TRACED_N, Case, interpreted, lowered, source
 from tests.unit.compiler.test_lowerings_recurrent import NET
 
-ROOT = Path(__file__).resolve().parents[2]
 load()
 LN = ("self.ln = nn.LayerNorm(6)",)
 CAUSAL_SCORES = ("(q @ k.transpose(-2, -1) * 0.5).masked_fill(self.mask[:, :, :q.size(2), :q.size(2)] == 0, "
@@ -139,12 +133,6 @@ UNTOUCHED: dict[str, tuple[str, Case]] = {
 }
 
 
-def _graph(case: Case, folder: Path):  # noqa: ANN202 - the compiler's Graph
-    graph = compiler.lower(analyse(source(case, TRACED_N), folder))
-    assert not isinstance(graph, str), graph
-    return graph
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, dict]:
     """Every case's launches before and after its rewrite, and the rewritten candidate's problems at N=7 and N=10
@@ -153,7 +141,7 @@ def runs(tmp_path_factory) -> dict[str, dict]:
     found: dict[str, dict] = {}
     folders = []
     for i, (key, (name, case, _, _)) in enumerate(CASES.items()):
-        graph = _graph(case, root / f"trace{i}")
+        graph = lowered(case, root / f"trace{i}")
         rewritten = REWRITES[name].fn(copy.deepcopy(graph))
         found[key] = {"before": compiler.launches(graph),
                       "after": compiler.launches(rewritten) if rewritten is not None else None}
@@ -166,11 +154,7 @@ def runs(tmp_path_factory) -> dict[str, dict]:
         (folder / "candidate.py").write_text(compiler.render(rewritten, source(case, TRACED_N)))
         folders.append(str(folder))
         found[key]["folder"] = folder.name
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", RUNNER, *folders], env=env, capture_output=True, text=True,
-                          timeout=1200, cwd=root)
-    assert done.returncode == 0, done.stderr[-3000:]
-    notes = json.loads(done.stdout.strip().splitlines()[-1])
+    notes = interpreted(RUNNER, *folders, timeout=1200, cwd=root)
     for got in found.values():
         got["problems"] = notes.get(got.get("folder", ""), ["not run"])
     return found
@@ -187,22 +171,22 @@ def test_the_rewrite_launches_the_kernels_expected_and_stays_right_at_two_sizes(
 @pytest.mark.parametrize("key", list(UNTOUCHED))
 def test_a_graph_the_rewrite_cannot_keep_exact_is_left_alone(key, tmp_path):
     name, case = UNTOUCHED[key]
-    assert REWRITES[name].fn(_graph(case, tmp_path)) is None
+    assert REWRITES[name].fn(lowered(case, tmp_path)) is None
 
 
 def test_the_blocks_rewrite_writes_sizes_from_the_shapes_into_the_launches(tmp_path):
     conv_case = CASES["blocks: a 3-D convolution's rows in 16-row tiles"][1]
-    conv = REWRITES["blocks"].fn(_graph(conv_case, tmp_path / "conv"))
+    conv = REWRITES["blocks"].fn(lowered(conv_case, tmp_path / "conv"))
     source = compiler.render(conv, source_of(conv_case))
     assert "_conv(" in source and ", BM=16, BK=32)" in source  # 2 x 6^3 output rows over ~128 SMs: 16 per program
     chain_case = CASES["blocks: a long pointwise chain in small blocks"][1]
-    chain = REWRITES["blocks"].fn(_graph(chain_case, tmp_path / "chain"))
+    chain = REWRITES["blocks"].fn(lowered(chain_case, tmp_path / "chain"))
     assert ", BLOCK=128)" in compiler.render(chain, source_of(chain_case))  # 4032 elements: 32 programs of 128
 
 
 def test_the_recurrent_rewrite_runs_every_step_layer_and_direction_of_a_stacked_layer_in_one_launch(tmp_path):
     case = CASES["recurrent: a 2-layer bidirectional GRU"][1]
-    graph = REWRITES["recurrent"].fn(_graph(case, tmp_path))
+    graph = REWRITES["recurrent"].fn(lowered(case, tmp_path))
     source = compiler.render(graph, source_of(case))
     launches = [line.strip() for line in source.split("class ModelNew")[1].splitlines() if "[grid](" in line]
     assert len([line for line in launches if line.startswith("rnn_stack_")]) == 1, launches  # one launch, 4 layers

@@ -3,15 +3,12 @@ hand-written kernels, run in one Triton-interpreter child."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.compiler.cases import interpreted
+
 KERNELS = r'''
 import json, math
 import torch, triton, triton.language as tl
@@ -89,10 +86,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def counted() -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", KERNELS], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return interpreted(KERNELS)
 
 
 def launch(counted: dict, i: int) -> dict:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from activities.kernels import compiler
 from activities.kernels.compiler.graph import packet
@@ -74,11 +75,15 @@ def analyse(src: str, folder: Path, *, concrete: bool = False) -> ReferenceAnaly
     return ReferenceAnalysis.model_validate(probe(str(folder / "task.py"), 0, symbolic=not concrete))
 
 
+def lowered(case: Case, folder: Path) -> compiler.Graph:
+    """The case traced at N=7 and lowered (the test fails where the compiler refuses it)."""
+    graph = compiler.lower(analyse(source(case, TRACED_N), folder, concrete=case.concrete))
+    assert not isinstance(graph, str), graph
+    return graph
+
+
 def candidate(case: Case, folder: Path) -> str:
-    src = source(case, TRACED_N)
-    lowered = compiler.lower(analyse(src, folder, concrete=case.concrete))
-    assert not isinstance(lowered, str), lowered
-    return compiler.render(lowered, src)
+    return compiler.render(lowered(case, folder), source(case, TRACED_N))
 
 
 def traced_ops(case: Case, folder: Path) -> set[str]:
@@ -143,9 +148,15 @@ def run(cases: dict[str, Case], root: Path, sizes: tuple[int, ...] = (OTHER_N,),
         for n in sizes:
             (folder / f"size_{n}.py").write_text(source(case, n))
         folders.append(str(folder))
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", RUNNER, *folders], env=env, capture_output=True, text=True,
-                          timeout=1200, cwd=root)
-    assert done.returncode == 0, done.stderr[-3000:]
-    ran = json.loads(done.stdout.strip().splitlines()[-1])
+    ran = interpreted(RUNNER, *folders, timeout=1200, cwd=root)
     return {**problems, **{k.replace("__", ":"): v for k, v in ran.items()}}
+
+
+def interpreted(script: str, *args: str, timeout: float = 300, cwd: Path | None = None) -> Any:
+    """What `python -c script *args` prints as JSON on its last line, run in a child under the Triton interpreter
+    (no GPU, the repository importable); the child must exit 0."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -5,15 +5,9 @@ and masked 7 of 8 at stride 2 in 3-D (8x the FLOPs)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-from tests.unit.compiler.cases import Case, candidate
+from tests.unit.compiler.cases import Case, candidate, interpreted
 
-ROOT = Path(__file__).resolve().parents[3]
 CASE = Case("self.c(x)", "torch.randn(2, 8, 5, N, 6)",
             init=("self.c = nn.ConvTranspose3d(8, 16, 3, stride=2, padding=1, output_padding=1)",))
 
@@ -41,11 +35,7 @@ def test_a_strided_transposed_convolution_computes_only_the_offsets_that_reach_e
     src = candidate(CASE, tmp_path)
     assert "conv3d_transposed_phased_kernel" in src
     (tmp_path / "candidate.py").write_text(src)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", COUNT, str(tmp_path / "candidate.py")], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = interpreted(COUNT, str(tmp_path / "candidate.py"))
     assert out["err"] < 1e-4
     [conv] = [c for c in out["launches"] if c["dot_flops"]]
     assert conv["dot_flops"] == 2 * out["x"] * 16 * 3 ** 3

@@ -3,9 +3,14 @@ the sequence length it finds at run time (the cases run at sequence lengths 7 an
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
-from tests.unit.compiler.cases import Case, run
+from activities.kernels import compiler
+from activities.kernels.optimizer import REWRITES, load
+from activities.kernels.static_checks import static_check
+from tests.unit.compiler.cases import TRACED_N, Case, lowered, run, source
 
 NET = '''
 class Net(nn.Module):
@@ -53,17 +58,9 @@ BARE_GRU = Case("self.gru(x)[0]", "torch.randn(N, 2, 6)", init=("self.gru = nn.G
 
 
 def test_a_model_that_is_only_a_recurrent_layer_passes_the_static_check_compiled_and_rewritten(tmp_path):
-    import copy
-
-    from activities.kernels import compiler
-    from activities.kernels.optimizer import REWRITES, load
-    from activities.kernels.static_checks import static_check
-    from tests.unit.compiler.cases import TRACED_N, analyse, source
-
     load()
     task = source(BARE_GRU, TRACED_N)
-    graph = compiler.lower(analyse(task, tmp_path))
-    assert not isinstance(graph, str), graph
+    graph = lowered(BARE_GRU, tmp_path)
     persistent = REWRITES["recurrent"].fn(copy.deepcopy(graph))
     for candidate in (compiler.render(graph, task), compiler.render(persistent, task)):
         assert static_check(candidate).reasons == []

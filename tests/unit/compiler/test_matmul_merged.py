@@ -5,16 +5,10 @@ torch's."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 from activities.kernels.compiler.blocks.matmul import KERNEL, LAUNCHER, MERGED
-from tests.unit.compiler.cases import Case, candidate, run
+from tests.unit.compiler.cases import Case, candidate, interpreted, run
 
-ROOT = Path(__file__).resolve().parents[3]
 PROBE = r'''
 import json, sys, torch, triton, triton.language as tl
 scope = {"torch": torch, "triton": triton, "tl": tl}
@@ -43,11 +37,7 @@ print(json.dumps(report))
 
 
 def test_a_reshape_that_would_copy_is_read_in_place_by_the_matmul_and_the_product_is_torchs():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", PROBE, LAUNCHER + MERGED + "\n" + KERNEL], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = interpreted(PROBE, LAUNCHER + MERGED + "\n" + KERNEL)
     assert report == {
         "tokens x batch rows of a permuted image": {"kind": "merged", "right": True},
         "heads put back together: rows and columns each merge two dims": {"kind": "merged", "right": True},
@@ -94,10 +84,6 @@ def test_attention_reads_heads_merged_with_the_batch_in_place_and_answers_as_tor
     from activities.kernels.optimizer.attention import LAUNCHER as ATTENTION, attention_kernel
 
     name, kernel = attention_kernel(0, 0, [], "acc", "softmax")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", ATTENTION_PROBE, ATTENTION + MERGED + "\n" + kernel, name], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"merged": ["_Merged"] * 3, "in place": True,
-                                                                "right": True}
+    assert interpreted(ATTENTION_PROBE, ATTENTION + MERGED + "\n" + kernel, name) == {
+        "merged": ["_Merged"] * 3, "in place": True, "right": True}
 

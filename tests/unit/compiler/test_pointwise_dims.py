@@ -5,18 +5,14 @@ N x C x D x H x W splits over three dims instead of five. Same elements, same or
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import random
-import subprocess
-import sys
 
 import pytest
 import torch
 import triton
 
 from activities.kernels.compiler.blocks.pointwise import LAUNCHER, needs_dims, pointwise_kernel
-from tests.unit.compiler.cases import ROOT
+from tests.unit.compiler.cases import interpreted
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +97,7 @@ print(json.dumps(report))
 
 def test_a_contiguous_launch_divides_nothing_and_every_layout_adds_right():
     name, source = pointwise_kernel(5, 2, [(), ()], 0, ["v0 = (x0 + x1)"], "v0")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", PROBE, LAUNCHER + "\n" + source, name], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = interpreted(PROBE, LAUNCHER + "\n" + source, name)
     programs = triton.cdiv(3 * 4 * 5 * 6 * 7, 256)
     assert report["contiguous"] == {"rank": 1, "divisions": 0, "programs": programs, "right": True}
     # x + bias[c]: N | C | D*H*W; one % and one // per merged inner dim, per program

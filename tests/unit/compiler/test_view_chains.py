@@ -3,19 +3,11 @@ permute and one merge, so torch copies at most once (at the merge) and only wher
 
 from __future__ import annotations
 
-import copy
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 from activities.kernels import compiler
 from activities.kernels.compiler.passes import compose_views
 from activities.kernels.optimizer import REWRITES, load
-from tests.unit.compiler.cases import TRACED_N, Case, analyse, run, source
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.unit.compiler.cases import TRACED_N, Case, interpreted, lowered, run, source
 
 
 def test_a_head_split_through_a_transpose_is_one_split_and_one_permute_of_the_input():
@@ -69,16 +61,9 @@ def test_the_fast_path_of_multihead_attention_reaches_the_attention_kernel_witho
     """`view_chains` makes each head split a view (torch copied at its first reshape), and the attention rewrite
     scales q and k in the kernel (`_prescaled` through views): the forward's only torch work is views."""
     load()
-    task = source(FAST_PATH, TRACED_N)
-    graph = compiler.lower(analyse(task, tmp_path / "trace"))
-    assert not isinstance(graph, str), graph
-    rewritten = REWRITES["attention"].fn(copy.deepcopy(graph))
+    rewritten = REWRITES["attention"].fn(lowered(FAST_PATH, tmp_path / "trace"))
     assert rewritten is not None and compiler.launches(rewritten) == 5  # in-projection, bias, attention, out, bias
-    (tmp_path / "candidate.py").write_text(compiler.render(rewritten, task))
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", COPIES_PROBE, str(tmp_path / "candidate.py"),
-                           str(tmp_path / "trace" / "task.py")], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    ops = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    (tmp_path / "candidate.py").write_text(compiler.render(rewritten, source(FAST_PATH, TRACED_N)))
+    ops = set(interpreted(COPIES_PROBE, str(tmp_path / "candidate.py"), str(tmp_path / "trace" / "task.py")))
     assert ops and not ops & {"aten.clone.default", "aten.mul.Tensor", "aten.copy_.default"}, sorted(ops)
     assert run({"view:fast path": FAST_PATH}, tmp_path / "run") == {"view:fast path": []}
