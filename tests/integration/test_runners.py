@@ -479,7 +479,7 @@ async def test_a_row_cancelled_while_its_command_starts_leaves_nothing_running(t
     meanwhile must still kill the command once it exists (it would otherwise run on, unowned)."""
     from activities.containers import _marker, runners
 
-    started = threading.Event()
+    started, release = threading.Event(), threading.Event()
     tags: list[str] = []
     spawn = runners.spawn_child
 
@@ -487,15 +487,20 @@ async def test_a_row_cancelled_while_its_command_starts_leaves_nothing_running(t
         child = spawn(*args, **kwargs)
         tags.append(kwargs["env"][_marker.TAG_VAR])
         started.set()
-        time.sleep(1.0)  # the row is cancelled while its start is still under way
+        release.wait(30)  # the row is cancelled while its start is still under way
         return child
 
     monkeypatch.setattr(runners, "spawn_child", slow_spawn)
     runner = ProcessRunner(file_store, marker_dir=tmp_path / "m")
     task = asyncio.create_task(runner.run(request('python -c "import time; time.sleep(300)"'), print))
-    assert await asyncio.to_thread(started.wait, 30), "the command started"
-    assert _marker.tagged_processes(tags[0]), "it runs while its start is under way"
-    task.cancel()
+    try:
+        assert await asyncio.to_thread(started.wait, 30), "the command started"
+        # a child in the middle of its exec shows no environment for a moment: look until it does
+        await assert_eventually(lambda: _marker.tagged_processes(tags[0]), timeout=10,
+                                message="it runs while its start is under way")
+        task.cancel()  # the task's await of the start is cancelled now, whenever the start returns
+    finally:
+        release.set()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert _marker.tagged_processes(tags[0]) == [], "the cancelled row's command is gone"
