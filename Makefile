@@ -51,7 +51,7 @@ test: setup local-llm engines
 	$(BIN)/ruff check --no-cache .
 	bash scripts/mcp_inspector.sh >/dev/null  # the MCP Inspector CLI (npm) for the MCP client test
 	bash scripts/mcp_clients.sh >/dev/null  # the official MCP TypeScript clients (npm, pinned) for the conformance suite
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 FAST_TESTS := tests/unit tests/golden tests/replay
 
