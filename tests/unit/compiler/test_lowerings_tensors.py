@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.compiler.cases import Case, run
+from activities.kernels import compiler
+from tests.unit.compiler.cases import Case, lowered, run
 
 X = "torch.randn(3, N)"
 CASES: dict[str, Case] = {
@@ -16,6 +17,8 @@ CASES: dict[str, Case] = {
     "randn": Case("x + torch.randn(x.size(0), 1, device=x.device)", X),
     "constant_pad_nd": Case("F.pad(x, (1, 2, 0, 3), value=0.5) * 2", "torch.randn(2, 3, N)"),
     "constant_pad_nd:crop": Case("F.pad(x, (-1, 2)) * 2", "torch.randn(2, N)"),
+    "constant_pad_nd:int64_exact": Case("F.pad(i, (1, 0, 0, 2), value=7)", "torch.randint(2**40, (3, N))", args="i"),
+    "constant_pad_nd:transposed": Case("F.pad(x.t(), (2, 1), value=float('-inf')).amax(1)", X),
     "roll": Case("torch.roll(x, shifts=(-2, 3), dims=(1, 2)) * 2", "torch.randn(2, N, 5)"),
     "roll:forward_along_a_varying_dim": Case("torch.roll(x, 2, 1) * 2", "torch.randn(2, N)"),
     "zeros": Case("torch.zeros(x.size(0), 3, device=x.device) + x[:, :3]", X),
@@ -27,6 +30,9 @@ CASES: dict[str, Case] = {
     "arange": Case("x + torch.arange(x.size(1), device=x.device)", X),
     "arange:start_step": Case("x[:, :3] * torch.arange(1, 7, 2, device=x.device)", X),
     "cat": Case("torch.cat([x, x * 2, y], dim=1)", "torch.randn(3, N), torch.randn(3, 2)", args="x, y"),
+    "cat:rows_of_transposed_parts": Case("torch.cat([x.t(), y.t(), x.t() * 2], dim=0)", "torch.randn(3, N), torch.randn(3, 2)",
+                                         args="x, y"),
+    "cat:int64_exact": Case("torch.cat([i, i], dim=1)", "torch.randint(2**40, (3, N))", args="i"),
     "cat:exclusive_cumsum": Case("torch.cumsum(torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), x), dim=1)[:, :-1], dim=1)", X),
 }
 
@@ -39,3 +45,10 @@ def runs(tmp_path_factory) -> dict[str, list[str]]:
 @pytest.mark.parametrize("key", list(CASES))
 def test_the_lowering_matches_the_reference_at_the_traced_size_and_another(key, runs):
     assert runs[key] == [], runs[key]
+
+
+def test_a_cat_and_a_pad_are_one_launch_each(tmp_path):
+    """Each lane of the output reads the part its index falls in, or the pad value: a launch per part, and a fill
+    then a copy, before."""
+    assert compiler.launches(lowered(CASES["cat"], tmp_path / "cat")) == 2, "x * 2, then the cat"
+    assert compiler.launches(lowered(CASES["constant_pad_nd"], tmp_path / "pad")) == 2, "the pad, then * 2"

@@ -200,51 +200,92 @@ def zeros(fw: "Forward", v: int) -> str:
     return fw.emit(v, f"torch.zeros_like({fw.tensor(fw.nodes[v].args[0])}, dtype={fw.dtype(v)})")
 
 
+def cat_kernel(rank: int, parts: int, dim: int) -> tuple[str, str]:
+    """(name, source): out = the parts one after the other along `dim`, in one launch over the output: a lane
+    loads from the one part its index falls in (`c<k>`: where part k starts), in the parts' own dtype (no float
+    round trip: int64 stays exact)."""
+    args = ["out_ptr"] + [f"p{k}_ptr" for k in range(parts)] + [f"c{k}" for k in range(1, parts)] + ["n"]
+    args += [f"d{j}" for j in range(rank)] + [f"o{j}" for j in range(rank)]
+    args += [f"l{k}_{j}" for k in range(parts) for j in range(rank)]
+    lines = ["    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = offs < n"]
+    lines += addresses(rank, [("at_out", "o", ())] + [(f"at{k}", f"l{k}_", ()) for k in range(parts)])
+    for k in range(parts):
+        shift, after = (f" - c{k} * l{k}_{dim}", f" & (i{dim} >= c{k})") if k else ("", "")
+        before = f" & (i{dim} < c{k + 1})" if k + 1 < parts else ""
+        lines.append(f"    x{k} = tl.load(p{k}_ptr + at{k}{shift}, mask=mask{after}{before}, other=0)")
+    value = f"x{parts - 1}"
+    for k in range(parts - 2, -1, -1):
+        value = f"tl.where(i{dim} < c{k + 1}, x{k}, {value})"
+    lines.append(f"    tl.store(out_ptr + at_out, {value}, mask=mask)")
+    src = "def KERNEL(" + ", ".join(args) + ", BLOCK: tl.constexpr, RANK: tl.constexpr):\n" + "\n".join(lines) + "\n"
+    return jit(kernel_name("cat", src), src)
+
+
+CAT_LAUNCHER = '''
+
+def _cat(parts, dim, dtype, BLOCK=None):
+    """(out, grid, args, meta) of a cat kernel: `parts` along `dim` into a new tensor, every dim kept."""
+    shape = list(parts[0].shape)
+    shape[dim] = sum(p.shape[dim] for p in parts)
+    out = torch.empty(shape, dtype=dtype, device=parts[0].device)
+    cuts = [sum(p.shape[dim] for p in parts[:k]) for k in range(1, len(parts))]
+    n = out.numel()
+    block = BLOCK or (4096 if out.device.type == "cpu" else 1024)
+    args = (out, *parts, *cuts, n, *shape, *out.stride(), *[s for p in parts for s in p.stride()])
+    return out, (max(1, triton.cdiv(n, block)),), args, {"BLOCK": block, "RANK": len(shape)}
+'''
+
+
 @emits("cat")
 def cat(fw: "Forward", v: int) -> str:
-    """The parts copied one by one into their slices of the output (a copy kernel per part)."""
+    """One launch over the output, each lane reading the part its index falls in."""
     n = fw.nodes[v]
-    parts = [fw.tensor(a) for a in n.args]
-    dim = n.attrs["dim"]
-    r = len(n.shape)
-    copy = fw.kernel(pointwise_kernel(r, 1, [()], 0, [], "x0"))
-    fw.launcher("_pointwise", LAUNCHER)
-    name, dtype = f"t{v}", fw.dtype(v)
-    sizes = " + ".join(f"{p}.shape[{dim}]" for p in parts)
-    fw.lines.append(f"{name} = torch.empty([*{parts[0]}.shape[:{dim % r}], {sizes}, "
-                    f"*{parts[0]}.shape[{dim % r + 1}:]], dtype={dtype}, device={parts[0]}.device)")
-    fw.lines.append("at = 0")
-    for p in parts:
-        fw.lines.append(f"_, grid, args, meta = _pointwise([{p}], [], {dtype}, out={name}.narrow({dim}, at, "
-                        f"{p}.shape[{dim}]))")
-        fw.lines.append(f"{copy}[grid](*args, **meta)")
-        fw.lines.append(f"at += {p}.shape[{dim}]")
-        fw.launches += 1
-    fw.names[v] = name
-    return name
+    dim = n.attrs["dim"] % len(n.shape)
+    name = fw.kernel(cat_kernel(len(n.shape), len(n.args), dim))
+    fw.launcher("_cat", CAT_LAUNCHER)
+    parts = ", ".join(fw.tensor(a) for a in n.args)
+    return fw.launch(v, name, f"_cat([{parts}], {dim}, {fw.dtype(v)})")
+
+
+def pad_kernel(rank: int, padded: list[int], value: str) -> tuple[str, str]:
+    """(name, source): out = x placed `b<j>` further along each padded dim j (negative: cropped), `value` where no
+    element of x lands, in one launch over the output."""
+    args = ["out_ptr", "x_ptr", "n"] + [f"d{j}" for j in range(rank)] + [f"o{j}" for j in range(rank)]
+    args += [f"l0_{j}" for j in range(rank)] + [f"b{j}" for j in padded] + [f"e{j}" for j in padded]
+    lines = ["    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = offs < n"]
+    lines += addresses(rank, [("at_out", "o", ()), ("at0", "l0_", ())])
+    inside = " & ".join(["mask", *(f"(i{j} >= b{j}) & (i{j} < b{j} + e{j})" for j in padded)])
+    shift = " - ".join(["at0", *(f"b{j} * l0_{j}" for j in padded)])
+    lines += [f"    inside = {inside}", f"    x = tl.load(x_ptr + {shift}, mask=inside, other=0)",
+              f"    tl.store(out_ptr + at_out, tl.where(inside, x, {value}), mask=mask)"]
+    src = "def KERNEL(" + ", ".join(args) + ", BLOCK: tl.constexpr, RANK: tl.constexpr):\n" + "\n".join(lines) + "\n"
+    return jit(kernel_name("pad", src), src)
+
+
+PAD_LAUNCHER = '''
+
+def _pad(x, pads, dtype, BLOCK=None):
+    """(out, grid, args, meta) of a pad kernel: `pads` (before, after) per dim, every dim kept."""
+    shape = [size + lo + hi for size, (lo, hi) in zip(x.shape, pads)]
+    out = torch.empty(shape, dtype=dtype, device=x.device)
+    padded = [j for j, p in enumerate(pads) if p != (0, 0)]
+    n = out.numel()
+    block = BLOCK or (4096 if out.device.type == "cpu" else 1024)
+    args = (out, x, n, *shape, *out.stride(), *x.stride(), *[pads[j][0] for j in padded], *[x.shape[j] for j in padded])
+    return out, (max(1, triton.cdiv(n, block)),), args, {"BLOCK": block, "RANK": len(shape)}
+'''
 
 
 @emits("pad")
 def pad(fw: "Forward", v: int) -> str:
-    """The output filled with the value, then the kept part of the input copied into its place."""
+    """One launch over the output: the input's element where one lands, else the value."""
     n = fw.nodes[v]
-    x, r, dtype, name = fw.tensor(n.args[0]), len(n.shape), fw.dtype(v), f"t{v}"
-    fill = fw.kernel(pointwise_kernel(r, 0, [], 0, [], num(n.attrs["value"])))
-    copy = fw.kernel(pointwise_kernel(r, 1, [()], 0, [], "x0"))
-    fw.launcher("_pointwise", LAUNCHER)
-    pads = n.attrs["pads"]
-    shape = ", ".join(f"{x}.shape[{d}] + {lo + hi}" for d, (lo, hi) in enumerate(pads))
-    src, dst = x, name
-    for d, (lo, hi) in enumerate(pads):
-        if (lo, hi) != (0, 0):
-            width = f"{x}.shape[{d}] + {min(lo, 0) + min(hi, 0)}"
-            src, dst = f"{src}.narrow({d}, {max(-lo, 0)}, {width})", f"{dst}.narrow({d}, {max(lo, 0)}, {width})"
-    fw.lines += [f"{name} = torch.empty([{shape}], dtype={dtype}, device={x}.device)",
-                 f"_, grid, args, meta = _pointwise([], [], {dtype}, out={name})", f"{fill}[grid](*args, **meta)",
-                 f"_, grid, args, meta = _pointwise([{src}], [], {dtype}, out={dst})", f"{copy}[grid](*args, **meta)"]
-    fw.launches += 2
-    fw.names[v] = name
-    return name
+    pads = [tuple(p) for p in n.attrs["pads"]]
+    padded = [j for j, p in enumerate(pads) if p != (0, 0)]
+    value = str(int(n.attrs["value"])) if "int" in n.dtype else num(n.attrs["value"])  # no float round trip
+    name = fw.kernel(pad_kernel(len(n.shape), padded, value))
+    fw.launcher("_pad", PAD_LAUNCHER)
+    return fw.launch(v, name, f"_pad({fw.tensor(n.args[0])}, {pads}, {fw.dtype(v)})")
 
 
 @emits("fill")
