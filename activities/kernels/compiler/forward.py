@@ -33,6 +33,8 @@ class Forward:
         self.symbols: set[str] = set()
         """The size symbols the forward's lines use (bound from the inputs' sizes by `prologue`)."""
         self._readers: dict[int, list[int]] | None = None
+        self.cat_buffers: dict[int, int] = {}
+        """A growing cat's node -> how many of its parts its buffer holds so far (`blocks.pointwise.cat`)."""
 
     def write(self) -> list[str]:
         """The forward's variables for the graph's outputs (writing everything they need into `lines`). The nodes

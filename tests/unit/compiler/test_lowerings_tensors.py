@@ -5,9 +5,17 @@ from __future__ import annotations
 import pytest
 
 from activities.kernels import compiler
-from tests.unit.compiler.cases import Case, lowered, run
+from tests.unit.compiler.cases import Case, candidate, lowered, run
 
 X = "torch.randn(3, N)"
+DENSE = """
+def dense(x):
+    features = [x]
+    for k in range(3):  # DenseNet's block: each layer reads the cat of every earlier output
+        features.append((x * (k + 1)).sum(1, keepdim=True).tanh())
+        x = torch.cat(features, 1)
+    return x
+"""
 CASES: dict[str, Case] = {
     "flip": Case("torch.flip(x, [1]) * 2", X),
     "triu": Case("torch.triu(x, 1) * 2", "torch.randn(N, N)"),
@@ -33,6 +41,7 @@ CASES: dict[str, Case] = {
     "cat:rows_of_transposed_parts": Case("torch.cat([x.t(), y.t(), x.t() * 2], dim=0)", "torch.randn(3, N), torch.randn(3, 2)",
                                          args="x, y"),
     "cat:int64_exact": Case("torch.cat([i, i], dim=1)", "torch.randint(2**40, (3, N))", args="i"),
+    "cat:growing_features": Case("dense(x)", "torch.randn(2, 3, N)", helpers=DENSE),
     "cat:exclusive_cumsum": Case("torch.cumsum(torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), x), dim=1)[:, :-1], dim=1)", X),
 }
 
@@ -52,3 +61,14 @@ def test_a_cat_and_a_pad_are_one_launch_each(tmp_path):
     then a copy, before."""
     assert compiler.launches(lowered(CASES["cat"], tmp_path / "cat")) == 2, "x * 2, then the cat"
     assert compiler.launches(lowered(CASES["constant_pad_nd"], tmp_path / "pad")) == 2, "the pad, then * 2"
+
+
+def test_growing_cats_share_one_buffer_and_copy_each_part_once(tmp_path):
+    """DenseNet's cats (each a prefix of the next) are views of the last one's buffer: each writes only its new part
+    (the numbers: the `cat:growing_features` case above)."""
+    source = candidate(CASES["cat:growing_features"], tmp_path)
+    assert source.count("_buffer = torch.empty(") == 1, source
+    copied = [line.split("_cat([")[1].split(", out=")[0].rsplit("], ", 1)[0].split(", ")
+              for line in source.splitlines() if "= _cat(" in line]
+    assert [len(parts) for parts in copied] == [2, 1, 1], copied  # x and the first layer's output, then one a layer
+    assert source.count("out=t") == 3, source

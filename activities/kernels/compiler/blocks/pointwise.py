@@ -223,28 +223,65 @@ def cat_kernel(rank: int, parts: int, dim: int) -> tuple[str, str]:
 
 CAT_LAUNCHER = '''
 
-def _cat(parts, dim, dtype, BLOCK=None):
-    """(out, grid, args, meta) of a cat kernel: `parts` along `dim` into a new tensor, every dim kept."""
-    shape = list(parts[0].shape)
-    shape[dim] = sum(p.shape[dim] for p in parts)
-    out = torch.empty(shape, dtype=dtype, device=parts[0].device)
+def _cat(parts, dim, dtype, out=None, BLOCK=None):
+    """(out, grid, args, meta) of a cat kernel: `parts` along `dim` into `out` (a slice of a longer cat's buffer),
+    else into a new tensor; every dim kept."""
+    if out is None:
+        shape = list(parts[0].shape)
+        shape[dim] = sum(p.shape[dim] for p in parts)
+        out = torch.empty(shape, dtype=dtype, device=parts[0].device)
     cuts = [sum(p.shape[dim] for p in parts[:k]) for k in range(1, len(parts))]
     n = out.numel()
     block = BLOCK or (4096 if out.device.type == "cpu" else 1024)
-    args = (out, *parts, *cuts, n, *shape, *out.stride(), *[s for p in parts for s in p.stride()])
-    return out, (max(1, triton.cdiv(n, block)),), args, {"BLOCK": block, "RANK": len(shape)}
+    args = (out, *parts, *cuts, n, *out.shape, *out.stride(), *[s for p in parts for s in p.stride()])
+    return out, (max(1, triton.cdiv(n, block)),), args, {"BLOCK": block, "RANK": out.dim()}
 '''
+
+
+def _growing(fw: "Forward", v: int) -> int:
+    """The longest cat (same dim, same dtype) whose parts start with v's, else v. DenseNet's
+    `x = torch.cat(features, 1)` after each layer makes every cat of a block a prefix of its last one."""
+    n = fw.nodes[v]
+    best = v
+    for u in fw.needed():
+        m = fw.nodes[u]
+        if (m.op == "cat" and len(m.args) > len(fw.nodes[best].args) and m.args[:len(n.args)] == n.args
+                and m.dtype == n.dtype and m.attrs["dim"] % len(m.shape) == n.attrs["dim"] % len(n.shape)):
+            best = u
+    return best
 
 
 @emits("cat")
 def cat(fw: "Forward", v: int) -> str:
-    """One launch over the output, each lane reading the part its index falls in."""
+    """One launch over the output, each lane reading the part its index falls in. A cat whose parts begin a
+    longer cat's is a view of that one's buffer, allocated at the first of them: each writes only the parts the
+    one before did not, so a dense block copies every feature map once, not once per later layer."""
     n = fw.nodes[v]
     dim = n.attrs["dim"] % len(n.shape)
-    name = fw.kernel(cat_kernel(len(n.shape), len(n.args), dim))
     fw.launcher("_cat", CAT_LAUNCHER)
-    parts = ", ".join(fw.tensor(a) for a in n.args)
-    return fw.launch(v, name, f"_cat([{parts}], {dim}, {fw.dtype(v)})")
+    parts = [fw.tensor(a) for a in n.args]
+    whole = _growing(fw, v)
+    if whole == v and v not in fw.cat_buffers or not fw.nodes[whole].sizes:  # a buffer's size needs the trace's
+        # expressions: a concrete trace's shape would bake its sizes in
+        kernel = fw.kernel(cat_kernel(len(n.shape), len(parts), dim))
+        return fw.launch(v, kernel, f"_cat([{', '.join(parts)}], {dim}, {fw.dtype(v)})")
+    buffer = f"t{whole}_buffer"
+    if whole not in fw.cat_buffers:
+        fw.lines.append(f"{buffer} = torch.empty([{', '.join(sizes(fw, fw.nodes[whole]))}], dtype={fw.dtype(whole)}, "
+                        f"device={parts[0]}.device)")
+        fw.cat_buffers[whole] = 0
+    done = fw.cat_buffers[whole]
+    if done < len(parts):
+        new = parts[done:]
+        kernel = fw.kernel(cat_kernel(len(n.shape), len(new), dim))
+        at = " + ".join(f"{p}.shape[{dim}]" for p in parts[:done]) or "0"
+        width = " + ".join(f"{p}.shape[{dim}]" for p in new)
+        fw.lines += [f"_, grid, args, meta = _cat([{', '.join(new)}], {dim}, {fw.dtype(v)}, "
+                     f"out={buffer}.narrow({dim}, {at}, {width}))", f"{kernel}[grid](*args, **meta)"]
+        fw.launches += 1
+        fw.cat_buffers[whole] = len(parts)
+    prefix = " + ".join(f"{p}.shape[{dim}]" for p in parts)
+    return fw.emit(v, buffer if v == whole else f"{buffer}.narrow({dim}, 0, {prefix})")
 
 
 def pad_kernel(rank: int, padded: list[int], value: str) -> tuple[str, str]:

@@ -29,7 +29,7 @@ def zeros_like(r: Reader, c: Call) -> int:
 @lowers(aten.cat)
 def cat(r: Reader, c: Call) -> int:
     parts = [r.value(t) for t in c.args[0]]
-    return r.add("cat", parts, c.shape, c.dtype, dim=int(c.arg(1, "dim", 0)))
+    return r.add("cat", parts, c.shape, c.dtype, sizes=c.sizes, dim=int(c.arg(1, "dim", 0)))
 
 
 @lowers(aten.stack)
