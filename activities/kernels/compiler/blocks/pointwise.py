@@ -261,8 +261,9 @@ def cat(fw: "Forward", v: int) -> str:
     fw.launcher("_cat", CAT_LAUNCHER)
     parts = [fw.tensor(a) for a in n.args]
     whole = _growing(fw, v)
-    if whole == v and v not in fw.cat_buffers or not fw.nodes[whole].sizes:  # a buffer's size needs the trace's
-        # expressions: a concrete trace's shape would bake its sizes in
+    if not fw.nodes[whole].sizes:  # the buffer's size needs the trace's expressions (a concrete trace's bakes sizes in)
+        whole = v
+    if whole == v and v not in fw.cat_buffers:
         kernel = fw.kernel(cat_kernel(len(n.shape), len(parts), dim))
         return fw.launch(v, kernel, f"_cat([{', '.join(parts)}], {dim}, {fw.dtype(v)})")
     buffer = f"t{whole}_buffer"
