@@ -11,14 +11,14 @@ import pytest
 import torch
 import triton
 
-from activities.kernels.compiler.blocks.pointwise import LAUNCHER, needs_dims, pointwise_kernel
+from activities.kernels.compiler.blocks.pointwise import FLAT_GRID, LAUNCHER, needs_dims, pointwise_kernel
 from tests.unit.compiler.cases import interpreted
 
 
 @pytest.fixture(scope="module")
 def launcher():  # noqa: ANN201 - the launcher helpers, as a candidate file defines them
     scope = {"torch": torch, "triton": triton}
-    exec(LAUNCHER, scope)  # noqa: S102 - our own launcher source
+    exec(FLAT_GRID + LAUNCHER, scope)  # noqa: S102 - our own launcher source
     return scope
 
 
@@ -97,7 +97,7 @@ print(json.dumps(report))
 
 def test_a_contiguous_launch_divides_nothing_and_every_layout_adds_right():
     name, source = pointwise_kernel(5, 2, [(), ()], 0, ["v0 = (x0 + x1)"], "v0")
-    report = interpreted(PROBE, LAUNCHER + "\n" + source, name)
+    report = interpreted(PROBE, FLAT_GRID + LAUNCHER + "\n" + source, name)
     programs = triton.cdiv(3 * 4 * 5 * 6 * 7, 256)
     assert report["contiguous"] == {"rank": 1, "divisions": 0, "programs": programs, "right": True}
     # x + bias[c]: N | C | D*H*W; one % and one // per merged inner dim, per program

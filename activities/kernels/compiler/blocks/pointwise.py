@@ -15,6 +15,14 @@ if TYPE_CHECKING:
     from activities.kernels.compiler.forward import Forward
 
 
+def flat_kernel(prefix: str, args: list[str], body: list[str]) -> tuple[str, str]:
+    """(name, source) of a kernel with a program per BLOCK elements of the output's flat index (`offs`, `mask`
+    for the body; the launcher's grid is `_flat_grid`), split over RANK dims by `addresses`."""
+    lines = ["    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = offs < n", *body]
+    src = "def KERNEL(" + ", ".join(args) + ", BLOCK: tl.constexpr, RANK: tl.constexpr):\n" + "\n".join(lines) + "\n"
+    return jit(kernel_name(prefix, src), src)
+
+
 def pointwise_kernel(rank: int, leaves: int, flips: list[tuple[int, ...]], scalars: int, body: list[str],
                      result: str, bool_out: bool = False) -> tuple[str, str]:
     """(name, source): out[i] = result(leaf_0[i], ..., scalars) over a broadcast index space of `rank`
@@ -24,15 +32,13 @@ def pointwise_kernel(rank: int, leaves: int, flips: list[tuple[int, ...]], scala
     args = ["out_ptr"] + [f"l{k}_ptr" for k in range(leaves)] + [f"s{k}" for k in range(scalars)] + ["n"]
     args += [f"d{j}" for j in range(rank)] + [f"o{j}" for j in range(rank)]
     args += [f"l{k}_{j}" for k in range(leaves) for j in range(rank)]
-    lines = ["    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = offs < n"]
-    lines += addresses(rank, [("at_out", "o", ())] + [(f"at{k}", f"l{k}_", flips[k]) for k in range(leaves)])
+    lines = addresses(rank, [("at_out", "o", ())] + [(f"at{k}", f"l{k}_", flips[k]) for k in range(leaves)])
     for k in range(leaves):
         lines.append(f"    x{k} = tl.load(l{k}_ptr + at{k}, mask=mask, other=0.0).to(tl.float32)")
     lines += ["    " + b for b in body]
     value = f"({result}) != 0" if bool_out else result
     lines.append(f"    tl.store(out_ptr + at_out, {value}, mask=mask)")
-    src = "def KERNEL(" + ", ".join(args) + ", BLOCK: tl.constexpr, RANK: tl.constexpr):\n" + "\n".join(lines) + "\n"
-    return jit(kernel_name("pointwise", src), src)
+    return flat_kernel("pointwise", args, lines)
 
 
 def addresses(rank: int, tensors: list[tuple[str, str, tuple[int, ...]]]) -> list[str]:
@@ -59,6 +65,16 @@ def needs_dims(flips: list[tuple[int, ...]], body: list[str], result: str) -> bo
     """Whether a kernel reads its output's own dims (a flipped leaf, `i<j>` in its body), so that its launch may
     not merge them."""
     return any(flips) or any(re.search(r"\bi\d+\b", line) for line in [*body, result])
+
+
+FLAT_GRID = '''
+
+def _flat_grid(out, BLOCK=None):
+    """(grid, BLOCK) of a flat-index kernel over `out`: a program per BLOCK elements (4096 on the interpreter, which
+    runs the programs one by one)."""
+    block = BLOCK or (4096 if out.device.type == "cpu" else 1024)
+    return (max(1, triton.cdiv(out.numel(), block)),), block
+'''
 
 
 LAUNCHER = '''
@@ -96,10 +112,9 @@ def _pointwise(leaves, scalars, dtype, shape=None, out=None, device=None, BLOCK=
     if not keep_dims and sizes:
         sizes, strides = _coalesce(sizes, strides)
     pad = len(shape) - len(sizes)
-    n = out.numel()
-    block = BLOCK or (4096 if out.device.type == "cpu" else 1024)
-    args = (out, *views, *scalars, n, *[1] * pad, *sizes, *[s for st in strides for s in [0] * pad + st])
-    return out, (max(1, triton.cdiv(n, block)),), args, {"BLOCK": block, "RANK": len(sizes)}
+    grid, block = _flat_grid(out, BLOCK)
+    args = (out, *views, *scalars, out.numel(), *[1] * pad, *sizes, *[s for st in strides for s in [0] * pad + st])
+    return out, grid, args, {"BLOCK": block, "RANK": len(sizes)}
 '''
 
 
@@ -160,6 +175,7 @@ def launch(fw: "Forward", v: int, k: Fused, result: str) -> str:
     made = pointwise_kernel(len(n.shape), len(k.leaves), flips, len(k.scalars), k.lines, result,
                             bool_out=n.dtype == "bool")
     name = fw.kernel(made)
+    fw.launcher("_flat_grid", FLAT_GRID)
     fw.launcher("_pointwise", LAUNCHER)
     device = f"inputs[{fw.graph.device_input}].device" if fw.graph.device_input is not None else '"cpu"'
     shape = "" if k.leaves else f", shape=[{', '.join(sizes(fw, n))}], device={device}"
@@ -207,8 +223,7 @@ def cat_kernel(rank: int, parts: int, dim: int) -> tuple[str, str]:
     args = ["out_ptr"] + [f"p{k}_ptr" for k in range(parts)] + [f"c{k}" for k in range(1, parts)] + ["n"]
     args += [f"d{j}" for j in range(rank)] + [f"o{j}" for j in range(rank)]
     args += [f"l{k}_{j}" for k in range(parts) for j in range(rank)]
-    lines = ["    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = offs < n"]
-    lines += addresses(rank, [("at_out", "o", ())] + [(f"at{k}", f"l{k}_", ()) for k in range(parts)])
+    lines = addresses(rank, [("at_out", "o", ())] + [(f"at{k}", f"l{k}_", ()) for k in range(parts)])
     for k in range(parts):
         shift, after = (f" - c{k} * l{k}_{dim}", f" & (i{dim} >= c{k})") if k else ("", "")
         before = f" & (i{dim} < c{k + 1})" if k + 1 < parts else ""
@@ -217,8 +232,7 @@ def cat_kernel(rank: int, parts: int, dim: int) -> tuple[str, str]:
     for k in range(parts - 2, -1, -1):
         value = f"tl.where(i{dim} < c{k + 1}, x{k}, {value})"
     lines.append(f"    tl.store(out_ptr + at_out, {value}, mask=mask)")
-    src = "def KERNEL(" + ", ".join(args) + ", BLOCK: tl.constexpr, RANK: tl.constexpr):\n" + "\n".join(lines) + "\n"
-    return jit(kernel_name("cat", src), src)
+    return flat_kernel("cat", args, lines)
 
 
 CAT_LAUNCHER = '''
@@ -231,10 +245,9 @@ def _cat(parts, dim, dtype, out=None, BLOCK=None):
         shape[dim] = sum(p.shape[dim] for p in parts)
         out = torch.empty(shape, dtype=dtype, device=parts[0].device)
     cuts = [sum(p.shape[dim] for p in parts[:k]) for k in range(1, len(parts))]
-    n = out.numel()
-    block = BLOCK or (4096 if out.device.type == "cpu" else 1024)
-    args = (out, *parts, *cuts, n, *out.shape, *out.stride(), *[s for p in parts for s in p.stride()])
-    return out, (max(1, triton.cdiv(n, block)),), args, {"BLOCK": block, "RANK": out.dim()}
+    grid, block = _flat_grid(out, BLOCK)
+    args = (out, *parts, *cuts, out.numel(), *out.shape, *out.stride(), *[s for p in parts for s in p.stride()])
+    return out, grid, args, {"BLOCK": block, "RANK": out.dim()}
 '''
 
 
@@ -258,8 +271,13 @@ def cat(fw: "Forward", v: int) -> str:
     one before did not, so a dense block copies every feature map once, not once per later layer."""
     n = fw.nodes[v]
     dim = n.attrs["dim"] % len(n.shape)
+    fw.launcher("_flat_grid", FLAT_GRID)
     fw.launcher("_cat", CAT_LAUNCHER)
     parts = [fw.tensor(a) for a in n.args]
+
+    def extent(names: list[str]) -> str:
+        return " + ".join(f"{p}.shape[{dim}]" for p in names) or "0"
+
     whole = _growing(fw, v)
     if not fw.nodes[whole].sizes:  # the buffer's size needs the trace's expressions (a concrete trace's bakes sizes in)
         whole = v
@@ -275,14 +293,12 @@ def cat(fw: "Forward", v: int) -> str:
     if done < len(parts):
         new = parts[done:]
         kernel = fw.kernel(cat_kernel(len(n.shape), len(new), dim))
-        at = " + ".join(f"{p}.shape[{dim}]" for p in parts[:done]) or "0"
-        width = " + ".join(f"{p}.shape[{dim}]" for p in new)
         fw.lines += [f"_, grid, args, meta = _cat([{', '.join(new)}], {dim}, {fw.dtype(v)}, "
-                     f"out={buffer}.narrow({dim}, {at}, {width}))", f"{kernel}[grid](*args, **meta)"]
+                     f"out={buffer}.narrow({dim}, {extent(parts[:done])}, {extent(new)}))",
+                     f"{kernel}[grid](*args, **meta)"]
         fw.launches += 1
         fw.cat_buffers[whole] = len(parts)
-    prefix = " + ".join(f"{p}.shape[{dim}]" for p in parts)
-    return fw.emit(v, buffer if v == whole else f"{buffer}.narrow({dim}, 0, {prefix})")
+    return fw.emit(v, buffer if v == whole else f"{buffer}.narrow({dim}, 0, {extent(parts)})")
 
 
 def pad_kernel(rank: int, padded: list[int], value: str) -> tuple[str, str]:
@@ -290,14 +306,12 @@ def pad_kernel(rank: int, padded: list[int], value: str) -> tuple[str, str]:
     element of x lands, in one launch over the output."""
     args = ["out_ptr", "x_ptr", "n"] + [f"d{j}" for j in range(rank)] + [f"o{j}" for j in range(rank)]
     args += [f"l0_{j}" for j in range(rank)] + [f"b{j}" for j in padded] + [f"e{j}" for j in padded]
-    lines = ["    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = offs < n"]
-    lines += addresses(rank, [("at_out", "o", ()), ("at0", "l0_", ())])
+    lines = addresses(rank, [("at_out", "o", ()), ("at0", "l0_", ())])
     inside = " & ".join(["mask", *(f"(i{j} >= b{j}) & (i{j} < b{j} + e{j})" for j in padded)])
     shift = " - ".join(["at0", *(f"b{j} * l0_{j}" for j in padded)])
     lines += [f"    inside = {inside}", f"    x = tl.load(x_ptr + {shift}, mask=inside, other=0)",
               f"    tl.store(out_ptr + at_out, tl.where(inside, x, {value}), mask=mask)"]
-    src = "def KERNEL(" + ", ".join(args) + ", BLOCK: tl.constexpr, RANK: tl.constexpr):\n" + "\n".join(lines) + "\n"
-    return jit(kernel_name("pad", src), src)
+    return flat_kernel("pad", args, lines)
 
 
 PAD_LAUNCHER = '''
@@ -307,10 +321,10 @@ def _pad(x, pads, dtype, BLOCK=None):
     shape = [size + lo + hi for size, (lo, hi) in zip(x.shape, pads)]
     out = torch.empty(shape, dtype=dtype, device=x.device)
     padded = [j for j, p in enumerate(pads) if p != (0, 0)]
-    n = out.numel()
-    block = BLOCK or (4096 if out.device.type == "cpu" else 1024)
-    args = (out, x, n, *shape, *out.stride(), *x.stride(), *[pads[j][0] for j in padded], *[x.shape[j] for j in padded])
-    return out, (max(1, triton.cdiv(n, block)),), args, {"BLOCK": block, "RANK": len(shape)}
+    grid, block = _flat_grid(out, BLOCK)
+    args = (out, x, out.numel(), *shape, *out.stride(), *x.stride(), *[pads[j][0] for j in padded],
+            *[x.shape[j] for j in padded])
+    return out, grid, args, {"BLOCK": block, "RANK": len(shape)}
 '''
 
 
@@ -322,6 +336,7 @@ def pad(fw: "Forward", v: int) -> str:
     padded = [j for j, p in enumerate(pads) if p != (0, 0)]
     value = str(int(n.attrs["value"])) if "int" in n.dtype else num(n.attrs["value"])  # no float round trip
     name = fw.kernel(pad_kernel(len(n.shape), padded, value))
+    fw.launcher("_flat_grid", FLAT_GRID)
     fw.launcher("_pad", PAD_LAUNCHER)
     return fw.launch(v, name, f"_pad({fw.tensor(n.args[0])}, {pads}, {fw.dtype(v)})")
 
