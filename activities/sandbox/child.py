@@ -29,8 +29,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import glob
+import json
 import os
 import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -52,6 +54,8 @@ TMP_BYTES = 256 * 1024**2
 """Size of the child's private /tmp (a tmpfs; TMPDIR points at the scratch dir anyway)."""
 KILL_WAIT_S = 5.0
 """How long a kill waits for the namespace's processes to be gone (the kernel reaps them asynchronously)."""
+INFO_WAIT_S = 10.0
+"""How long bubblewrap may take to report its sandbox's init (it does so before the command starts)."""
 UID_RANGE = (200_000, 2**31 - 2)
 """A root worker starts each child as a random uid from this range: no file on the host belongs to it,
 and RLIMIT_NPROC (counted per uid) is the child's own, not shared with its neighbours."""
@@ -246,15 +250,18 @@ def system_entries() -> dict[str, str | None]:
 
 def bwrap_argv(command: Sequence[str], *, scratch: Path, policy: SandboxPolicy, limits: Limits,
                env: Mapping[str, str], hidden: Sequence[Path], runtime: Sequence[Path], uid: int | None,
-               system: Mapping[str, str | None] | None = None) -> list[str]:
+               system: Mapping[str, str | None] | None = None, info_fd: int | None = None) -> list[str]:
     """The full argv (pure: tests assert it). `uid` set: the worker is root and the command drops to it
     with setpriv; None: an unprivileged bubblewrap with a user namespace. `system`: the host's SYSTEM_DIRS
-    (`system_entries()`), read only for a runtime-only child."""
+    (`system_entries()`), read only for a runtime-only child. `info_fd`: where bubblewrap writes its
+    sandbox's init pid (`_sandbox_init`)."""
     root = _root_view(policy.runtime_only, runtime, system if system is not None else system_entries())
     argv = ["bwrap", *root, "--dev", "/dev", "--proc", "/proc",
             "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--clearenv"]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
     if not policy.network:
         argv.append("--unshare-net")
     if uid is None:
@@ -380,7 +387,8 @@ class Child:
     """A started child: its process (bubblewrap's, or the command's when unconfined), its log, and
     what ended it (`error`, None when it exited 0)."""
 
-    def __init__(self, proc: subprocess.Popen, log: Path, writable: tuple[Path, ...], limits: Limits, confined: bool):
+    def __init__(self, proc: subprocess.Popen, log: Path, writable: tuple[Path, ...], limits: Limits, confined: bool,
+                 init_pid: int | None = None):
         self.proc = proc
         self.log = log
         self.writable = writable
@@ -389,7 +397,8 @@ class Child:
         self.started = time.monotonic()
         self._disk_base = disk_used(writable)
         self._namespace: str | None = None
-        """The child's PID namespace (`pid:[inode]`), once seen: what `kill` waits to be empty."""
+        """The child's PID namespace (`pid:[inode]`), held from the start (bubblewrap names its init): what `kill`
+        waits to be empty."""
         self._namespace_fd: int | None = None
         self.error: str | None = None
         self.log_excerpt = ""
@@ -398,6 +407,8 @@ class Child:
         self.elapsed = 0.0
         self.timed_out = False
         """Killed at its time limit (`error` says after how long)."""
+        if init_pid is not None:
+            self._hold_namespace(init_pid)
 
     @property
     def pid(self) -> int:
@@ -410,8 +421,6 @@ class Child:
     def poll(self) -> int | None:
         """The exit code, negative for a signal (bubblewrap reports a signalled child as 128 + N)."""
         code = self.proc.poll()
-        if code is None and self.confined and self._namespace is None:
-            self._hold_namespace()
         if code is not None and self.confined and 128 < code < 128 + signal.NSIG:
             return -(code - 128)
         return code
@@ -422,10 +431,9 @@ class Child:
     def kill(self) -> None:
         """Kill the whole child and wait until nothing of it is left: bubblewrap, the namespace's init
         (with it the kernel kills everything in the PID namespace), and the command (another session).
-        bubblewrap may exit before its namespace is empty (a fork bomb's processes), so this waits for that."""
+        bubblewrap exits as soon as the command does, while its init still waits for the command's own children
+        (a test's background server, a fork bomb's processes), so this waits until the namespace is empty."""
         tree = _descendants(self.proc.pid) if self.proc.poll() is None else []
-        if self._namespace is None and tree:
-            self._hold_namespace()
         for pid in [self.proc.pid, *tree]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -446,23 +454,31 @@ class Child:
         finally:
             self._release_namespace()
 
-    def _hold_namespace(self) -> None:
-        """Remember the child's PID namespace and hold it open: while we hold it, its inode number cannot be
-        reused by another child's new namespace, so `kill` never reaches a stranger's processes."""
-        for pid in _descendants(self.proc.pid):
-            try:
-                fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY)
-            except OSError:
-                continue
-            name = _pid_namespace(pid)
-            if name is None or name == _pid_namespace(os.getpid()):
-                os.close(fd)
-                continue
-            if os.readlink(f"/proc/self/fd/{fd}") != name:  # the pid was reused between the two reads
-                os.close(fd)
-                continue
-            self._namespace, self._namespace_fd = name, fd
+    def _hold_namespace(self, init_pid: int) -> None:
+        """Remember the PID namespace of the sandbox's init (`init_pid`, from bubblewrap as it starts) and hold
+        it open: while we hold it, its inode number cannot be reused by another child's new namespace, so `kill`
+        never reaches a stranger's processes."""
+        try:
+            pidfd = os.pidfd_open(init_pid)
+        except OSError:  # it has already exited, and with it its namespace
             return
+        try:
+            fd = os.open(f"/proc/{init_pid}/ns/pid", os.O_RDONLY)
+        except OSError:
+            os.close(pidfd)
+            return
+        try:
+            signal.pidfd_send_signal(pidfd, 0)  # still the process the pidfd names: the namespace opened is its
+            name = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            os.close(fd)
+            return
+        finally:
+            os.close(pidfd)
+        if name == _pid_namespace(os.getpid()):
+            os.close(fd)
+            return
+        self._namespace, self._namespace_fd = name, fd
 
     def _release_namespace(self) -> None:
         if self._namespace_fd is not None:
@@ -555,16 +571,44 @@ def spawn_child(command: Sequence[str], *, scratch: Path, limits: Limits, policy
         uid = _child_uid() if os.geteuid() == 0 else None
         if uid is not None:
             _hand_over(writable, uid)
+        info, info_w = os.pipe()
         argv = bwrap_argv(command, scratch=scratch, policy=policy, limits=limits, env=child_env,
-                          hidden=hidden_paths(), runtime=runtime_paths(), uid=uid)
+                          hidden=hidden_paths(), runtime=runtime_paths(), uid=uid, info_fd=info_w)
         popen_env: dict[str, str] | None = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     else:  # prlimit execs the command: its parent is this worker, whose death it can check for
+        info, info_w = None, None
         argv = [*_prlimit(limits), *command]
         popen_env = {**child_env, PARENT_PID_VAR: str(os.getpid())}
-    with log.open("ab") as out:
-        proc = subprocess.Popen(argv, cwd=scratch, env=popen_env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    return Child(proc, log, writable, limits, confined)
+    try:
+        with log.open("ab") as out:
+            proc = subprocess.Popen(argv, cwd=scratch, env=popen_env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    pass_fds=() if info_w is None else (info_w,))
+    except BaseException:
+        if info is not None:
+            os.close(info)
+        raise
+    finally:
+        if info_w is not None:
+            os.close(info_w)
+    return Child(proc, log, writable, limits, confined, init_pid=None if info is None else _sandbox_init(info))
+
+
+def _sandbox_init(info: int) -> int | None:
+    """The host pid of the sandbox's init, read from bubblewrap's `--info-fd` (it writes it, then lets the init
+    start the command; EOF once bubblewrap closes or exits). None if bubblewrap failed before it."""
+    data = b""
+    deadline = time.monotonic() + INFO_WAIT_S
+    with os.fdopen(info, "rb", buffering=0) as stream:
+        while (left := deadline - time.monotonic()) > 0 and select.select([stream], [], [], left)[0]:
+            chunk = stream.read(4096)
+            if not chunk:
+                break
+            data += chunk
+    try:
+        return int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 POLL_S = 0.25
