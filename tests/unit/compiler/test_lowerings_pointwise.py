@@ -7,8 +7,14 @@ import pytest
 from tests.unit.compiler.cases import Case, run
 
 X = "torch.randn(3, N)"
+I = "torch.randint(2**40, (3, N))"
 CASES: dict[str, Case] = {
     "relu": Case("torch.relu(x)", X),
+    "add:int64_exact": Case("i * 3 + (i - 2**40) + 1", I, args="i"),
+    "eq:int64_exact": Case("(i + 1) == i", I, args="i"),
+    "where:int64_exact": Case("torch.where(x > 0, torch.maximum(i, j), -i)", f"torch.randn(3, N), {I}, {I}",
+                              args="x, i, j"),
+    "_to_copy:int64_exact": Case("i.int().long() * 2", "torch.randint(2**30, (3, N))", args="i"),
     "sigmoid": Case("torch.sigmoid(x)", X),
     "tanh": Case("torch.tanh(x)", X),
     "exp": Case("torch.exp(x)", X),

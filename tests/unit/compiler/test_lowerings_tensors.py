@@ -18,6 +18,7 @@ def dense(x):
 """
 CASES: dict[str, Case] = {
     "flip": Case("torch.flip(x, [1]) * 2", X),
+    "flip:int64_exact": Case("torch.flip(i, [1])", "torch.randint(2**40, (3, N))", args="i"),
     "triu": Case("torch.triu(x, 1) * 2", "torch.randn(N, N)"),
     "tril": Case("torch.tril(x) * 2", "torch.randn(N, N)"),
     "zeros_like": Case("torch.zeros_like(x) + 1", X),

@@ -7,7 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from activities.kernels.compiler.blocks.common import jit, kernel_name
-from activities.kernels.compiler.expr import expression, num
+from activities.kernels.compiler.expr import COMPARE, expression, num
 from activities.kernels.compiler.graph import Const, Scalar, Sym, symbolic
 from activities.kernels.compiler.registry import emits
 
@@ -24,17 +24,19 @@ def flat_kernel(prefix: str, args: list[str], body: list[str]) -> tuple[str, str
 
 
 def pointwise_kernel(rank: int, leaves: int, flips: list[tuple[int, ...]], scalars: int, body: list[str],
-                     result: str, bool_out: bool = False) -> tuple[str, str]:
+                     result: str, bool_out: bool = False, exact: bool = False) -> tuple[str, str]:
     """(name, source): out[i] = result(leaf_0[i], ..., scalars) over a broadcast index space of `rank`
     dims; `flips[k]` lists the dims leaf k is read reversed along; `body` lines may use `i0..i{rank-1}`
     (a kernel that does is launched with `keep_dims`). The flat index is split over the innermost RANK dims
-    only: the launcher merges the dims every tensor walks as one (`_coalesce`) and pads the rest with size 1."""
+    only: the launcher merges the dims every tensor walks as one (`_coalesce`) and pads the rest with size 1.
+    The leaves are computed on in fp32, or, `exact`, in their own dtype (`integral`: int64 beyond 2^24 exact)."""
     args = ["out_ptr"] + [f"l{k}_ptr" for k in range(leaves)] + [f"s{k}" for k in range(scalars)] + ["n"]
     args += [f"d{j}" for j in range(rank)] + [f"o{j}" for j in range(rank)]
     args += [f"l{k}_{j}" for k in range(leaves) for j in range(rank)]
     lines = addresses(rank, [("at_out", "o", ())] + [(f"at{k}", f"l{k}_", flips[k]) for k in range(leaves)])
     for k in range(leaves):
-        lines.append(f"    x{k} = tl.load(l{k}_ptr + at{k}, mask=mask, other=0.0).to(tl.float32)")
+        load = f"tl.load(l{k}_ptr + at{k}, mask=mask, other={0 if exact else 0.0})"
+        lines.append(f"    x{k} = {load}" if exact else f"    x{k} = {load}.to(tl.float32)")
     lines += ["    " + b for b in body]
     value = f"({result}) != 0" if bool_out else result
     lines.append(f"    tl.store(out_ptr + at_out, {value}, mask=mask)")
@@ -118,12 +120,46 @@ def _pointwise(leaves, scalars, dtype, shape=None, out=None, device=None, BLOCK=
 '''
 
 
+INTEGER_FNS = ("add", "sub", "rsub", "mul", "neg", "abs", "maximum", "minimum", "where", "copy")
+"""Pointwise functions whose Triton expression (`expression`) is exact on integers: no float literal, no division."""
+
+
+def _integer(dtype: str) -> bool:
+    return dtype == "bool" or "int" in dtype
+
+
+def integral(fw: "Forward", v: int) -> bool:
+    """Whether node v's fused chain (what `Fused.expr` inlines) can be computed in its own integer dtypes: an
+    integer (or bool) result of integer leaves, integral constants and INTEGER_FNS, comparisons (of those or of
+    any stored tensor) only as a `where`'s condition or the result. Through fp32 an int64 above 2^24 (a large id, index arithmetic) is inexact."""
+    def exact(u: Any, compared: bool) -> bool:
+        if isinstance(u, Const):
+            return isinstance(u.value, bool | int) or (isinstance(u.value, float) and u.value.is_integer())
+        if isinstance(u, Sym):
+            return True
+        if isinstance(u, Scalar):
+            return False  # a forward argument: its Python type is known only at run time
+        node = fw.nodes[u]
+        if node.op != "pw":
+            return _integer(node.dtype)
+        fn, args = node.attrs["fn"], node.args
+        if fn in COMPARE:  # a tensor compared is read as it is stored (an fp16 one compares as in fp32)
+            return compared and all(exact(a, False) or (isinstance(a, int) and fw.nodes[a].op != "pw") for a in args)
+        if fn == "where":
+            return exact(args[0], True) and all(exact(a, False) for a in args[1:])
+        return fn in INTEGER_FNS and _integer(node.dtype) and all(exact(a, False) for a in args)
+
+    return _integer(fw.nodes[v].dtype) and exact(v, fw.nodes[v].dtype == "bool")
+
+
 class Fused:
     """One fused pointwise expression being built: its leaves (materialized tensors, maybe read flipped), the
-    scalar inputs it takes, its lines (`v<k> = ...`)."""
+    scalar inputs it takes, its lines (`v<k> = ...`). `exact`: computed in the leaves' own integer dtypes
+    (`integral`), its constants written as integers."""
 
-    def __init__(self, fw: "Forward"):
+    def __init__(self, fw: "Forward", exact: bool = False):
         self.fw = fw
+        self.exact = exact
         self.leaves: list[tuple[str, tuple[int, ...]]] = []
         self.scalars: list[str] = []
         """Run-time scalars the kernel takes (a scalar forward input, a size), as forward code."""
@@ -138,7 +174,7 @@ class Fused:
     def expr(self, v: Any) -> str:
         """The expression for graph value v: pointwise nodes inlined, anything else read as a leaf."""
         if isinstance(v, Const):
-            return num(v.value)
+            return str(int(v.value)) if self.exact else num(v.value)
         if isinstance(v, (Scalar, Sym)):
             code = f"inputs[{v.index}]" if isinstance(v, Scalar) else self.fw.size(v.expr)
             if code not in self.scalars:
@@ -173,7 +209,7 @@ def launch(fw: "Forward", v: int, k: Fused, result: str) -> str:
     n = fw.nodes[v]
     flips = [f for _, f in k.leaves]
     made = pointwise_kernel(len(n.shape), len(k.leaves), flips, len(k.scalars), k.lines, result,
-                            bool_out=n.dtype == "bool")
+                            bool_out=n.dtype == "bool", exact=k.exact)
     name = fw.kernel(made)
     fw.launcher("_flat_grid", FLAT_GRID)
     fw.launcher("_pointwise", LAUNCHER)
@@ -190,14 +226,15 @@ def sizes(fw: "Forward", n: Any) -> list[str]:
 
 @emits("pw")
 def pointwise(fw: "Forward", v: int) -> str:
-    k = Fused(fw)
+    k = Fused(fw, exact=integral(fw, v))
     return launch(fw, v, k, k.expr(v))
 
 
 @emits("flip")
 def flip(fw: "Forward", v: int) -> str:
+    """A copy: in the tensor's own dtype, whatever it is."""
     n = fw.nodes[v]
-    k = Fused(fw)
+    k = Fused(fw, exact=True)
     return launch(fw, v, k, k.leaf(fw.tensor(n.args[0]), tuple(n.attrs["dims"])))
 
 
