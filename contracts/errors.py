@@ -91,6 +91,9 @@ class Err(StrEnum):
 
 
 REMEDY: dict[Err, str] = {
+    Err.INTERNAL: ("the worker hit an error fleetforge does not classify: its log has the traceback (search it for the "
+                   "job id); a file, permission or disk named in the message is the worker machine's to fix, anything "
+                   "else is a fleetforge bug to report with that traceback"),
     Err.BAD_INPUT: "check the arguments (fleetforge COMMAND --help)",
     Err.MODEL_NOT_FOUND: "check the path, or add the model to the catalog (FLEETFORGE_CATALOG)",
     Err.MODEL_INVALID: "the file is not a readable model of a supported format (onnx, tflite, pb, pt)",

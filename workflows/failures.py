@@ -14,13 +14,22 @@ from contracts.errors import Err
 M = TypeVar("M", bound=BaseModel)
 
 
+CODES = frozenset(Err)
+
+
 def failure_from(error: BaseException, where: str) -> Failure:
-    """The innermost ApplicationError's type becomes the code; anything else is INTERNAL."""
+    """The innermost ApplicationError's type becomes the code when it is one of ours (contracts.errors.Err);
+    anything else is INTERNAL. An exception no activity classified reaches us as an ApplicationError typed with its
+    class name (`OSError`): INTERNAL too, the class kept in the message, so the failure still says whose it is and
+    what to do (REMEDY[INTERNAL])."""
     cause: BaseException | None = error
     while isinstance(cause, (ActivityError, ChildWorkflowError)) and cause.cause is not None:
         cause = cause.cause
     if isinstance(cause, ApplicationError):
-        return Failure(code=cause.type or Err.INTERNAL, message=cause.message, where=where)
+        if cause.type in CODES:
+            return Failure(code=cause.type, message=cause.message, where=where)
+        message = f"{cause.type}: {cause.message}" if cause.type else cause.message
+        return Failure(code=Err.INTERNAL, message=message, where=where)
     if isinstance(cause, FailureError):
         return Failure(code=Err.INTERNAL, message=cause.message, where=where)
     return Failure(code=Err.INTERNAL, message=str(cause), where=where)

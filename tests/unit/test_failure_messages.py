@@ -133,3 +133,19 @@ def test_a_message_that_already_says_what_to_do_does_not_get_the_remedy_twice():
     assert explained("no calibration given", "CALIBRATION_NEEDED") == \
         "no calibration given (give real inputs with --calibration FILE.npz (input name -> array) for the named inputs)"
     assert explained("something broke", "NOT_A_CODE") == explained("something broke", "") == "something broke"
+
+
+def test_an_exception_no_activity_classified_is_internal_and_says_what_to_do():
+    """An activity's unclassified exception reaches the workflow typed with its class name: a job once ended with
+    code 'OSError' and no remedy. It is INTERNAL now, the class kept, and INTERNAL says whose it is."""
+    from temporalio.exceptions import ApplicationError
+
+    from contracts.errors import explained
+    from workflows.failures import failure_from
+
+    raw = failure_from(ApplicationError("[Errno 30] Read-only file system: '/tmp/x.log'", type="OSError"), "verifier")
+    assert (raw.code, raw.message) == (Err.INTERNAL, "OSError: [Errno 30] Read-only file system: '/tmp/x.log'")
+    shown = explained(raw.message, raw.code, raw.hint)
+    assert "worker" in shown and "traceback" in shown and "bug" in shown
+    ours = failure_from(ApplicationError("no HTP implementation", type=Err.UNSUPPORTED_OP), "compile")
+    assert (ours.code, ours.message) == (Err.UNSUPPORTED_OP, "no HTP implementation")
