@@ -11,6 +11,8 @@ CASES: dict[str, Case] = {
     "sum": Case("x.sum(dim=1)", "torch.randn(3, N, 4)"),
     "sum:keepdim_all": Case("x.sum(dim=(0, 2), keepdim=True)", "torch.randn(3, N, 4)"),
     "mean": Case("x.mean(dim=-1)", "torch.randn(3, 4, N)"),
+    "mean:split_over_columns": Case("x.mean(dim=(0, 2, 3))", "torch.randn(4, 3, 64, N)"),  # a batch norm's statistics
+    "sum:split_keepdim": Case("(x * x).sum(dim=(0, 2), keepdim=True)", "torch.randn(8, 2, 32 * N)"),
     "amax": Case("torch.amax(x, dim=0)", "torch.randn(N, 4)"),
     "amin": Case("torch.amin(x, dim=1)", "torch.randn(N, 4)"),
     "max": Case("torch.max(x, dim=1)[0]", "torch.randn(3, N)"),
@@ -51,3 +53,33 @@ def runs(tmp_path_factory) -> dict[str, list[str]]:
 @pytest.mark.parametrize("key", list(CASES))
 def test_the_lowering_matches_the_reference_at_the_traced_size_and_another(key, runs):
     assert runs[key] == [], runs[key]
+
+
+SPLIT = """
+import json, sys
+import torch, triton, triton.language as tl
+scope = {"torch": torch, "triton": triton, "tl": tl, "math": __import__("math")}
+exec(sys.argv[1], scope)
+kernel = scope[sys.argv[2]]
+torch.manual_seed(0)
+x = torch.randn(3, 20000, 5)
+out, grid, args, meta = scope["_reduce"]([x], [], [1, 2], False, torch.float32, 0, split=True)
+kernel[grid](*args, **meta)
+_, gpu_grid, _, _ = scope["_reduce"]([x.to("meta")], [], [1, 2], False, torch.float32, 0, split=True)
+print(json.dumps({"grid": list(grid), "gpu_grid": list(gpu_grid), "split": meta["SPLIT"],
+                  "error": (out - x.mean((1, 2))).abs().max().item()}))
+"""
+
+
+def test_few_rows_of_many_columns_are_split_across_programs_that_add_up():
+    """A batch norm's statistics (a row per channel, batch x height x width columns) were one program on a GPU of
+    132 SMs; the columns are now cut into ranges, a program each, adding atomically into a zeroed output. The cut
+    is the same under the interpreter as for a GPU tensor, so what the verifier runs is what the GPU runs."""
+    from activities.kernels.compiler.blocks.common import INTERPRETER_TILE
+    from activities.kernels.compiler.blocks.reduction import LAUNCHER, reduce_kernel
+    from tests.unit.compiler.cases import interpreted
+
+    name, source = reduce_kernel("mean", 1, 2, 1, 0, [], "x0", split=True)
+    seen = interpreted(SPLIT, source + INTERPRETER_TILE + LAUNCHER, name)
+    assert seen["split"] and seen["grid"] == seen["gpu_grid"] == [1, 98], seen  # ranges of 1,024 of 100,000
+    assert seen["error"] < 1e-6, seen

@@ -14,18 +14,24 @@ if TYPE_CHECKING:
     from activities.kernels.compiler.forward import Forward
 
 REDUCE_OPS = ("sum", "mean", "amax", "amin", "argmax", "argmin", "logsumexp")
+SPLITTABLE = ("sum", "mean")
+"""Reductions whose partial results over column ranges add up (`split`: several programs per row, atomically)."""
 
 
 def reduce_kernel(op: str, kept: int, reduced: int, leaves: int, scalars: int, body: list[str],
-                  value: str) -> tuple[str, str]:
+                  value: str, split: bool = False) -> tuple[str, str]:
     """(name, source): out[row] = op over the reduced dims of value(leaves) (rows = the kept dims, in
-    order); `mean` divides by (C - correction)."""
-    assert op in REDUCE_OPS
+    order); `mean` divides by (C - correction). A program reduces BR rows over one range of `chunk` columns
+    (program_id 1); `split` (SPLITTABLE ops): the launch may give a row several ranges, each adding its part
+    (`SPLIT`: atomically, into a zeroed output), so few rows of many columns (a batch norm's statistics: a row
+    per channel) still fill the GPU instead of one program reading everything."""
+    assert op in REDUCE_OPS and (not split or op in SPLITTABLE)
     ks, rs = [f"k{j}" for j in range(kept)], [f"r{j}" for j in range(reduced)]
     args = ["out_ptr"] + [f"l{k}_ptr" for k in range(leaves)] + [f"s{k}" for k in range(scalars)]
-    args += ["R", "C", "correction"] + [f"{s}_n" for s in ks + rs]
+    args += ["R", "C", "correction", "chunk"] + [f"{s}_n" for s in ks + rs]
     args += [f"l{k}_{s}" for k in range(leaves) for s in ks + rs]
-    lines = ["    rows = tl.program_id(0) * BR + tl.arange(0, BR)", "    rmask = rows < R"]
+    lines = ["    rows = tl.program_id(0) * BR + tl.arange(0, BR)", "    rmask = rows < R",
+             "    lo = tl.program_id(1) * chunk", "    hi = tl.minimum(lo + chunk, C)"]
     lines += decompose("rows", [f"{s}_n" for s in ks], ks, "    ")
     for k in range(leaves):
         lines.append(f"    base{k} = {offset(ks, [f'l{k}_{s}' for s in ks], 'rows')}")
@@ -33,7 +39,7 @@ def reduce_kernel(op: str, kept: int, reduced: int, leaves: int, scalars: int, b
             "amin": 'float("inf")', "argmin": 'float("inf")', "logsumexp": '-float("inf")'}[op]
 
     def loop(combine: list[str]) -> list[str]:
-        out = ["    for c0 in range(0, C, BC):", "        cols = c0 + tl.arange(0, BC)", "        cmask = cols < C",
+        out = ["    for c0 in range(lo, hi, BC):", "        cols = c0 + tl.arange(0, BC)", "        cmask = cols < hi",
                "        m2 = rmask[:, None] & cmask[None, :]"]
         out += decompose("cols", [f"{s}_n" for s in rs], rs, "        ")
         for k in range(leaves):
@@ -67,15 +73,29 @@ def reduce_kernel(op: str, kept: int, reduced: int, leaves: int, scalars: int, b
         lines.append("    res = tl.sum(acc, axis=1)")
         if op == "mean":
             lines.append("    res = res / (C - correction)")
-    lines.append("    tl.store(out_ptr + rows, res, mask=rmask)")
-    src = ("def KERNEL(" + ", ".join(args) + ", BR: tl.constexpr, BC: tl.constexpr):\n" + "\n".join(lines) + "\n")
+    if split:
+        lines += ["    if SPLIT:", "        tl.atomic_add(out_ptr + rows, res, mask=rmask)", "    else:",
+                  "        tl.store(out_ptr + rows, res, mask=rmask)"]
+    else:
+        lines.append("    tl.store(out_ptr + rows, res, mask=rmask)")
+    meta = ", BR: tl.constexpr, BC: tl.constexpr" + (", SPLIT: tl.constexpr" if split else "")
+    src = "def KERNEL(" + ", ".join(args) + meta + "):\n" + "\n".join(lines) + "\n"
     return jit(kernel_name(f"reduce_{op}", src), src)
 
 
 LAUNCHER = '''
 
-def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, BR=None, BC=None):
-    """(out, grid, args, meta) of a reduction: rows are the kept dims, columns the reduced ones (strided)."""
+SPLIT_PROGRAMS = 256
+"""A split reduction's programs in all (two per SM of an H100): enough to fill the GPU, few enough to add up."""
+SPLIT_COLUMNS = 1024
+"""The fewest columns one program of a split reduction reads per row."""
+
+
+def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, split=False, BR=None, BC=None):
+    """(out, grid, args, meta) of a reduction: rows are the kept dims, columns the reduced ones (strided).
+    `split` (a SPLITTABLE kernel): when the rows' programs are too few to fill the GPU, each row's columns are
+    cut into power-of-two multiples of BC, a program each (the same cut under the interpreter, so what runs on
+    the CPU is what a GPU runs)."""
     shape = tuple(torch.broadcast_shapes(*[t.shape for t in leaves]))
     r = len(shape)
     dims = sorted({d % r for d in dims}) if dims else list(range(r))
@@ -83,16 +103,25 @@ def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, BR=None, BC=Non
     views = [t.expand(shape) for t in leaves]
     R = math.prod(shape[i] for i in kept)
     C = math.prod(shape[i] for i in dims)
-    out = torch.empty(R, dtype=dtype, device=leaves[0].device)
-    cpu = out.device.type == "cpu"
+    device = leaves[0].device
+    cpu = device.type == "cpu"
     BC = BC or min(128 if cpu else 64, triton.next_power_of_2(max(C, 1)))
     BR = BR or max(1, min(256, (8192 if cpu else 2048) // BC))
+    chunk = C
+    if split:
+        want = min(triton.cdiv(C, SPLIT_COLUMNS), SPLIT_PROGRAMS // triton.cdiv(R, BR))
+        if want > 1:
+            chunk = BC * triton.next_power_of_2(triton.cdiv(triton.cdiv(C, want), BC))
     if cpu:
         BR, BC = _interpreter_tile(R, C, BR, BC, 8192)
+        BC = min(BC, triton.next_power_of_2(max(chunk, 1)))  # a range holds whole column blocks
+    splits = max(1, triton.cdiv(C, max(chunk, 1)))
+    out = (torch.zeros if splits > 1 else torch.empty)(R, dtype=dtype, device=device)
     strides = [v.stride(i) for v in views for i in kept + dims]
     result = out.reshape([1 if i in dims else shape[i] for i in range(r)] if keepdim else [shape[i] for i in kept])
-    return result, (max(1, triton.cdiv(R, BR)),), (out, *views, *scalars, R, C, correction,
-                                                   *[shape[i] for i in kept + dims], *strides), {"BR": BR, "BC": BC}
+    meta = {"BR": BR, "BC": BC, **({"SPLIT": splits > 1} if split else {})}
+    return result, (max(1, triton.cdiv(R, BR)), splits), (out, *views, *scalars, R, C, correction, max(chunk, 1),
+                                                           *[shape[i] for i in kept + dims], *strides), meta
 '''
 
 
@@ -104,10 +133,11 @@ def reduce(fw: "Forward", v: int) -> str:
     src = fw.nodes[n.args[0]] if isinstance(n.args[0], int) else None
     rank = len(src.shape) if src else 0
     dims = n.attrs["dims"]
+    split = n.attrs["fn"] in SPLITTABLE and n.dtype == "float32"  # an fp32 atomic add
     name = fw.kernel(reduce_kernel(n.attrs["fn"], rank - len(dims), len(dims), len(k.leaves), len(k.scalars),
-                                   k.lines, value))
+                                   k.lines, value, split=split))
     fw.launcher("_interpreter_tile", INTERPRETER_TILE)
     fw.launcher("_reduce", LAUNCHER)
     corr = n.attrs.get("correction", 0.0)
     return fw.launch(v, name, f"_reduce([{k.leaf_vars()}], [{k.scalar_args()}], {dims}, {n.attrs['keepdim']}, "
-                              f"{fw.dtype(v)}, {corr})")
+                              f"{fw.dtype(v)}, {corr}{', split=True' if split else ''})")
