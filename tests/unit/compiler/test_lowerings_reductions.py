@@ -66,7 +66,10 @@ x = torch.randn(3, 20000, 5)
 out, grid, args, meta = scope["_reduce"]([x], [], [1, 2], False, torch.float32, 0, split=True)
 kernel[grid](*args, **meta)
 _, gpu_grid, _, _ = scope["_reduce"]([x.to("meta")], [], [1, 2], False, torch.float32, 0, split=True)
-print(json.dumps({"grid": list(grid), "gpu_grid": list(gpu_grid), "split": meta["SPLIT"],
+# 100 rows of 200,000: 4 row blocks of a GPU's tile (2 of the interpreter's), 64 ranges wanted, 49 of 4,096
+grids = [list(scope["_reduce"]([torch.empty(100, 200000, device=d)], [], [1], False, torch.float32, 0, split=True)[1])
+         for d in ("cpu", "meta")]
+print(json.dumps({"grid": list(grid), "gpu_grid": list(gpu_grid), "split": meta["SPLIT"], "many": grids,
                   "error": (out - x.mean((1, 2))).abs().max().item()}))
 """
 
@@ -82,4 +85,5 @@ def test_few_rows_of_many_columns_are_split_across_programs_that_add_up():
     name, source = reduce_kernel("mean", 1, 2, 1, 0, [], "x0", split=True)
     seen = interpreted(SPLIT, source + INTERPRETER_TILE + LAUNCHER, name)
     assert seen["split"] and seen["grid"] == seen["gpu_grid"] == [1, 98], seen  # ranges of 1,024 of 100,000
+    assert seen["many"] == [[2, 49], [4, 49]], seen  # the rows' blocks are each device's own, the cut is one
     assert seen["error"] < 1e-6, seen

@@ -131,7 +131,8 @@ def _integer(dtype: str) -> bool:
 def integral(fw: "Forward", v: int) -> bool:
     """Whether node v's fused chain (what `Fused.expr` inlines) can be computed in its own integer dtypes: an
     integer (or bool) result of integer leaves, integral constants and INTEGER_FNS, comparisons (of those or of
-    any stored tensor) only as a `where`'s condition or the result. Through fp32 an int64 above 2^24 (a large id, index arithmetic) is inexact."""
+    any stored tensor) only as a `where`'s condition or the result. Through fp32 an int64 above 2^24 (a large id,
+    index arithmetic) is inexact."""
     def exact(u: Any, compared: bool) -> bool:
         if isinstance(u, Const):
             return isinstance(u.value, bool | int) or (isinstance(u.value, float) and u.value.is_integer())

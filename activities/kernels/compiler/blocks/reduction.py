@@ -94,8 +94,8 @@ SPLIT_COLUMNS = 1024
 def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, split=False, BR=None, BC=None):
     """(out, grid, args, meta) of a reduction: rows are the kept dims, columns the reduced ones (strided).
     `split` (a SPLITTABLE kernel): when the rows' programs are too few to fill the GPU, each row's columns are
-    cut into power-of-two multiples of BC, a program each (the same cut under the interpreter, so what runs on
-    the CPU is what a GPU runs)."""
+    cut into ranges of a power-of-two number of column blocks, a program each (the same cut under the
+    interpreter, so what runs on the CPU is what a GPU runs)."""
     shape = tuple(torch.broadcast_shapes(*[t.shape for t in leaves]))
     r = len(shape)
     dims = sorted({d % r for d in dims}) if dims else list(range(r))
@@ -108,10 +108,11 @@ def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, split=False, BR
     BC = BC or min(128 if cpu else 64, triton.next_power_of_2(max(C, 1)))
     BR = BR or max(1, min(256, (8192 if cpu else 2048) // BC))
     chunk = C
-    if split:
-        want = min(triton.cdiv(C, SPLIT_COLUMNS), SPLIT_PROGRAMS // triton.cdiv(R, BR))
+    if split:  # cut by the GPU's tile whatever runs this, so the interpreter runs the grid a GPU would
+        gbc = min(64, triton.next_power_of_2(max(C, 1)))
+        want = min(triton.cdiv(C, SPLIT_COLUMNS), SPLIT_PROGRAMS // triton.cdiv(R, max(1, min(256, 2048 // gbc))))
         if want > 1:
-            chunk = BC * triton.next_power_of_2(triton.cdiv(triton.cdiv(C, want), BC))
+            chunk = gbc * triton.next_power_of_2(triton.cdiv(triton.cdiv(C, want), gbc))
     if cpu:
         BR, BC = _interpreter_tile(R, C, BR, BC, 8192)
         BC = min(BC, triton.next_power_of_2(max(chunk, 1)))  # a range holds whole column blocks
