@@ -11,8 +11,8 @@ CASES: dict[str, Case] = {
     "sum": Case("x.sum(dim=1)", "torch.randn(3, N, 4)"),
     "sum:keepdim_all": Case("x.sum(dim=(0, 2), keepdim=True)", "torch.randn(3, N, 4)"),
     "mean": Case("x.mean(dim=-1)", "torch.randn(3, 4, N)"),
-    "mean:split_over_columns": Case("x.mean(dim=(0, 2, 3))", "torch.randn(4, 3, 64, N)"),  # a batch norm's statistics
-    "sum:split_keepdim": Case("(x * x).sum(dim=(0, 2), keepdim=True)", "torch.randn(8, 2, 32 * N)"),
+    "mean:split_over_columns": Case("x.mean(dim=(0, 2, 3))", "torch.randn(8, 3, 256, N)"),  # a batch norm's statistics
+    "sum:split_keepdim": Case("(x * x).sum(dim=(0, 2), keepdim=True)", "torch.randn(16, 2, 512 * N)"),
     "amax": Case("torch.amax(x, dim=0)", "torch.randn(N, 4)"),
     "amin": Case("torch.amin(x, dim=1)", "torch.randn(N, 4)"),
     "max": Case("torch.max(x, dim=1)[0]", "torch.randn(3, N)"),
@@ -69,7 +69,8 @@ _, gpu_grid, _, _ = scope["_reduce"]([x.to("meta")], [], [1, 2], False, torch.fl
 # 100 rows of 200,000: 4 row blocks of a GPU's tile (2 of the interpreter's), 64 ranges wanted, 49 of 4,096
 grids = [list(scope["_reduce"]([torch.empty(100, 200000, device=d)], [], [1], False, torch.float32, 0, split=True)[1])
          for d in ("cpu", "meta")]
-print(json.dumps({"grid": list(grid), "gpu_grid": list(gpu_grid), "split": meta["SPLIT"], "many": grids,
+small = list(scope["_reduce"]([torch.empty(3, 1000)], [], [1], False, torch.float32, 0, split=True)[1])
+print(json.dumps({"grid": list(grid), "gpu_grid": list(gpu_grid), "split": meta["SPLIT"], "many": grids, "small": small,
                   "error": (out - x.mean((1, 2))).abs().max().item()}))
 """
 
@@ -84,6 +85,7 @@ def test_few_rows_of_many_columns_are_split_across_programs_that_add_up():
 
     name, source = reduce_kernel("mean", 1, 2, 1, 0, [], "x0", split=True)
     seen = interpreted(SPLIT, source + INTERPRETER_TILE + LAUNCHER, name)
-    assert seen["split"] and seen["grid"] == seen["gpu_grid"] == [1, 98], seen  # ranges of 1,024 of 100,000
+    assert seen["split"] and seen["grid"] == seen["gpu_grid"] == [1, 196], seen  # ranges of 512 of 100,000
     assert seen["many"] == [[2, 49], [4, 49]], seen  # the rows' blocks are each device's own, the cut is one
+    assert seen["small"] == [1, 1], seen  # 3 rows of 1,000: one program reads 12 KB, less than a launch costs
     assert seen["error"] < 1e-6, seen

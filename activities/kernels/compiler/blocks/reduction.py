@@ -87,8 +87,11 @@ LAUNCHER = '''
 
 SPLIT_PROGRAMS = 256
 """A split reduction's programs in all (two per SM of an H100): enough to fill the GPU, few enough to add up."""
-SPLIT_COLUMNS = 1024
+SPLIT_COLUMNS = 256
 """The fewest columns one program of a split reduction reads per row."""
+SPLIT_BYTES = 128 * 1024
+"""A block of rows is split only when one program would read at least this much: then its read alone (an SM's
+share of DRAM bandwidth, ~25 GB/s on an H100) outlasts the launch that zeroes the output."""
 
 
 def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, split=False, BR=None, BC=None):
@@ -110,8 +113,9 @@ def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, split=False, BR
     chunk = C
     if split:  # cut by the GPU's tile whatever runs this, so the interpreter runs the grid a GPU would
         gbc = min(64, triton.next_power_of_2(max(C, 1)))
-        want = min(triton.cdiv(C, SPLIT_COLUMNS), SPLIT_PROGRAMS // triton.cdiv(R, max(1, min(256, 2048 // gbc))))
-        if want > 1:
+        gbr = max(1, min(256, 2048 // gbc))
+        want = min(triton.cdiv(C, SPLIT_COLUMNS), SPLIT_PROGRAMS // triton.cdiv(R, gbr))
+        if want > 1 and min(R, gbr) * C * 4 >= SPLIT_BYTES:
             chunk = gbc * triton.next_power_of_2(triton.cdiv(triton.cdiv(C, want), gbc))
     if cpu:
         BR, BC = _interpreter_tile(R, C, BR, BC, 8192)
