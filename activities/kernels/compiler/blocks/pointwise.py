@@ -372,7 +372,7 @@ def pad(fw: "Forward", v: int) -> str:
     n = fw.nodes[v]
     pads = [tuple(p) for p in n.attrs["pads"]]
     padded = [j for j, p in enumerate(pads) if p != (0, 0)]
-    value = str(int(n.attrs["value"])) if "int" in n.dtype else num(n.attrs["value"])  # no float round trip
+    value = str(int(n.attrs["value"])) if _integer(n.dtype) else num(n.attrs["value"])  # no float round trip
     name = fw.kernel(pad_kernel(len(n.shape), padded, value))
     fw.launcher("_flat_grid", FLAT_GRID)
     fw.launcher("_pad", PAD_LAUNCHER)

@@ -94,6 +94,12 @@ SPLIT_BYTES = 128 * 1024
 share of DRAM bandwidth, ~25 GB/s on an H100) outlasts the launch that zeroes the output."""
 
 
+def _reduce_tile(C, cpu, BC=None):
+    """(BR, BC) a reduction over C columns takes by default: on a GPU, or under the interpreter (wider tiles)."""
+    BC = BC or min(128 if cpu else 64, triton.next_power_of_2(max(C, 1)))
+    return max(1, min(256, (8192 if cpu else 2048) // BC)), BC
+
+
 def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, split=False, BR=None, BC=None):
     """(out, grid, args, meta) of a reduction: rows are the kept dims, columns the reduced ones (strided).
     `split` (a SPLITTABLE kernel): when the rows' programs are too few to fill the GPU, each row's columns are
@@ -108,12 +114,11 @@ def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, split=False, BR
     C = math.prod(shape[i] for i in dims)
     device = leaves[0].device
     cpu = device.type == "cpu"
-    BC = BC or min(128 if cpu else 64, triton.next_power_of_2(max(C, 1)))
-    BR = BR or max(1, min(256, (8192 if cpu else 2048) // BC))
+    default_br, BC = _reduce_tile(C, cpu, BC)
+    BR = BR or default_br
     chunk = C
     if split:  # cut by the GPU's tile whatever runs this, so the interpreter runs the grid a GPU would
-        gbc = min(64, triton.next_power_of_2(max(C, 1)))
-        gbr = max(1, min(256, 2048 // gbc))
+        gbr, gbc = _reduce_tile(C, cpu=False)
         want = min(triton.cdiv(C, SPLIT_COLUMNS), SPLIT_PROGRAMS // triton.cdiv(R, gbr))
         if want > 1 and min(R, gbr) * C * 4 >= SPLIT_BYTES:
             chunk = gbc * triton.next_power_of_2(triton.cdiv(triton.cdiv(C, want), gbc))
