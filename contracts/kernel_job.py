@@ -394,7 +394,8 @@ class LaunchCost(BaseModel, frozen=True):
     kernel: str
     """The @triton.jit function's name, or `torch:<op>` for a torch op the forward ran outside its launches."""
     programs: int = 1
-    """Programs of the grid (product of its dims)."""
+    """Programs of the grid (product of its dims); of the GPU's grid where the launcher declares it
+    (activities/kernels/traffic.py)."""
     loaded: int = 0
     stored: int = 0
     """Bytes the launch's tl.load / tl.store requests moved, masked lanes excluded (every re-read counts)."""

@@ -26,6 +26,9 @@ interpreter, 4096 lanes over 12 elements, computes the 12 that matter; integer a
 counted), and 2*M*N*K per `tl.dot` over the tile's used rows, columns and depth (masked loads leave the padding
 of an edge tile all zeros: a row, column or depth index that is zero throughout is padding), by operand precision. Torch ops the forward runs outside its launches (a `.contiguous()`
 copy, a zero fill) are recorded through `torch_op` by the child's dispatch mode: they are kernels on a GPU too.
+A launch's program count is its grid's, or the GPU's where the grid declares it (an attribute `gpu` on the grid
+tuple: the compiler's launchers run fewer, larger programs under the interpreter, which pays per program, than a
+GPU does), capped at one program per active lane.
 
 This runs inside the candidate's process, like `_child.LaunchRecorder`: a hostile candidate could tamper with the
 counts (the static checks forbid patching triton, not every trick), so the figures are a model and labelled so;
@@ -241,6 +244,7 @@ def install(counter: Counter) -> None:
             if warmup or counter is None or not counter.active:
                 return orig(fn, *args, grid=grid, warmup=warmup, **kwargs)
             launch = _Launch(getattr(fn, "__name__", "kernel"), _storages([*args, *kwargs.values()]))
+            launch.gpu_programs = getattr(grid, "gpu", None)
             counter._launch = launch
             try:
                 return orig(fn, *args, grid=grid, warmup=warmup, **kwargs)
@@ -319,6 +323,7 @@ class _Launch:
 
         self.kernel = kernel
         self.programs = 1
+        self.gpu_programs: Any = None
         self.loaded = self.stored = 0
         self.flops = self.dot_flops = self.tf32_flops = self.half_flops = 0
         self.lanes = self.active = 0
@@ -328,6 +333,16 @@ class _Launch:
         total = int(self.sizes.sum()) if ranges else 0
         self.read_map = np.zeros(total, dtype=bool)
         self.write_map = np.zeros(total, dtype=bool)
+
+    def gpu_grid(self) -> int:
+        """The programs a GPU launch takes: the count the launcher's grid declares (`_on_gpu`: the interpreter ran
+        fewer, larger ones), at most one per active lane (a program that moves nothing does no work), else the
+        programs that ran."""
+        try:
+            declared = int(self.gpu_programs)
+        except (TypeError, ValueError):
+            return self.programs
+        return max(1, min(declared, max(self.programs, self.active)))
 
     def access(self, ptrs: Any, mask: Any, *, store: bool) -> None:
         import numpy as np
@@ -356,7 +371,7 @@ class _Launch:
             target[spot + k] = True
 
     def cost(self) -> dict:
-        return {"kernel": self.kernel, "programs": self.programs, "loaded": self.loaded, "stored": self.stored,
+        return {"kernel": self.kernel, "programs": self.gpu_grid(), "loaded": self.loaded, "stored": self.stored,
                 "unique_loaded": int(self.read_map.sum()), "unique_stored": int(self.write_map.sum()),
                 "flops": self.flops * self.active // self.lanes if self.lanes else self.flops, "dot_flops": self.dot_flops, "tf32_flops": self.tf32_flops,
                 "half_flops": self.half_flops}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from pathlib import Path
 
@@ -116,21 +115,18 @@ async def test_all_eight_examples_end_verified_offline_through_one_worker(tempor
     assert replay.replay_failure is None, "the conductor's history must replay deterministically"
 
 
-async def test_on_cpu_the_default_optimizer_beats_the_modeled_speed(temporal_env, file_store, settings):
-    """On the Triton interpreter the modeled speed is the one to beat: the optimizer runs after the verified
-    candidate; its blocks rewrite (block sizes for the GPU, not the interpreter's) is verified again and kept
-    because it models faster, and at >= 95 % of SOL the rounds stop."""
+async def test_on_cpu_a_candidate_modeled_at_the_speed_of_light_is_delivered_without_optimizer_rounds(
+        temporal_env, file_store, settings):
+    """On the Triton interpreter the modeled speed is the one to beat. The coder's relu runs on the interpreter's
+    large blocks but is modeled on the grid a GPU launch of it takes (its launcher declares it), which fills the
+    SMs: at >= 95 % of SOL there is nothing for the optimizer to win, and no round runs."""
     result, trace = await run_conductor(temporal_env.client, file_store, settings, task_for("relu"), "default")
 
     assert result.outcome is KernelOutcome.VERIFIED and result.finish_reason is FinishReason.VERIFIED
-    assert [(e.agent, e.ok) for e in trace] == [("designer", True), ("coder", True), ("verifier", True),
-                                                ("optimizer", True), ("verifier", True)]
-    assert trace[3].summary.startswith("rewrite blocks") and trace[4].summary.startswith("kept as the best")
+    assert [(e.agent, e.ok) for e in trace] == [("designer", True), ("coder", True), ("verifier", True)]
     assert result.speedup is None and result.speed.startswith("modeled on H100")
-    assert result.modeled is not None and result.modeled.sol_fraction >= 0.95
-    first = re.search(r"([\d.]+)x over eager", trace[2].summary)
-    assert first and result.modeled.speedup > float(first.group(1)), "the delivered candidate models faster"
-    assert result.best_candidate == trace[4].artifact and result.report is not None and result.report.passed
+    assert result.modeled is not None and result.modeled.sol_fraction >= 0.95 and result.modeled == trace[2].modeled
+    assert result.best_candidate == trace[1].artifact and result.report is not None and result.report.passed
 
 
 async def test_a_max_step_without_room_to_verify_ends_before_any_agent_runs(temporal_env, file_store, settings):

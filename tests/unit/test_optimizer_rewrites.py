@@ -107,13 +107,8 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
     "recurrent: a tanh RNN without biases": ("recurrent", Case(
         "self.net(x)", "torch.randn(2, N, 6)", init=("self.net = Net('rnn', False, True, bias=False)",), helpers=NET),
         5, 5),
-    "blocks: a 3-D convolution's rows in 16-row tiles": ("blocks", Case(
-        "self.conv(x)", "torch.randn(2, 2, N, 8, 8)", init=("self.conv = nn.Conv3d(2, 3, 3)",)), 1, 1),
-    "blocks: a long pointwise chain in small blocks": ("blocks", Case("torch.sigmoid(x) * 2.0", "torch.randn(64, N, 9)"),
-                                                       1, 1),
 }
 UNTOUCHED: dict[str, tuple[str, Case]] = {
-    "blocks: a tiny tensor's grid cannot grow": ("blocks", Case("torch.relu(x)", "torch.randn(2, N)")),
     "a reduction broadcast along the wrong dims (keepdim=False on a square tensor)": (
         "rows", Case("x - x.mean(dim=1)", "torch.randn(N, N)")),
     "a lone reduction": ("rows", Case("x.sum(dim=1)", "torch.randn(3, N)")),
@@ -172,16 +167,6 @@ def test_the_rewrite_launches_the_kernels_expected_and_stays_right_at_two_sizes(
 def test_a_graph_the_rewrite_cannot_keep_exact_is_left_alone(key, tmp_path):
     name, case = UNTOUCHED[key]
     assert REWRITES[name].fn(lowered(case, tmp_path)) is None
-
-
-def test_the_blocks_rewrite_writes_sizes_from_the_shapes_into_the_launches(tmp_path):
-    conv_case = CASES["blocks: a 3-D convolution's rows in 16-row tiles"][1]
-    conv = REWRITES["blocks"].fn(lowered(conv_case, tmp_path / "conv"))
-    source = compiler.render(conv, source_of(conv_case))
-    assert "_conv(" in source and ", BM=16, BK=32)" in source  # 2 x 6^3 output rows over ~128 SMs: 16 per program
-    chain_case = CASES["blocks: a long pointwise chain in small blocks"][1]
-    chain = REWRITES["blocks"].fn(lowered(chain_case, tmp_path / "chain"))
-    assert ", BLOCK=128)" in compiler.render(chain, source_of(chain_case))  # 4032 elements: 32 programs of 128
 
 
 def test_the_recurrent_rewrite_runs_every_step_layer_and_direction_of_a_stacked_layer_in_one_launch(tmp_path):

@@ -77,6 +77,15 @@ with counter.counting():
     bins = torch.zeros(5)
     histogram[(1,)](idx, bins, 7, BLOCK=8)
     out["bins"] = bins.tolist()
+
+    class Declared(tuple):  # a launcher's grid that says what a GPU runs (the compiler's `_on_gpu`)
+        pass
+
+    for gpu in (8, 10**9):
+        grid = Declared((1,))
+        grid.gpu = gpu
+        x, o = torch.randn(1000), torch.empty(1000)
+        add_relu[grid](x, x, o, 1000, BLOCK=1024)
 untouched = torch.empty(10)
 add_relu[(1,)](untouched, untouched, untouched, 10, BLOCK=16)  # not counting: not recorded
 out["launches"] = counter.launches
@@ -145,8 +154,16 @@ def test_an_atomic_add_reads_and_writes_each_active_lane(counted):
     assert c["unique_stored"] == 4 * 4
 
 
+def test_a_grid_declaring_a_gpus_programs_is_modeled_with_them_but_never_more_than_one_per_active_lane(counted):
+    """The interpreter ran one program of 1024 lanes; a GPU runs 8 of 128, which is what the cost model reads. A
+    claim of a billion programs is cut to the 3000 lanes the launch moved (two loads and a store of 1000)."""
+    assert launch(counted, 5)["programs"] == 8
+    assert launch(counted, 6)["programs"] == 3000
+    assert launch(counted, 5)["unique_loaded"] == 4000  # the same tensor twice: its bytes once
+
+
 def test_only_launches_inside_counting_are_recorded(counted):
-    assert len(counted["launches"]) == 5
+    assert len(counted["launches"]) == 7
 
 
 def test_the_kernels_extra_admits_the_triton_torchs_cuda_wheel_pins_and_only_hooked_releases():

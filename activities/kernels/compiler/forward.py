@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from activities.kernels.compiler import blocks  # noqa: F401 - registers every emitter
-from activities.kernels.compiler.blocks.common import IEEE_DOT, TF32_DOT
+from activities.kernels.compiler.blocks.common import GPU_GRID, IEEE_DOT, TF32_DOT
 from activities.kernels.compiler.graph import TORCH_DTYPES, Graph, Node, Refused
 from activities.kernels.compiler.registry import EMITTERS
 
@@ -81,6 +81,8 @@ class Forward:
         return name
 
     def launcher(self, name: str, source: str) -> str:
+        if "_on_gpu(" in source:  # the helpers of the GPU's grid, written once, before their first user
+            self.launchers.setdefault("_on_gpu", GPU_GRID)
         self.launchers.setdefault(name, source)
         return name
 
@@ -92,10 +94,9 @@ class Forward:
         return name
 
     def launch(self, v: int, kernel: str, helper: str) -> str:
-        """`t<v>, grid, args, meta = helper` then the launch of `kernel` (with the node's block sizes, when an
-        optimizer rewrite chose them: `with_blocks`)."""
+        """`t<v>, grid, args, meta = helper` then the launch of `kernel` (the launcher sizes its blocks from the
+        run-time shapes: on a GPU to fill the SMs, under the interpreter to run few programs, `GPU_GRID`)."""
         name = f"t{v}"
-        helper = with_blocks(helper, self.nodes[v].attrs.get("blocks"))
         self.lines += [f"{name}, grid, args, meta = {helper}", f"{kernel}[grid](*args, **meta)"]
         self.names[v] = name
         self.launches += 1
@@ -121,14 +122,6 @@ class Forward:
         if emitter is None:
             raise Refused(f"cannot emit {n.op}")
         return emitter.fn(self, v)
-
-
-def with_blocks(helper: str, sizes: dict | None) -> str:
-    """A launcher call `_x(...)` with block sizes as its keyword overrides (`BLOCK=256`, `BM=32`: every launcher
-    takes its block's; the optimizer's `blocks` rewrite chooses them from the shapes, `attrs["blocks"]`)."""
-    if not sizes:
-        return helper
-    return helper[:-1] + "".join(f", {k}={v!r}" for k, v in sizes.items()) + ")"
 
 
 STATE = '''

@@ -1,7 +1,6 @@
 """The offline optimizer: deterministic rewrites of the compiler's lowered graph (the `optimizer` agent of
 workflow.yaml when no LLM answers), registered like the compiler's passes. Unlike those exact passes, a rewrite
-changes how the graph is computed (one launch per row, an epilogue inside a matmul's tile loop, block sizes from
-the shapes), so its candidate is verified again, and it replaces the best one only when it is faster (measured on
+changes how the graph is computed (one launch per row, an epilogue inside a matmul's tile loop), so its candidate is verified again, and it replaces the best one only when it is faster (measured on
 a GPU, modeled elsewhere): the conductor's stop rules decide how many rounds run (workflows/conductor_policy.py).
 
     @rewrite("rows", order=10, summary="one launch per row: online softmax, one-read norms")
@@ -43,7 +42,7 @@ through the compiler's `registry.emits` when `load()` imports the rewrite module
 def load() -> None:
     """Import the rewrite modules: their rewrites register here, their nodes' emitters in the compiler (lazily: they
     import the compiler, which a workflow-side import of this package must not pay for)."""
-    from activities.kernels.optimizer import attention, blocks, epilogue, recurrent, rows  # noqa: F401
+    from activities.kernels.optimizer import attention, epilogue, recurrent, rows  # noqa: F401
 
 
 def rewrite(name: str, *, order: int, summary: str) -> Callable:

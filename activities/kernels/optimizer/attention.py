@@ -337,18 +337,20 @@ def _attention(q, k, v, leaves, scalars, shapes, BM=None, BN=None):
             t = t.expand(scores.view(shape(scores)).shape).reshape(scores.shape)
         extra += [t, *t.expand(scores.shape).stride()]
     BDK, BDV = max(16, triton.next_power_of_2(DK)), max(16, triton.next_power_of_2(DV))
-    meta = {"BDK": BDK, "BDV": BDV}
+    # on a GPU: fp32 tiles staged in shared memory, sized by the head dim to need at most ~100 KB (an L40S allows 99 KB)
+    wide = max(BDK, BDV)
+    bm, bn, stages = (64, 64, 2) if wide <= 64 else (32, 32, 2) if wide <= 128 else (32, 32, 1) if wide <= 256 \\
+        else (16, 16, 1)
+    gpu = BM or max(16, min(bm, triton.next_power_of_2(M)))
     if q.device.type == "cpu":  # the interpreter: fewer, larger tiles run faster
-        bm, bn = 64, 128
-    else:  # fp32 tiles staged in shared memory, sized by the head dim to need at most ~100 KB (an L40S allows 99 KB)
-        wide = max(BDK, BDV)
-        bm, bn, meta["num_stages"] = (64, 64, 2) if wide <= 64 else (32, 32, 2) if wide <= 128 else (32, 32, 1) \
-            if wide <= 256 else (16, 16, 1)
-    meta["BM"] = BM or max(16, min(bm, triton.next_power_of_2(M)))
-    meta["BN"] = BN or max(16, min(bn, triton.next_power_of_2(N)))
-    BM = meta["BM"]
-    return out, (triton.cdiv(M, BM), B), (q, k, v, out, M, N, DK, DV, *qs, *ks, *vs, *out.stride(), *qb, *kb, *vb,
-                                          *extra, *scalars), meta
+        meta = {"BDK": BDK, "BDV": BDV, "BM": BM or max(16, min(64, triton.next_power_of_2(M))),
+                "BN": BN or max(16, min(128, triton.next_power_of_2(N)))}
+    else:
+        meta = {"BDK": BDK, "BDV": BDV, "num_stages": stages, "BM": gpu,
+                "BN": BN or max(16, min(bn, triton.next_power_of_2(N)))}
+    grid = _on_gpu((triton.cdiv(M, meta["BM"]), B), (triton.cdiv(M, gpu), B))
+    return out, grid, (q, k, v, out, M, N, DK, DV, *qs, *ks, *vs, *out.stride(), *qb, *kb, *vb, *extra, *scalars), \\
+        meta
 
 
 def _batch_merged(t):

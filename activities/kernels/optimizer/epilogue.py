@@ -29,7 +29,6 @@ from activities.kernels.compiler.blocks.common import kernel_name
 from activities.kernels.compiler.blocks.pointwise import Fused
 from activities.kernels.compiler.blocks.views import reshape_sizes
 from activities.kernels.compiler.expr import expression
-from activities.kernels.compiler.forward import with_blocks
 from activities.kernels.compiler.graph import Node, broadcast
 from activities.kernels.compiler.registry import emits
 from activities.kernels.optimizer import live, reaches, rewrite
@@ -263,7 +262,6 @@ def emit_epilogue(fw: Forward, v: int) -> str:
         fw.launcher("_conv", conv_block.LAUNCHER)
         call = conv_block.conv_call(main, operands)
         rank, pad = len(main.shape), False
-    call = with_blocks(call, at.get("inner_blocks"))  # the product's block sizes (the `blocks` rewrite)
     name = fw.kernel(splice(made, main.op, rank, len(k.leaves), len(k.scalars), k.lines, result))
     fw.launcher("_epilogue", LAUNCHER)
     shapes = ", ".join("None" if s is None else f"lambda out: {k.target(s, 'out')}" for s in k.shapes)

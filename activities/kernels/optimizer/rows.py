@@ -443,12 +443,15 @@ def _rows(leaves, scalars, dims, per_row, keepdim, dtype, BR=None, BC=None):
         out = torch.empty(shape, dtype=dtype, device=leaves[0].device)
         result = out
         ostrides = [out.stride(i) for i in kept + dims]
-    BC = BC or min(128 if cpu else 1024, triton.next_power_of_2(max(C, 1)))
-    # rows per program from the shape: enough programs to fill a GPU's ~128 SMs before a program takes more rows
-    BR = BR or max(1, min(max(1, (4096 if cpu else 1024) // BC), triton.next_power_of_2(triton.cdiv(R, 128))))
-    if cpu:
-        BR, BC = _interpreter_tile(R, C, BR, BC, 4096)
+    gbc = BC or min(1024, triton.next_power_of_2(max(C, 1)))
+    gbr = BR or _per_program(R, 1, max(1, 1024 // gbc))  # the GPU's rows per program: the grid fills the SMs
+    if cpu:  # the interpreter pays per program: as many rows as 4096 lanes hold
+        BC = BC or min(128, triton.next_power_of_2(max(C, 1)))
+        BR, BC = _interpreter_tile(R, C, BR or max(1, 4096 // BC), BC, 4096)
+    else:
+        BR, BC = gbr, gbc
     strides = [v.stride(i) for v in views for i in kept + dims]
-    return result, (max(1, triton.cdiv(R, BR)),), (out, *views, *scalars, R, C, *[shape[i] for i in kept + dims],
-                                                   *strides, *ostrides), {"BR": BR, "BC": BC}
+    grid = _on_gpu((max(1, triton.cdiv(R, BR)),), (max(1, triton.cdiv(R, gbr)),))
+    return result, grid, (out, *views, *scalars, R, C, *[shape[i] for i in kept + dims], *strides, *ostrides), \\
+        {"BR": BR, "BC": BC}
 '''

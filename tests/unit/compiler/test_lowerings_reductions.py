@@ -66,11 +66,11 @@ x = torch.randn(3, 20000, 5)
 out, grid, args, meta = scope["_reduce"]([x], [], [1, 2], False, torch.float32, 0, split=True)
 kernel[grid](*args, **meta)
 _, gpu_grid, _, _ = scope["_reduce"]([x.to("meta")], [], [1, 2], False, torch.float32, 0, split=True)
-# 100 rows of 200,000: 4 row blocks of a GPU's tile (2 of the interpreter's), 64 ranges wanted, 49 of 4,096
+# 100 rows of 200,000: 100 row blocks of a GPU's tile (2 of the interpreter's), so 2 ranges, of 131,072
 grids = [list(scope["_reduce"]([torch.empty(100, 200000, device=d)], [], [1], False, torch.float32, 0, split=True)[1])
          for d in ("cpu", "meta")]
 small = list(scope["_reduce"]([torch.empty(3, 1000)], [], [1], False, torch.float32, 0, split=True)[1])
-print(json.dumps({"grid": list(grid), "gpu_grid": list(gpu_grid), "split": meta["SPLIT"], "many": grids, "small": small,
+print(json.dumps({"grid": list(grid), "declared": grid.gpu, "gpu_grid": list(gpu_grid), "split": meta["SPLIT"], "many": grids, "small": small,
                   "error": (out - x.mean((1, 2))).abs().max().item()}))
 """
 
@@ -79,13 +79,15 @@ def test_few_rows_of_many_columns_are_split_across_programs_that_add_up():
     """A batch norm's statistics (a row per channel, batch x height x width columns) were one program on a GPU of
     132 SMs; the columns are now cut into ranges, a program each, adding atomically into a zeroed output. The cut
     is the same under the interpreter as for a GPU tensor, so what the verifier runs is what the GPU runs."""
-    from activities.kernels.compiler.blocks.common import INTERPRETER_TILE
+    from activities.kernels.compiler.blocks.common import GPU_GRID, INTERPRETER_TILE
     from activities.kernels.compiler.blocks.reduction import LAUNCHER, reduce_kernel
     from tests.unit.compiler.cases import interpreted
 
     name, source = reduce_kernel("mean", 1, 2, 1, 0, [], "x0", split=True)
-    seen = interpreted(SPLIT, source + INTERPRETER_TILE + LAUNCHER, name)
-    assert seen["split"] and seen["grid"] == seen["gpu_grid"] == [1, 196], seen  # ranges of 512 of 100,000
-    assert seen["many"] == [[2, 49], [4, 49]], seen  # the rows' blocks are each device's own, the cut is one
+    seen = interpreted(SPLIT, source + GPU_GRID + INTERPRETER_TILE + LAUNCHER, name)
+    # 3 rows of 100,000: a GPU takes a row per program, 85 ranges wanted, 49 of 2,048; the interpreter all 3 rows
+    assert seen["split"] and seen["grid"] == [1, 49] and seen["gpu_grid"] == [3, 49], seen
+    assert seen["declared"] == 3 * 49, seen  # what the cost model reads: the GPU's programs
+    assert seen["many"] == [[2, 2], [100, 2]], seen  # the rows' blocks are each device's own, the cut is one
     assert seen["small"] == [1, 1], seen  # 3 rows of 1,000: one program reads 12 KB, less than a launch costs
     assert seen["error"] < 1e-6, seen

@@ -63,8 +63,8 @@ def test_heads_put_back_together_feed_the_linear_in_place_and_stay_right_at_two_
 
 
 ATTENTION_PROBE = r'''
-import json, sys, torch, triton, triton.language as tl
-scope = {"torch": torch, "triton": triton, "tl": tl}
+import json, math, sys, torch, triton, triton.language as tl
+scope = {"torch": torch, "triton": triton, "tl": tl, "math": math}
 exec(sys.argv[1], scope)
 torch.manual_seed(0)
 tokens, batch, heads, dim = 9, 2, 3, 4
@@ -81,9 +81,10 @@ print(json.dumps({"merged": [type(t).__name__ for t in (q, k, v)],
 
 
 def test_attention_reads_heads_merged_with_the_batch_in_place_and_answers_as_torch():
+    from activities.kernels.compiler.blocks.common import GPU_GRID
     from activities.kernels.optimizer.attention import LAUNCHER as ATTENTION, attention_kernel
 
     name, kernel = attention_kernel(0, 0, [], "acc", "softmax")
-    assert interpreted(ATTENTION_PROBE, ATTENTION + MERGED + "\n" + kernel, name) == {
+    assert interpreted(ATTENTION_PROBE, GPU_GRID + ATTENTION + MERGED + "\n" + kernel, name) == {
         "merged": ["_Merged"] * 3, "in place": True, "right": True}
 

@@ -5,20 +5,22 @@ N x C x D x H x W splits over three dims instead of five. Same elements, same or
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 import pytest
 import torch
 import triton
 
+from activities.kernels.compiler.blocks.common import GPU_GRID
 from activities.kernels.compiler.blocks.pointwise import FLAT_GRID, LAUNCHER, needs_dims, pointwise_kernel
 from tests.unit.compiler.cases import interpreted
 
 
 @pytest.fixture(scope="module")
 def launcher():  # noqa: ANN201 - the launcher helpers, as a candidate file defines them
-    scope = {"torch": torch, "triton": triton}
-    exec(FLAT_GRID + LAUNCHER, scope)  # noqa: S102 - our own launcher source
+    scope = {"torch": torch, "triton": triton, "math": math}
+    exec(GPU_GRID + FLAT_GRID + LAUNCHER, scope)  # noqa: S102 - our own launcher source
     return scope
 
 
@@ -70,7 +72,7 @@ import torch, triton, triton.language as tl
 from triton.runtime import interpreter
 from activities.kernels._child import skip_unasserted_overflow_checks
 
-scope = {"torch": torch, "triton": triton, "tl": tl}
+scope = {"torch": torch, "triton": triton, "tl": tl, "math": __import__("math")}
 exec(sys.argv[1], scope)
 skip_unasserted_overflow_checks()
 builder = interpreter.interpreter_builder
@@ -97,7 +99,7 @@ print(json.dumps(report))
 
 def test_a_contiguous_launch_divides_nothing_and_every_layout_adds_right():
     name, source = pointwise_kernel(5, 2, [(), ()], 0, ["v0 = (x0 + x1)"], "v0")
-    report = interpreted(PROBE, FLAT_GRID + LAUNCHER + "\n" + source, name)
+    report = interpreted(PROBE, GPU_GRID + FLAT_GRID + LAUNCHER + "\n" + source, name)
     programs = triton.cdiv(3 * 4 * 5 * 6 * 7, 256)
     assert report["contiguous"] == {"rank": 1, "divisions": 0, "programs": programs, "right": True}
     # x + bias[c]: N | C | D*H*W; one % and one // per merged inner dim, per program

@@ -37,6 +37,30 @@ def offset(idx: list[str], strides: list[str], zero: str) -> str:
     return " + ".join(f"{i} * {s}" for i, s in zip(idx, strides)) or f"{zero} * 0"
 
 
+GPU_GRID = '''
+
+class _Grid(tuple):
+    """A launch's grid that also carries `gpu`: how many programs the same launch takes on a GPU."""
+
+
+def _on_gpu(grid, gpu_grid):
+    """`grid`, the one this launch runs, marked with the program count of `gpu_grid`, the one a GPU runs. The
+    interpreter pays per program, so on the CPU the launchers run fewer, larger programs than a GPU's; the cost
+    model reads the GPU's count (activities/kernels/traffic.py), which sets the share of the SMs a launch fills."""
+    marked = _Grid(grid)
+    marked.gpu = math.prod(gpu_grid)
+    return marked
+
+
+def _per_program(n, lo, hi):
+    """Units of work per program on a GPU for n units: the largest power of two that still gives each SM of a big
+    GPU (132 on an H100) two programs, within [lo, hi]."""
+    return max(lo, min(hi, 1 << max(0, (n // 256).bit_length() - 1)))
+'''
+"""The launchers' shared helpers for the GPU's grid (registered with any launcher that calls `_on_gpu`:
+`Forward.launcher`). Block sizes on a GPU come from the shapes at run time, so held-out sizes get theirs too."""
+
+
 INTERPRETER_TILE = '''
 
 def _interpreter_tile(R, C, BR, BC, budget):

@@ -107,11 +107,17 @@ def _conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups
     out = torch.empty((NB, CO_G * groups, *O), dtype=x.dtype, device=x.device)
     M = NB * math.prod(triton.cdiv(O[j], stride[j]) if phased else O[j] for j in range(d))
     KTOT = (CI // groups) * math.prod(triton.cdiv(K[j], stride[j]) if phased else K[j] for j in range(d))
-    cpu = x.device.type == "cpu"  # the Triton interpreter: fewer, larger tiles run faster
-    BM = BM or (max(16, min(512, triton.next_power_of_2(M))) if cpu else 64)
     BN = BN or max(16, min(64, triton.next_power_of_2(CO_G)))
-    BK = BK or max(16, min(128 if cpu else 32, triton.next_power_of_2(KTOT)))
-    return out, (triton.cdiv(M, BM), triton.cdiv(CO_G, BN), groups * (math.prod(stride) if phased else 1)), (
+    planes = groups * (math.prod(stride) if phased else 1)  # the grid's third dim: a group's output phase each
+    gpu = BM or _per_program(M * triton.cdiv(CO_G, BN) * planes, 16, 64)  # rows per program: the grid fills the SMs
+    if x.device.type == "cpu":  # the Triton interpreter: fewer, larger tiles run faster
+        BM = BM or max(16, min(512, triton.next_power_of_2(M)))
+        BK = BK or max(16, min(128, triton.next_power_of_2(KTOT)))
+    else:
+        BM, BK = gpu, BK or max(16, min(32, triton.next_power_of_2(KTOT)))
+    columns = triton.cdiv(CO_G, BN)
+    grid = _on_gpu((triton.cdiv(M, BM), columns, planes), (triton.cdiv(M, gpu), columns, planes))
+    return out, grid, (
         x, w, b if b is not None else w, out, M, KTOT, CI // groups, CO_G, *I, *O, *K, *stride, *padding, *dilation,
         *x.stride(), *w.stride(), *out.stride()), {"HAS_BIAS": b is not None, "BM": BM, "BN": BN, "BK": BK}
 '''

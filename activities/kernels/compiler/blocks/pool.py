@@ -77,8 +77,9 @@ def _adaptive_pool(x, output_size, BLOCK=None):
     rows = x.reshape(-1, *I)
     out = torch.empty((rows.shape[0], *O), dtype=x.dtype, device=x.device)
     total = out.numel()
-    block = BLOCK or (4096 if x.device.type == "cpu" else 256)
-    return out.reshape(*lead, *O), (triton.cdiv(total, block),), (rows, out, total, *rows.stride(), *I, *O, *K), \\
+    gpu = BLOCK or _per_program(total, 64, 256)
+    block = BLOCK or (4096 if x.device.type == "cpu" else gpu)
+    return out.reshape(*lead, *O), _on_gpu((triton.cdiv(total, block),), (triton.cdiv(total, gpu),)), (rows, out, total, *rows.stride(), *I, *O, *K), \\
         {"BLOCK": block}
 '''
 
@@ -98,8 +99,9 @@ def _pool(x, kernel_size, stride, padding, dilation, ceil_mode, count_include_pa
     rows = x.reshape(-1, *I)
     out = torch.empty((rows.shape[0], *O), dtype=x.dtype, device=x.device)
     total = out.numel()
-    block = BLOCK or (4096 if x.device.type == "cpu" else 256)
-    return out.reshape(*lead, *O), (triton.cdiv(total, block),), (
+    gpu = BLOCK or _per_program(total, 64, 256)
+    block = BLOCK or (4096 if x.device.type == "cpu" else gpu)
+    return out.reshape(*lead, *O), _on_gpu((triton.cdiv(total, block),), (triton.cdiv(total, gpu),)), (
         rows, out, total, *rows.stride(), *I, *O, *kernel_size, *stride, *padding, *dilation, float(divisor or 0)), \
         {"COUNT_PAD": bool(count_include_pad), "BLOCK": block}
 '''

@@ -94,10 +94,12 @@ SPLIT_BYTES = 128 * 1024
 share of DRAM bandwidth, ~25 GB/s on an H100) outlasts the launch that zeroes the output."""
 
 
-def _reduce_tile(C, cpu, BC=None):
-    """(BR, BC) a reduction over C columns takes by default: on a GPU, or under the interpreter (wider tiles)."""
+def _reduce_tile(R, C, cpu, BR=None, BC=None):
+    """(BR, BC) a reduction of R rows over C columns takes: on a GPU, rows per program from R (`_per_program`); under
+    the interpreter, which pays per program, the widest tile."""
     BC = BC or min(128 if cpu else 64, triton.next_power_of_2(max(C, 1)))
-    return max(1, min(256, (8192 if cpu else 2048) // BC)), BC
+    most = max(1, min(256, (8192 if cpu else 2048) // BC))
+    return BR or (most if cpu else _per_program(R, 1, most)), BC
 
 
 def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, split=False, BR=None, BC=None):
@@ -114,11 +116,10 @@ def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, split=False, BR
     C = math.prod(shape[i] for i in dims)
     device = leaves[0].device
     cpu = device.type == "cpu"
-    default_br, BC = _reduce_tile(C, cpu, BC)
-    BR = BR or default_br
+    gbr, gbc = _reduce_tile(R, C, False, BR, BC)  # the GPU's tile: its grid, and the split's cut on any device
+    BR, BC = _reduce_tile(R, C, cpu, BR, BC)
     chunk = C
-    if split:  # cut by the GPU's tile whatever runs this, so the interpreter runs the grid a GPU would
-        gbr, gbc = _reduce_tile(C, cpu=False)
+    if split:
         want = min(triton.cdiv(C, SPLIT_COLUMNS), SPLIT_PROGRAMS // triton.cdiv(R, gbr))
         if want > 1 and min(R, gbr) * C * 4 >= SPLIT_BYTES:
             chunk = gbc * triton.next_power_of_2(triton.cdiv(triton.cdiv(C, want), gbc))
@@ -130,8 +131,9 @@ def _reduce(leaves, scalars, dims, keepdim, dtype, correction=0, split=False, BR
     strides = [v.stride(i) for v in views for i in kept + dims]
     result = out.reshape([1 if i in dims else shape[i] for i in range(r)] if keepdim else [shape[i] for i in kept])
     meta = {"BR": BR, "BC": BC, **({"SPLIT": splits > 1} if split else {})}
-    return result, (max(1, triton.cdiv(R, BR)), splits), (out, *views, *scalars, R, C, correction, max(chunk, 1),
-                                                           *[shape[i] for i in kept + dims], *strides), meta
+    grid = _on_gpu((max(1, triton.cdiv(R, BR)), splits), (max(1, triton.cdiv(R, gbr)), splits))
+    return result, grid, (out, *views, *scalars, R, C, correction, max(chunk, 1), *[shape[i] for i in kept + dims],
+                          *strides), meta
 '''
 
 

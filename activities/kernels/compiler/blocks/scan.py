@@ -48,8 +48,9 @@ def _scan(x, dim, dtype, BR=None, BC=None):
     R = math.prod(x.shape[i] for i in others)
     C = x.shape[dim]
     BC = BC or min(128, triton.next_power_of_2(max(C, 1)))
-    BR = BR or max(1, min(256, (8192 if x.device.type == "cpu" else 2048) // BC))
-    return out, (max(1, triton.cdiv(R, BR)),), (out, x, R, C, *[x.shape[i] for i in others],
+    gpu = BR or _per_program(R, 1, min(256, 2048 // BC))
+    BR = BR or (max(1, min(256, 8192 // BC)) if x.device.type == "cpu" else gpu)
+    return out, _on_gpu((max(1, triton.cdiv(R, BR)),), (max(1, triton.cdiv(R, gpu)),)), (out, x, R, C, *[x.shape[i] for i in others],
                                                 *[x.stride(i) for i in others], *[out.stride(i) for i in others],
                                                 x.stride(dim), out.stride(dim)), {"BR": BR, "BC": BC}
 '''
