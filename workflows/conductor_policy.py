@@ -142,9 +142,9 @@ ones are medians: noise never wins)."""
 
 OPTIMIZER_TIME_MULTIPLE = 3.0
 """An optimizer round's candidate may run at most this many times as long as the verified candidate it tries to
-beat did in its own verification...: the job already has its kernel, and a rewrite sized for a GPU can run far
-slower under the interpreter (the `blocks` rewrite gave AlexNet's first convolution 8x the programs: 42 s -> 224 s
-a job), so the rounds must not multiply the job's time."""
+beat did in its own verification...: the job already has its kernel, and a rewrite can run far slower under the
+interpreter (the retired `blocks` rewrite gave AlexNet's first convolution 8x the programs: 42 s -> 224 s a job),
+so the rounds must not multiply the job's time."""
 OPTIMIZER_TIME_FLOOR_S = 60.0
 """...and never less than this (a candidate's child pays its start and torch import whatever the kernel)."""
 
