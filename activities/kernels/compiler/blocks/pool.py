@@ -79,8 +79,8 @@ def _adaptive_pool(x, output_size, BLOCK=None):
     total = out.numel()
     gpu = BLOCK or _per_program(total, 64, 256)
     block = BLOCK or (4096 if x.device.type == "cpu" else gpu)
-    return out.reshape(*lead, *O), _on_gpu((triton.cdiv(total, block),), (triton.cdiv(total, gpu),)), (rows, out, total, *rows.stride(), *I, *O, *K), \\
-        {"BLOCK": block}
+    grid = _on_gpu((triton.cdiv(total, block),), (triton.cdiv(total, gpu),))
+    return out.reshape(*lead, *O), grid, (rows, out, total, *rows.stride(), *I, *O, *K), {"BLOCK": block}
 '''
 
 LAUNCHER = '''
@@ -101,7 +101,8 @@ def _pool(x, kernel_size, stride, padding, dilation, ceil_mode, count_include_pa
     total = out.numel()
     gpu = BLOCK or _per_program(total, 64, 256)
     block = BLOCK or (4096 if x.device.type == "cpu" else gpu)
-    return out.reshape(*lead, *O), _on_gpu((triton.cdiv(total, block),), (triton.cdiv(total, gpu),)), (
+    grid = _on_gpu((triton.cdiv(total, block),), (triton.cdiv(total, gpu),))
+    return out.reshape(*lead, *O), grid, (
         rows, out, total, *rows.stride(), *I, *O, *kernel_size, *stride, *padding, *dilation, float(divisor or 0)), \
         {"COUNT_PAD": bool(count_include_pad), "BLOCK": block}
 '''
