@@ -1,7 +1,9 @@
 """The offline optimizer: deterministic rewrites of the compiler's lowered graph (the `optimizer` agent of
 workflow.yaml when no LLM answers), registered like the compiler's passes. Unlike those exact passes, a rewrite
-changes how the graph is computed (one launch per row, an epilogue inside a matmul's tile loop), so its candidate is verified again, and it replaces the best one only when it is faster (measured on
-a GPU, modeled elsewhere): the conductor's stop rules decide how many rounds run (workflows/conductor_policy.py).
+changes how the graph is computed (one launch per row, an epilogue inside a matmul's tile loop), so its candidate
+is verified again, and it replaces the best one only when it is faster (measured on a GPU, modeled elsewhere): the
+conductor's stop rules decide how many rounds run (workflows/conductor_policy.py). Block sizes are not a rewrite:
+each launcher picks a GPU's from the run-time shapes (compiler/blocks/common.py, `GPU_GRID`).
 
     @rewrite("rows", order=10, summary="one launch per row: online softmax, one-read norms")
     def rows(graph) -> graph | None: ...     # None: nothing to rewrite in this graph
