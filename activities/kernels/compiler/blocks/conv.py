@@ -108,14 +108,13 @@ def _conv(x, w, b, stride, padding, dilation, transposed, output_padding, groups
     M = NB * math.prod(triton.cdiv(O[j], stride[j]) if phased else O[j] for j in range(d))
     KTOT = (CI // groups) * math.prod(triton.cdiv(K[j], stride[j]) if phased else K[j] for j in range(d))
     BN = BN or max(16, min(64, triton.next_power_of_2(CO_G)))
-    planes = groups * (math.prod(stride) if phased else 1)  # the grid's third dim: a group's output phase each
-    gpu = BM or _per_program(M * triton.cdiv(CO_G, BN) * planes, 16, 64)  # rows per program: the grid fills the SMs
+    columns, planes = triton.cdiv(CO_G, BN), groups * (math.prod(stride) if phased else 1)  # a group's phase each
+    gpu = BM or _per_program(M * columns * planes, 16, 64)  # rows per program: the whole grid fills the SMs
     if x.device.type == "cpu":  # the Triton interpreter: fewer, larger tiles run faster
         BM = BM or max(16, min(512, triton.next_power_of_2(M)))
         BK = BK or max(16, min(128, triton.next_power_of_2(KTOT)))
     else:
         BM, BK = gpu, BK or max(16, min(32, triton.next_power_of_2(KTOT)))
-    columns = triton.cdiv(CO_G, BN)
     grid = _on_gpu((triton.cdiv(M, BM), columns, planes), (triton.cdiv(M, gpu), columns, planes))
     return out, grid, (
         x, w, b if b is not None else w, out, M, KTOT, CI // groups, CO_G, *I, *O, *K, *stride, *padding, *dilation,

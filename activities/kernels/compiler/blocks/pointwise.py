@@ -71,12 +71,12 @@ def needs_dims(flips: list[tuple[int, ...]], body: list[str], result: str) -> bo
 
 FLAT_GRID = '''
 
-def _flat_grid(out, BLOCK=None):
-    """(grid, BLOCK) of a flat-index kernel over `out`: a program per BLOCK elements, on a GPU 128 to 1024 from the
+def _flat_grid(out, BLOCK=None, lo=128, hi=1024):
+    """(grid, BLOCK) of a flat-index kernel over `out`: a program per BLOCK elements, on a GPU lo to hi from the
     count (`_per_program`), on the interpreter, which runs the programs one by one, 4096 (the grid then carries the
     GPU's program count: `_on_gpu`)."""
     n = out.numel()
-    gpu = BLOCK or _per_program(n, 128, 1024)
+    gpu = BLOCK or _per_program(n, lo, hi)
     block = BLOCK or (4096 if out.device.type == "cpu" else gpu)
     return _on_gpu((max(1, triton.cdiv(n, block)),), (max(1, triton.cdiv(n, gpu)),)), block
 '''

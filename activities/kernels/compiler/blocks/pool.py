@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from activities.kernels.compiler.blocks.common import decompose, jit
+from activities.kernels.compiler.blocks.pointwise import FLAT_GRID
 from activities.kernels.compiler.registry import emits
 
 if TYPE_CHECKING:
@@ -76,11 +77,8 @@ def _adaptive_pool(x, output_size, BLOCK=None):
     K = [-(-I[j] // O[j]) + 1 for j in range(d)]
     rows = x.reshape(-1, *I)
     out = torch.empty((rows.shape[0], *O), dtype=x.dtype, device=x.device)
-    total = out.numel()
-    gpu = BLOCK or _per_program(total, 64, 256)
-    block = BLOCK or (4096 if x.device.type == "cpu" else gpu)
-    grid = _on_gpu((triton.cdiv(total, block),), (triton.cdiv(total, gpu),))
-    return out.reshape(*lead, *O), grid, (rows, out, total, *rows.stride(), *I, *O, *K), {"BLOCK": block}
+    grid, block = _flat_grid(out, BLOCK, 64, 256)
+    return out.reshape(*lead, *O), grid, (rows, out, out.numel(), *rows.stride(), *I, *O, *K), {"BLOCK": block}
 '''
 
 LAUNCHER = '''
@@ -98,12 +96,9 @@ def _pool(x, kernel_size, stride, padding, dilation, ceil_mode, count_include_pa
         O.append(o)
     rows = x.reshape(-1, *I)
     out = torch.empty((rows.shape[0], *O), dtype=x.dtype, device=x.device)
-    total = out.numel()
-    gpu = BLOCK or _per_program(total, 64, 256)
-    block = BLOCK or (4096 if x.device.type == "cpu" else gpu)
-    grid = _on_gpu((triton.cdiv(total, block),), (triton.cdiv(total, gpu),))
+    grid, block = _flat_grid(out, BLOCK, 64, 256)
     return out.reshape(*lead, *O), grid, (
-        rows, out, total, *rows.stride(), *I, *O, *kernel_size, *stride, *padding, *dilation, float(divisor or 0)), \
+        rows, out, out.numel(), *rows.stride(), *I, *O, *kernel_size, *stride, *padding, *dilation, float(divisor or 0)), \
         {"COUNT_PAD": bool(count_include_pad), "BLOCK": block}
 '''
 
@@ -113,6 +108,7 @@ def pool(fw: "Forward", v: int) -> str:
     n = fw.nodes[v]
     at = n.attrs
     name = fw.kernel(pool_kernel(len(at["kernel"]), at["kind"]))
+    fw.launcher("_flat_grid", FLAT_GRID)
     fw.launcher("_pool", LAUNCHER)
     extra = f", {at['count_include_pad']}, {at['divisor']}" if at["kind"] == "avg" else ""
     return fw.launch(v, name, f"_pool({fw.tensor(n.args[0])}, {at['kernel']}, {at['stride']}, "
@@ -124,5 +120,6 @@ def adaptive_pool(fw: "Forward", v: int) -> str:
     n = fw.nodes[v]
     size = n.attrs["output_size"]
     name = fw.kernel(adaptive_kernel(len(size), n.attrs["kind"]))
+    fw.launcher("_flat_grid", FLAT_GRID)
     fw.launcher("_adaptive_pool", ADAPTIVE_LAUNCHER)
     return fw.launch(v, name, f"_adaptive_pool({fw.tensor(n.args[0])}, {size})")

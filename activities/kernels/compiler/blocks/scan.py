@@ -50,9 +50,9 @@ def _scan(x, dim, dtype, BR=None, BC=None):
     BC = BC or min(128, triton.next_power_of_2(max(C, 1)))
     gpu = BR or _per_program(R, 1, min(256, 2048 // BC))
     BR = BR or (max(1, min(256, 8192 // BC)) if x.device.type == "cpu" else gpu)
-    return out, _on_gpu((max(1, triton.cdiv(R, BR)),), (max(1, triton.cdiv(R, gpu)),)), (out, x, R, C, *[x.shape[i] for i in others],
-                                                *[x.stride(i) for i in others], *[out.stride(i) for i in others],
-                                                x.stride(dim), out.stride(dim)), {"BR": BR, "BC": BC}
+    grid = _on_gpu((max(1, triton.cdiv(R, BR)),), (max(1, triton.cdiv(R, gpu)),))
+    return out, grid, (out, x, R, C, *[x.shape[i] for i in others], *[x.stride(i) for i in others],
+                       *[out.stride(i) for i in others], x.stride(dim), out.stride(dim)), {"BR": BR, "BC": BC}
 '''
 
 
