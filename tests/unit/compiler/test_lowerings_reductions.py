@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.compiler.cases import Case, run
+from tests.unit.compiler.cases import OTHER_N, TRACED_N, Case, run
 
 X = "torch.randn(3, N)"
 CASES: dict[str, Case] = {
     "sum": Case("x.sum(dim=1)", "torch.randn(3, N, 4)"),
     "sum:keepdim_all": Case("x.sum(dim=(0, 2), keepdim=True)", "torch.randn(3, N, 4)"),
     "mean": Case("x.mean(dim=-1)", "torch.randn(3, 4, N)"),
-    "mean:split_over_columns": Case("x.mean(dim=(0, 2, 3))", "torch.randn(8, 3, 256, N)"),  # a batch norm's statistics
+    "mean:split_over_columns": Case("x.mean(dim=(0, 2, 3))", "torch.randn(16, 3, 512, N)"),  # a batch norm's statistics
     "sum:split_keepdim": Case("(x * x).sum(dim=(0, 2), keepdim=True)", "torch.randn(16, 2, 512 * N)"),
     "amax": Case("torch.amax(x, dim=0)", "torch.randn(N, 4)"),
     "amin": Case("torch.amin(x, dim=1)", "torch.randn(N, 4)"),
@@ -73,6 +73,25 @@ small = list(scope["_reduce"]([torch.empty(3, 1000)], [], [1], False, torch.floa
 print(json.dumps({"grid": list(grid), "declared": grid.gpu, "gpu_grid": list(gpu_grid), "split": meta["SPLIT"], "many": grids, "small": small,
                   "error": (out - x.mean((1, 2))).abs().max().item()}))
 """
+
+
+@pytest.mark.parametrize("n", [TRACED_N, OTHER_N])
+def test_the_split_cases_are_sized_to_split_at_both_sizes(n):
+    """The two `split` cases above exercise the atomic path only if their launches split: a block of a GPU's rows
+    must read at least SPLIT_BYTES (a GPU's row block is sized from the rows, so few rows make small blocks)."""
+    import math
+
+    import torch
+    import triton
+
+    from activities.kernels.compiler.blocks.common import GPU_GRID, INTERPRETER_TILE
+    from activities.kernels.compiler.blocks.reduction import LAUNCHER
+
+    scope = {"torch": torch, "triton": triton, "math": math}
+    exec(GPU_GRID + INTERPRETER_TILE + LAUNCHER, scope)  # noqa: S102 - our own launcher source
+    for shape, dims in (((16, 3, 512, n), [0, 2, 3]), ((16, 2, 512 * n), [0, 2])):
+        grid = scope["_reduce"]([torch.empty(shape)], [], dims, False, torch.float32, 0, split=True)[1]
+        assert grid[1] > 1, (shape, tuple(grid))
 
 
 def test_few_rows_of_many_columns_are_split_across_programs_that_add_up():
