@@ -3,8 +3,9 @@
 The verifier runs a candidate under the Triton interpreter, which accepts kernels the GPU compiler refuses (a
 loop-carried value whose type changes, a `tl.dot` tile under 16) or the GPU cannot launch (more shared memory than
 the SM has): on 2026-11-24, 26 of 39 CPU-verified kernels failed to compile on an H100 for such reasons. So a
-candidate that passed is checked here once more, at the task's own sizes, in a sandboxed child (`spawn`: the
-candidate may be an LLM's):
+candidate is checked here too, at the task's own sizes, in a sandboxed child (`spawn`: the candidate may be an
+LLM's) that the verifier starts beside its own children and whose answer counts only for a candidate right on
+every run (one that is not is killed with it):
 
 1. its forward runs once on the meta device (shapes, no data) with every launch recorded instead of run, so its
    launchers choose what they would on a GPU;
@@ -29,10 +30,13 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from activities.kernels.gpus import GPUS, GpuSpec
 from contracts.kernel_job import GpuCompileCheck
+
+if TYPE_CHECKING:
+    from activities.kernels._proc import Child
 
 RESULT_FILE = "gpu_compile.json"
 CHILD_TIMEOUT_S = 600.0
@@ -50,11 +54,24 @@ NOTE_CHARS = 1000
 def check(folder: Path, gpu: GpuSpec, beat: Callable[[str], None]) -> GpuCompileCheck:
     """The candidate in `folder` compiled for `gpu`, in the kernels activity's sandboxed child (its scratch dir is
     `folder`)."""
-    from activities.kernels._proc import spawn, wait_all
+    return result(folder, gpu, start(folder, gpu), beat)
+
+
+def start(folder: Path, gpu: GpuSpec) -> Child:
+    """The check's child for the candidate in `folder` (task.py, candidate.py), started now: the verifier starts it
+    beside the verification's own children, since it needs only the sources. `result` waits for it."""
+    from activities.kernels._proc import spawn
 
     (folder / RESULT_FILE).unlink(missing_ok=True)
-    child = spawn("activities.kernels.gpu_compile", folder, ["--gpu", _name(gpu), "."], gpu=False,
-                  timeout_s=CHILD_TIMEOUT_S)
+    return spawn("activities.kernels.gpu_compile", folder, ["--gpu", _name(gpu), "."], gpu=False,
+                 timeout_s=CHILD_TIMEOUT_S)
+
+
+def result(folder: Path, gpu: GpuSpec, child: Child, beat: Callable[[str], None]) -> GpuCompileCheck:
+    """The verdict of the check `child` (from `start`) on the candidate in `folder`, waiting for it as long as
+    CHILD_TIMEOUT_S from its start."""
+    from activities.kernels._proc import wait_all
+
     done = wait_all({"gpu_compile": child}, CHILD_TIMEOUT_S, beat)["gpu_compile"]
     if done.error or not (folder / RESULT_FILE).is_file():
         why = f"not checked: the compile check's child {done.error or 'wrote no result'}: {done.log_excerpt[-300:]}"

@@ -202,3 +202,35 @@ def test_a_result_the_child_could_have_forged_into_nonsense_leaves_the_question_
     monkeypatch.setattr("activities.kernels._proc.wait_all", lambda children, *_a: {"gpu_compile": Done()})
     check = gpu_compile.check(tmp_path, GPUS["h100"], lambda _msg: None)
     assert check.compiles is None and "unreadable (KeyError)" in check.note
+
+
+def test_the_check_runs_beside_the_verification_and_dies_with_a_wrong_candidate(monkeypatch):
+    """The check needs only the sources, so it starts before the verifier waits for its children; a candidate that
+    is wrong gets no compile verdict, and nothing of its check is left running."""
+    from activities.kernels import gpu_compile, verifier
+
+    events: list[str] = []
+    started: list = []
+    start, wait_all = gpu_compile.start, verifier.wait_all
+
+    def recorded_start(folder, gpu):
+        events.append("compile check started")
+        started.append(start(folder, gpu))
+        return started[-1]
+
+    def recorded_wait(children, *args, **kwargs):
+        events.append("waited for " + "+".join(sorted(children)))
+        return wait_all(children, *args, **kwargs)
+
+    monkeypatch.setattr(gpu_compile, "start", recorded_start)
+    monkeypatch.setattr(verifier, "wait_all", recorded_wait)
+    fresh = f"\n# {os.getpid()}-{id(events)}: not in the verifier's compile cache\n"
+    right = verify(TASK, copy_kernel(type_change=False) + fresh, timeout_s=120, compile_for=GPUS["h100"])
+    assert right.passed and right.gpu_compile is not None and right.gpu_compile.compiles is True, right.reason
+    assert events == ["compile check started", "waited for candidate+reference"], events
+
+    events.clear()
+    wrong = verify(TASK, copy_kernel(type_change=False, relu=True) + fresh, timeout_s=120, compile_for=GPUS["h100"])
+    assert not wrong.passed and "differ" in wrong.reason and wrong.gpu_compile is None, wrong.reason
+    assert events[:2] == ["compile check started", "waited for candidate"], events  # the reference is cached
+    assert started[-1].proc.poll() is not None, "the wrong candidate's compile check outlived its verdict"
