@@ -224,13 +224,14 @@ def test_the_check_runs_beside_the_verification_and_dies_with_a_wrong_candidate(
 
     monkeypatch.setattr(gpu_compile, "start", recorded_start)
     monkeypatch.setattr(verifier, "wait_all", recorded_wait)
-    fresh = f"\n# {os.getpid()}-{id(events)}: not in the verifier's compile cache\n"
-    right = verify(TASK, copy_kernel(type_change=False) + fresh, timeout_s=120, compile_for=GPUS["h100"])
+    fresh = f"\n# {os.getpid()}-{id(events)}: not in the verifier's reference and compile caches\n"
+    task = TASK + fresh
+    right = verify(task, copy_kernel(type_change=False) + fresh, timeout_s=120, compile_for=GPUS["h100"])
     assert right.passed and right.gpu_compile is not None and right.gpu_compile.compiles is True, right.reason
     assert events == ["compile check started", "waited for candidate+reference"], events
 
     events.clear()
-    wrong = verify(TASK, copy_kernel(type_change=False, relu=True) + fresh, timeout_s=120, compile_for=GPUS["h100"])
+    wrong = verify(task, copy_kernel(type_change=False, relu=True) + fresh, timeout_s=120, compile_for=GPUS["h100"])
     assert not wrong.passed and "differ" in wrong.reason and wrong.gpu_compile is None, wrong.reason
-    assert events[:2] == ["compile check started", "waited for candidate"], events  # the reference is cached
+    assert events[:2] == ["compile check started", "waited for candidate"], events  # the task's reference: cached
     assert started[-1].proc.poll() is not None, "the wrong candidate's compile check outlived its verdict"
