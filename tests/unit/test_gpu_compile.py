@@ -235,3 +235,18 @@ def test_the_check_runs_beside_the_verification_and_dies_with_a_wrong_candidate(
     assert not wrong.passed and "differ" in wrong.reason and wrong.gpu_compile is None, wrong.reason
     assert events[:2] == ["compile check started", "waited for candidate"], events  # the task's reference: cached
     assert started[-1].proc.poll() is not None, "the wrong candidate's compile check outlived its verdict"
+
+
+def test_a_check_stopped_for_a_reference_run_alone_is_started_again_when_its_answer_is_owed(tmp_path):
+    """A reference that failed beside the candidate's check is run again alone (the check stopped: a hostile twin
+    could have starved it); when the reference then passes and the candidate is right, the check is still owed."""
+    from activities.kernels.verifier import _CompileCheck
+
+    fresh = f"\n# {os.getpid()}-{id(tmp_path)}: not in the verifier's compile cache\n"
+    check = _CompileCheck.start(tmp_path, GPUS["h100"], TASK, copy_kernel(type_change=False) + fresh)
+    first = check.child
+    check.stop()
+    assert first is not None and first.proc.poll() is not None and check.stopped
+    answer = check.result(lambda _msg: None)
+    assert answer.compiles is True and check.child is not first, answer.note
+    check.stop()  # the verifier's exit stops it again: nothing left to kill
