@@ -271,7 +271,8 @@ class _CompileCheck:
         return self.known
 
     def stop(self) -> None:
-        if self.child is not None and not self.stopped:
+        """Kill the check's child unless it is already over (stopped, or its result read: `wait_all` reaped it)."""
+        if self.child is not None and not self.stopped and self.known is None:
             self.child.kill()
             self.stopped = True
 
