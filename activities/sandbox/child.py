@@ -432,13 +432,21 @@ class Child:
         """Kill the whole child and wait until nothing of it is left: bubblewrap, the namespace's init
         (with it the kernel kills everything in the PID namespace), and the command (another session).
         bubblewrap exits as soon as the command does, while its init still waits for the command's own children
-        (a test's background server, a fork bomb's processes), so this waits until the namespace is empty."""
-        tree = _descendants(self.proc.pid) if self.proc.poll() is None else []
-        for pid in [self.proc.pid, *tree]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        (a test's background server, a fork bomb's processes), so this waits until the namespace is empty.
+        Its pid and process group are signalled only while they are still its own: until it is reaped (a zombie
+        keeps its pid). Once reaped, that number may belong to a stranger; what is left is then found by the
+        namespace held from the start and, unconfined, by the members of its group, each checked through a pidfd."""
+        if self.proc.returncode is None:
+            tree = _descendants(self.proc.pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            for pid in [self.proc.pid, *tree]:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        else:
+            tree = _group_members(self.proc.pid)
+            for pid in tree:
+                _kill_in_group(pid, self.proc.pid)
         self.proc.wait()
         deadline = time.monotonic() + KILL_WAIT_S
         try:
@@ -531,6 +539,28 @@ def _pid_namespace(pid: int) -> str | None:
 def _namespace_members(namespace: str) -> list[int]:
     return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and _pid_namespace(int(e.name)) == namespace
             and _alive(int(e.name))]
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live processes of process group `pgid` (while one lives, no new process can be given that number)."""
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and (fields := proc_stat(int(e.name)))
+            and fields[2] == str(pgid) and fields[0] != "Z"]
+
+
+def _kill_in_group(pid: int, pgid: int) -> None:
+    """SIGKILL `pid` if it is still in group `pgid`: the pidfd pins the process, so the check and the signal
+    are about the same one even if `pid` has since exited and its number was given to another."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return
+    try:
+        if (fields := proc_stat(pid)) and fields[2] == str(pgid):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(pidfd)
 
 
 def _descendants(root: int) -> list[int]:

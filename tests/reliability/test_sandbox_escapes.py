@@ -206,6 +206,30 @@ def test_a_child_that_exits_leaving_processes_behind_has_none_left_once_it_is_ki
         assert host_processes_in(str(scratch.resolve())) == [], f"attempt {attempt}: processes outlived kill"
 
 
+@pytest.mark.parametrize("mode", ["bwrap", "off"])
+def test_a_reaped_child_is_killed_without_signalling_its_old_pid_and_nothing_it_left_survives(
+        mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verifier kills every child after waiting for all of them, so `kill` often meets a child already reaped,
+    whose pid may since belong to another process: it must not signal that number, and must still end what the
+    child left running (in its namespace, or unconfined in its process group)."""
+    from tests.unit.test_isolate import host_processes_in
+
+    sandbox.configure(mode)
+    try:
+        child = sandbox.spawn_child(["sh", "-c", "sleep 300 & exit 0"], scratch=tmp_path,
+                                    limits=sandbox.Limits(timeout_s=60))
+        assert child.proc.wait(timeout=30) == 0  # reaped
+        signalled: list[int] = []
+        real_kill, real_killpg = os.kill, os.killpg
+        monkeypatch.setattr(os, "kill", lambda pid, sig: (signalled.append(pid), real_kill(pid, sig))[1])
+        monkeypatch.setattr(os, "killpg", lambda pgid, sig: (signalled.append(-pgid), real_killpg(pgid, sig))[1])
+        child.kill()
+    finally:
+        sandbox.configure("bwrap")
+    assert child.proc.pid not in signalled and -child.proc.pid not in signalled, signalled
+    assert host_processes_in(str(tmp_path.resolve())) == [], "what it left running is gone"
+
+
 def test_filling_the_disk_is_stopped(canary: Canary) -> None:
     free = shutil.disk_usage("/tmp").free
     source = escaping('_blob = b"x" * (64 * 1024 * 1024)\n'
