@@ -446,7 +446,7 @@ class Child:
         else:
             tree = _group_members(self.proc.pid)
             for pid in tree:
-                _kill_in_group(pid, self.proc.pid)
+                _kill_checked(pid, lambda p: (fields := proc_stat(p)) is not None and fields[2] == str(self.proc.pid))
         self.proc.wait()
         deadline = time.monotonic() + KILL_WAIT_S
         try:
@@ -456,8 +456,7 @@ class Child:
                 if not tree and not left:
                     return
                 for pid in left or []:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(pid, signal.SIGKILL)
+                    _kill_checked(pid, lambda p: _pid_namespace(p) == self._namespace)
                 time.sleep(0.01)
         finally:
             self._release_namespace()
@@ -547,15 +546,15 @@ def _group_members(pgid: int) -> list[int]:
             and fields[2] == str(pgid) and fields[0] != "Z"]
 
 
-def _kill_in_group(pid: int, pgid: int) -> None:
-    """SIGKILL `pid` if it is still in group `pgid`: the pidfd pins the process, so the check and the signal
-    are about the same one even if `pid` has since exited and its number was given to another."""
+def _kill_checked(pid: int, ours: Callable[[int], bool]) -> None:
+    """SIGKILL `pid` if `ours(pid)` still holds: a pidfd pins the process first, so the check and the signal are
+    about the same one even if `pid` found in a scan of /proc has exited since and its number was given to another."""
     try:
         pidfd = os.pidfd_open(pid)
     except OSError:
         return
     try:
-        if (fields := proc_stat(pid)) and fields[2] == str(pgid):
+        if ours(pid):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     except OSError:
         pass
