@@ -50,17 +50,19 @@ def child_env(gpu: bool) -> dict[str, str]:
     return {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
 
 
-def spawn(module: str, workdir: Path, args: list[str], *, gpu: bool, timeout_s: float) -> Child:
+def spawn(module: str, workdir: Path, args: list[str], *, gpu: bool, timeout_s: float,
+          memory_bytes: int = MEMORY_LIMIT_BYTES) -> Child:
     """`python -m module args` in the sandbox, `workdir` its scratch dir (no network; a GPU child gets the
     GPU's device nodes). `timeout_s` is the most wall time it may get; its CPU time may be that on every
     core (torch's threads), so a slow child is stopped by the wall-clock limit and reported as a timeout.
     A CPU child sees only the runtime of the host's filesystem (`SandboxPolicy.runtime_only`); a GPU child
     still sees the whole host read-only: the driver's files lie where the host image put them, and a child
-    that could not find them would fail as if the task were broken, so it moves once a GPU run shows it works."""
+    that could not find them would fail as if the task were broken, so it moves once a GPU run shows it works.
+    `memory_bytes`: its address-space limit on CPU."""
     require_kernel_packages()
     cpu_s = int(timeout_s * (os.cpu_count() or 1)) + 10
     # CUDA reserves far more address space than it uses: no RLIMIT_AS on a GPU
-    limits = Limits(timeout_s=timeout_s, memory_bytes=0 if gpu else MEMORY_LIMIT_BYTES, cpu_s=cpu_s,
+    limits = Limits(timeout_s=timeout_s, memory_bytes=0 if gpu else memory_bytes, cpu_s=cpu_s,
                     file_bytes=FILE_LIMIT_BYTES, disk_bytes=DISK_BUDGET_BYTES, processes=PROCESS_LIMIT)
     return spawn_child([sys.executable, "-m", module, *args], scratch=workdir, limits=limits,
                        policy=SandboxPolicy(gpu=gpu, runtime_only=not gpu), env=child_env(gpu))

@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from activities.kernels._proc import Child
 
 RESULT_FILE = "gpu_compile.json"
+MEMORY_BYTES = 4 * 1024**3
+"""The check's address-space limit (RLIMIT_AS), half the verifier children's: it runs beside them on the meta device,
+so it holds no tensor. Measured on 2026-12-07: 310-405 MB peak RSS, and it compiles attention, conv and
+GEMM+epilogue kernels under a 1 GiB limit."""
 CHILD_TIMEOUT_S = 600.0
 """The whole check's wall-clock limit: a torch import, a meta forward, and ptxas for each kernel (0.3-1 s apiece on
 a build machine's core)."""
@@ -64,7 +68,7 @@ def start(folder: Path, gpu: GpuSpec) -> Child:
 
     (folder / RESULT_FILE).unlink(missing_ok=True)
     return spawn("activities.kernels.gpu_compile", folder, ["--gpu", _name(gpu), "."], gpu=False,
-                 timeout_s=CHILD_TIMEOUT_S)
+                 timeout_s=CHILD_TIMEOUT_S, memory_bytes=MEMORY_BYTES)
 
 
 def result(folder: Path, gpu: GpuSpec, child: Child, beat: Callable[[str], None]) -> GpuCompileCheck:

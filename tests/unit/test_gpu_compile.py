@@ -229,6 +229,8 @@ def test_the_check_runs_beside_the_verification_and_dies_with_a_wrong_candidate(
     right = verify(task, copy_kernel(type_change=False) + fresh, timeout_s=120, compile_for=GPUS["h100"])
     assert right.passed and right.gpu_compile is not None and right.gpu_compile.compiles is True, right.reason
     assert events == ["compile check started", "waited for candidate+reference"], events
+    assert started[-1].limits.memory_bytes == gpu_compile.MEMORY_BYTES < verifier.MEMORY_LIMIT_BYTES, \
+        "the twin holds no tensor: less address space than the verification's children"
 
     events.clear()
     wrong = verify(task, copy_kernel(type_change=False, relu=True) + fresh, timeout_s=120, compile_for=GPUS["h100"])
