@@ -21,5 +21,5 @@ nvidia-smi -L
 bwrap --version
 python3 -c "import sys, torch, triton, pydantic; print('python', sys.version.split()[0], 'torch', torch.__version__, \
 'triton', triton.__version__, 'pydantic', pydantic.__version__, 'gpu', torch.cuda.get_device_name())"
-python3 -m bench.bench_kernel_gpu --pairs .gpu/pairs --jobs 8 --timeout-s 120 --deadline-s "${DEADLINE_S:-420}" \
+python3 -m bench.bench_kernel_gpu --pairs .gpu/pairs --jobs 8 --deadline-s "${DEADLINE_S:-420}" \
     --rows "$OUT/gpu.jsonl" --csv "$OUT/results.csv" "$@"
