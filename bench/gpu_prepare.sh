@@ -57,5 +57,5 @@ echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' plus uncomm
 
 echo "gpu_prepare: $count pairs, $(ls "$GPU/whl" | wc -l) wheels, $(ls "$GPU/deb"), $(du -sh "$GPU" | cut -f1) to carry"
 echo "next, one device call:  run(command='bash bench/gpu_session.sh', carry=['.gpu'], timeout_s=570)"
-echo "then here:  $PY -m bench.bench_kernel_gpu --pairs $GPU/pairs --model h100 --rows $GPU/model.jsonl"
-echo "            $PY -m bench.bench_kernel_gpu --report-from FILES_AT/gpu.jsonl $GPU/model.jsonl"
+echo "beside it, here (no GPU; about a minute a pair):  $PY -m bench.bench_kernel_gpu --pairs $GPU/pairs --model h100 --rows $GPU/model.jsonl"
+echo "then:  $PY -m bench.bench_kernel_gpu --report-from FILES_AT/gpu.jsonl $GPU/model.jsonl"
