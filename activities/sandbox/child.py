@@ -444,19 +444,20 @@ class Child:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
         else:
-            tree = _group_members(self.proc.pid)
+            tree = _members(group := _in_group(self.proc.pid))
             for pid in tree:
-                _kill_checked(pid, lambda p: (fields := proc_stat(p)) is not None and fields[2] == str(self.proc.pid))
+                _kill_checked(pid, group)
         self.proc.wait()
+        in_namespace = _in_namespace(self._namespace) if self._namespace is not None else None
         deadline = time.monotonic() + KILL_WAIT_S
         try:
             while time.monotonic() < deadline:
                 tree = [pid for pid in tree if _alive(pid)]
-                left = self._namespace is not None and _namespace_members(self._namespace)
+                left = _members(in_namespace) if in_namespace is not None else []
                 if not tree and not left:
                     return
-                for pid in left or []:
-                    _kill_checked(pid, lambda p: _pid_namespace(p) == self._namespace)
+                for pid in left:
+                    _kill_checked(pid, in_namespace)
                 time.sleep(0.01)
         finally:
             self._release_namespace()
@@ -535,15 +536,18 @@ def _pid_namespace(pid: int) -> str | None:
         return None
 
 
-def _namespace_members(namespace: str) -> list[int]:
-    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and _pid_namespace(int(e.name)) == namespace
-            and _alive(int(e.name))]
+def _in_namespace(namespace: str) -> Callable[[int], bool]:
+    return lambda pid: _pid_namespace(pid) == namespace
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Live processes of process group `pgid` (while one lives, no new process can be given that number)."""
-    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and (fields := proc_stat(int(e.name)))
-            and fields[2] == str(pgid) and fields[0] != "Z"]
+def _in_group(pgid: int) -> Callable[[int], bool]:
+    """Membership of process group `pgid` (while one member lives, no new process can be given that number)."""
+    return lambda pid: (fields := proc_stat(pid)) is not None and fields[2] == str(pgid)
+
+
+def _members(ours: Callable[[int], bool]) -> list[int]:
+    """Live processes for which `ours(pid)` holds (host pids, from a scan of /proc)."""
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and ours(int(e.name)) and _alive(int(e.name))]
 
 
 def _kill_checked(pid: int, ours: Callable[[int], bool]) -> None:
