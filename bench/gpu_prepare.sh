@@ -52,7 +52,9 @@ done
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d "$GPU/whl" "${wheels[@]}"
-(cd "$GPU/deb" && apt-get download bubblewrap >/dev/null 2>&1)
+(cd "$GPU/deb" && apt-get download bubblewrap >/dev/null 2>&1) \
+    || { echo "gpu_prepare: 'apt-get download bubblewrap' failed: run it here to see why (the device has no" \
+              "bubblewrap and fetches nothing, so the call needs the .deb)" >&2; exit 1; }
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' plus uncommitted changes')" > "$GPU/COMMIT"
 
 echo "gpu_prepare: $count pairs, $(ls "$GPU/whl" | wc -l) wheels, $(ls "$GPU/deb"), $(du -sh "$GPU" | cut -f1) to carry"
