@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, Field
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from contracts.agents import AgentProvenance
 from contracts.common import ArtifactRef, Failure, JobStatus, TaskQueues, TokenTotals
@@ -428,8 +429,8 @@ class FleetCarry(BaseModel, frozen=True):
     tokens: TokenTotals = Field(default_factory=TokenTotals)
     ahead: list[int] = Field(default_factory=list)
     """Positions in FleetPlan.pending past `cursor` whose rows already ran (a family cap let them start early)."""
-    events_offset: int = 0
-    """Where the next run's live events continue (a follower's offsets go on across runs)."""
+    events: WorkflowStreamState | None = None
+    """The live events the next run starts from (workflows/_events.py: the latest ones at their offsets)."""
 
 
 def default_fleet_id(workflow_id: str) -> str:

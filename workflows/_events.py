@@ -8,11 +8,19 @@ its handlers there."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 
 with workflow.unsafe.imports_passed_through():
     from contracts.events import EVENTS_TOPIC, EventKind, JobEvent
+
+
+HANDOVER_EVENTS = 500
+"""The latest events a continue-as-new run starts with: a follower that had not read them before the handover
+(between two polls, or after a slow print) reads them from the next run. 500 is a fleet run's default rows, at
+about 300 bytes each in the next run's input; a follower further behind goes on at the oldest event kept."""
 
 
 class JobEvents:
@@ -34,17 +42,13 @@ class JobEvents:
     def status(self, status: str, text: str = "") -> None:
         self.publish(JobEvent(kind=EventKind.STATUS, text=f"{status}: {text}" if text else status))
 
-    def next_offset(self) -> int:
-        """Where a continue-as-new run's events go on (its log starts empty: history stays small, and a
-        follower that lags behind the handover reads the new run from its start)."""
+    def handover(self) -> WorkflowStreamState:
+        """What a continue-as-new run's events start from: the latest HANDOVER_EVENTS at their offsets, so a
+        follower misses none of the run that ends, and the next run's input stays bounded."""
         state = self._stream.get_state()
-        return state.base_offset + len(state.log)
+        dropped = max(0, len(state.log) - HANDOVER_EVENTS)
+        return dataclasses.replace(state, log=state.log[dropped:], base_offset=state.base_offset + dropped)
 
     def detach(self) -> None:
         """Before continue-as-new: release the followers' polls so they move to the next run."""
         self._stream.detach_pollers()
-
-
-def resumed_stream(offset: int) -> WorkflowStreamState | None:
-    """The stream state a continue-as-new run starts from: an empty log at `offset`."""
-    return WorkflowStreamState(base_offset=offset) if offset else None

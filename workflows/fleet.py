@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
         ModelTestResult, PlanFleetRequest, RowVerdict, SaveVerdictsRequest, default_fleet_id,
     )
     from workflows._call_options import STORAGE
-    from workflows._events import JobEvents, resumed_stream
+    from workflows._events import JobEvents
     from contracts.events import EventKind, JobEvent
     from workflows.failures import failure_from, result_from_failure
     from workflows.job_end import end_failed, is_cancellation, mark_cancelled
@@ -55,7 +55,7 @@ def _by_category(categories: dict[str, int]) -> str:
 class FleetTestWorkflow:
     @workflow.init
     def __init__(self, req: FleetTestRequest) -> None:
-        self._events = JobEvents(resumed_stream(req.carry.events_offset if req.carry else 0))
+        self._events = JobEvents(req.carry.events if req.carry else None)
         """Live events (row verdicts, progress, status); their offsets go on across continue-as-new."""
         self._carry = FleetCarry()
         self._plan = FleetPlan(total=0, pending=[], skipped=0)
@@ -229,7 +229,7 @@ class FleetTestWorkflow:
     def _next_carry(self, cursor: int, batches: list[ArtifactRef]) -> FleetCarry:
         return self._carry.model_copy(update={"cursor": cursor, "batches": batches, "runs": self._carry.runs + 1,
                                               "paused": self._paused, "ahead": sorted(self._ahead),
-                                              "events_offset": self._events.next_offset()})
+                                              "events": self._events.handover()})
 
     async def _finish(self, req: FleetTestRequest, fleet_id: str, batches: list[ArtifactRef]) -> FleetTestResult:
         done = await workflow.execute_activity_method(
