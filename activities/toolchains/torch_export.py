@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +146,11 @@ def export_onnx(root: Path, params: TorchExportParams) -> StepOutput:
             torch.onnx.export(obj, (), str(dst), input_names=names, **opset)
         elif kind == "exported_program":
             exporter = "torch.onnx.export(ExportedProgram.module()), dynamo, at --input-shape sizes"
-            torch.onnx.export(obj.module(), example_inputs(specs), str(dst), input_names=names, **opset)
+            with warnings.catch_warnings():
+                # .module() is a new GraphModule, so its flag says training, but its graph holds the ops
+                # torch.export captured (batch norm and dropout as the model ran then): nothing to warn of
+                warnings.filterwarnings("ignore", "Exporting a model while it is in training mode")
+                torch.onnx.export(obj.module(), example_inputs(specs), str(dst), input_names=names, **opset)
         else:
             exporter = "torch.onnx.export(ScriptModule), TorchScript exporter (dynamo=False)"
             torch.onnx.export(obj, example_inputs(specs), str(dst), input_names=names, dynamo=False, **opset)

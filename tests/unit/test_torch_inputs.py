@@ -92,6 +92,25 @@ def test_a_dynamic_exported_program_needs_input_shapes_and_exports_static_with_t
     assert dims == [2, 3, 8, 8] and out.details["format"] == "exported_program"
 
 
+def test_a_dynamic_exported_program_exports_the_model_as_it_was_captured_in_eval_and_does_not_warn(tmp_path: Path):
+    """ExportedProgram.module() is a new GraphModule whose flag says training; its graph is what
+    torch.export captured, so batch norm keeps its running statistics and dropout is off."""
+    import onnxruntime as ort
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Dropout(0.5)).eval()
+    with torch.no_grad():
+        model[1].running_mean.fill_(0.3), model[1].running_var.fill_(2.0)
+    save_ep(model, tmp_path / "m.pt2", dynamic=True)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        export_onnx(tmp_path, TorchExportParams(model="m.pt2", output="m.onnx", input_shapes=["input=1,3,8,8"]))
+    assert not [w for w in seen if "training mode" in str(w.message)], [str(w.message) for w in seen]
+    (y,) = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"input": X.numpy()})
+    with torch.no_grad():
+        assert np.abs(y - model(X).numpy()).max() < 1e-5, "eval-mode outputs (training mode differs by ~1)"
+
+
 @pytest.mark.parametrize("suffix", [".pt", ".pt2"])
 def test_the_export_writes_one_onnx_file_recording_exporter_and_opset(tmp_path: Path, suffix: str):
     (save_ts if suffix == ".pt" else save_ep)(net(0), tmp_path / f"m{suffix}")
