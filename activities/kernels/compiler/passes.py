@@ -188,3 +188,40 @@ def compose_views(src: list[int], src_sizes: list[str],
         return None
     return ([size[f] for f in order], [exprs.get(f, str(size[f])) for f in order] if known else [],
             [order.index(f) for d in dims for f in d])
+
+
+@graph_pass("scan_forms", order=40)
+def scan_forms(graph: Graph) -> Graph:
+    """A reversed or an exclusive cumulative sum written in torch's ops becomes one scan that reads its input that
+    way: `cumsum(x.flip(d), d).flip(d)` sums from the end (`reverse`), `cat([zeros, cumsum(x[..., :-1], d)], d)`
+    starts one place later (`shift`). Each form was two or three launches, every one a pass over the tensor."""
+    users = graph.users()
+
+    def only_for(v: object, user: int) -> bool:
+        return isinstance(v, int) and users[v] == [user] and v not in graph.outputs
+
+    def plain_scan(v: int, d: int) -> bool:
+        s = graph.nodes[v]
+        return (s.op == "scan" and s.attrs["dim"] % len(s.shape) == d and not s.attrs.get("reverse")
+                and not s.attrs.get("shift"))
+
+    def flips_only(node, d: int) -> bool:  # noqa: ANN001 - a graph Node
+        return node.op == "flip" and [x % len(node.shape) for x in node.attrs["dims"]] == [d]
+
+    for i, n in enumerate(graph.nodes):
+        if n.op == "flip" and len(n.attrs["dims"]) == 1:
+            d, scan = n.attrs["dims"][0] % len(n.shape), n.args[0]
+            if only_for(scan, i) and plain_scan(scan, d) and only_for(graph.nodes[scan].args[0], scan):
+                inner = graph.nodes[graph.nodes[scan].args[0]]
+                if flips_only(inner, d):
+                    n.op, n.args, n.attrs = "scan", list(inner.args), {**graph.nodes[scan].attrs, "dim": d,
+                                                                        "reverse": True}
+        elif n.op == "cat" and len(n.args) == 2 and all(isinstance(a, int) for a in n.args):
+            d, (zeros, scan) = n.attrs["dim"] % len(n.shape), n.args
+            lead = [*n.shape[:d], 1, *n.shape[d + 1:]]
+            if (graph.nodes[zeros].op == "zeros" and graph.nodes[zeros].shape == lead and only_for(scan, i)
+                    and plain_scan(scan, d) and graph.nodes[scan].attrs["fn"] == "cumsum"
+                    and graph.nodes[scan].dtype == n.dtype):
+                n.op, n.args, n.attrs = "scan", list(graph.nodes[scan].args), {**graph.nodes[scan].attrs, "dim": d,
+                                                                                 "shift": 1}
+    return graph

@@ -34,7 +34,7 @@ CALLS = {
     "a max pool of 2 x 8 x 30 x 30": ("_pool", lambda: (t(2, 8, 30, 30), [2, 2], [2, 2], [0, 0], [1, 1], False), {}),
     "a sum of 3 rows of 100,000": ("_reduce", lambda: ([t(3, 100000)], [], [1], False, torch.float32), {"split": True}),
     "a mean over 4096 rows of 50": ("_reduce", lambda: ([t(4096, 50)], [], [1], False, torch.float32), {}),
-    "a cumulative sum of 40 rows of 300": ("_scan", lambda: (t(40, 300), 1, torch.float32), {}),
+    "a cumulative sum of 40 rows of 300": ("_scan", lambda: ([t(40, 300)], [], 1, torch.float32), {}),
     "a 3-D convolution of 2 x 2 x 8^3 by 3 x 2 x 3^3": (
         "_conv", lambda: (t(2, 2, 8, 8, 8), t(3, 2, 3, 3, 3), None, [1, 1, 1], [0, 0, 0], [1, 1, 1], False,
                           [0, 0, 0], 1, False), {}),
