@@ -54,6 +54,8 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
     "batch norm over dim 0, then softmax over dim 1 (two regions, one launch each)": (
         "rows", Case("torch.softmax(self.bn(x), dim=1)", "torch.randn(N, 5)", init=("self.bn = nn.BatchNorm1d(5)",)),
         5, 2),
+    "softmax then the max over the same dim, its indices unread (L2 89)": (
+        "rows", Case("torch.max(torch.softmax(x, dim=1) * 2.0, dim=1)[0]", "torch.randn(2, 5, N)"), 3, 1),
     "linear + relu + scale": ("epilogue", Case("torch.relu(self.fc(x)) * 2.0", "torch.randn(N, 5)",
                                                init=("self.fc = nn.Linear(5, 6)",)), 2, 1),
     "bmm + sigmoid": ("epilogue", Case("torch.sigmoid(torch.bmm(x, y) + 1.0)", "torch.randn(2, N, 3), torch.randn(2, 3, 4)",

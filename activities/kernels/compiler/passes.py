@@ -111,6 +111,29 @@ def view_chains(graph: Graph) -> Graph:
     return graph
 
 
+@graph_pass("dead_nodes", order=90)
+def dead_nodes(graph: Graph) -> Graph:
+    """Only the nodes an output needs are kept (renumbered in order): `torch.max(x, dim)` reads as values and indices
+    though the forward keeps one, and a pass leaves what it replaced. The emitter writes only those already, but the
+    optimizer's rewrites ask who reads a value, and a dead reader would make a value look used outside its region."""
+    todo, needed = list(graph.outputs), set()
+    while todo:
+        v = todo.pop()
+        if v not in needed:
+            needed.add(v)
+            todo += [a for a in graph.nodes[v].args if isinstance(a, int)]
+    if len(needed) == len(graph.nodes):
+        return graph
+    kept = sorted(needed)
+    new = {old: i for i, old in enumerate(kept)}
+    for old in kept:
+        node = graph.nodes[old]
+        node.args = [new[a] if isinstance(a, int) else a for a in node.args]
+    graph.nodes = [graph.nodes[old] for old in kept]
+    graph.outputs = [new[o] for o in graph.outputs]
+    return graph
+
+
 def _is_kind(node, kind: str) -> bool:  # noqa: ANN001 - a graph Node
     return node.op == "view" and node.attrs.get("kind") == kind
 
