@@ -213,6 +213,34 @@ def compose_views(src: list[int], src_sizes: list[str],
             [order.index(f) for d in dims for f in d])
 
 
+@graph_pass("pool_chains", order=35)
+def pool_chains(graph: Graph) -> Graph:
+    """A pool of a pool, both unpadded and undilated and of one kind, is one pool of kernel s1 * (k2 - 1) + k1 and
+    stride s1 * s2 over the first one's input (the same output sizes, floor division throughout): a max of maxes is
+    the max over the union of their windows; an average of averages is the average over it where the first pool's
+    windows do not overlap (k1 = s1), so every element counts once. L2 72 and 78 pool twice after a convolution:
+    one launch and one intermediate tensor less."""
+    users = graph.users()
+    for i, n in enumerate(graph.nodes):
+        first = graph.nodes[n.args[0]] if n.op == "pool" and isinstance(n.args[0], int) else None
+        if (first is None or first.op != "pool" or users[n.args[0]] != [i] or n.args[0] in graph.outputs
+                or first.attrs["kind"] != n.attrs["kind"] or not (_plain_pool(first) and _plain_pool(n))):
+            continue
+        (k1, s1), (k2, s2) = ((p.attrs["kernel"], p.attrs["stride"]) for p in (first, n))
+        if n.attrs["kind"] == "avg" and k1 != s1:
+            continue
+        n.args = list(first.args)
+        n.attrs = {**n.attrs, "kernel": [a * (b - 1) + c for a, b, c in zip(s1, k2, k1)],
+                   "stride": [a * b for a, b in zip(s1, s2)]}
+    return graph
+
+
+def _plain_pool(node) -> bool:  # noqa: ANN001 - a graph Node
+    a = node.attrs
+    return (not any(a["padding"]) and all(x == 1 for x in a["dilation"]) and not a["ceil_mode"]
+            and not a.get("divisor"))
+
+
 @graph_pass("scan_forms", order=40)
 def scan_forms(graph: Graph) -> Graph:
     """A reversed or an exclusive cumulative sum written in torch's ops becomes one scan that reads its input that
