@@ -111,6 +111,30 @@ def view_chains(graph: Graph) -> Graph:
     return graph
 
 
+@graph_pass("unit_reductions", order=45)
+def unit_reductions(graph: Graph) -> Graph:
+    """A sum, mean, max, min or logsumexp that keeps its dims, over dims that are always 1, is its input: each
+    reduces one element (x / 1, log(exp(x)) with x's own infinities and NaN). A dim is always 1 where the
+    trace's size expression says so or an earlier reduction kept it (L2 44's second global average pool, L2 51's
+    logsumexp over the channel the mean before it kept). A forward input stays behind its reduction: an output
+    must not be the caller's own tensor."""
+    same: dict[int, int] = {}
+    for i, n in enumerate(graph.nodes):
+        n.args = [same.get(a, a) if isinstance(a, int) else a for a in n.args]
+        x = n.args[0] if n.op == "reduce" and n.args and isinstance(n.args[0], int) else None
+        if (x is not None and graph.nodes[x].op not in ("input", "param") and n.attrs["fn"] in ("sum", "mean", "amax", "amin", "logsumexp") and n.attrs["keepdim"]
+                and n.dtype == graph.nodes[x].dtype and all(_always_one(graph.nodes[x], d) for d in n.attrs["dims"])):
+            same[i] = x
+    graph.outputs = [same.get(o, o) for o in graph.outputs]
+    return graph
+
+
+def _always_one(node, d: int) -> bool:  # noqa: ANN001 - a graph Node
+    if node.sizes:
+        return node.sizes[d] == "1"
+    return node.op == "reduce" and node.attrs["keepdim"] and d in node.attrs["dims"]
+
+
 @graph_pass("dead_nodes", order=90)
 def dead_nodes(graph: Graph) -> Graph:
     """Only the nodes an output needs are kept (renumbered in order): `torch.max(x, dim)` reads as values and indices

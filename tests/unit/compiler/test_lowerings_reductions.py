@@ -1,10 +1,11 @@
-"""The reductions and their composites (activities/kernels/compiler/lowerings/reductions.py)."""
+"""The reductions and their composites (activities/kernels/compiler/lowerings/reductions.py), and a reduction
+over dims an earlier one kept as its input (`unit_reductions`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.unit.compiler.cases import OTHER_N, TRACED_N, Case, run
+from tests.unit.compiler.cases import OTHER_N, TRACED_N, Case, candidate, run
 
 X = "torch.randn(3, N)"
 CASES: dict[str, Case] = {
@@ -42,7 +43,18 @@ CASES: dict[str, Case] = {
                                      "torch.randn(2, 3, 4, N), torch.randn(4, 4)", args="x, m"),
     "_safe_softmax:given_scale": Case("F.scaled_dot_product_attention(x, x, x, scale=0.3)", "torch.randn(2, 3, 4, N)"),
     "_log_softmax": Case("F.log_softmax(x, dim=1)", X),
+    "mean:of_a_kept_mean": Case("torch.mean(torch.mean(x * 0.5, dim=[2, 3], keepdim=True), dim=[2, 3], keepdim=True)",
+                                "torch.randn(2, 3, N, 5)"),
+    "logsumexp:over_a_kept_mean_with_infinities": Case(
+        "torch.logsumexp(torch.mean(x, dim=1, keepdim=True), dim=1, keepdim=True)",
+        "torch.tensor([[float('inf'), 1.0], [float('-inf'), 2.0], [float('nan'), 0.0], [3.0, 4.0]]).repeat(1, N)"),
+    "sum:of_an_input_size_1_dim": Case("torch.sum(x, dim=1, keepdim=True)", "torch.randn(N, 1)"),
+    "mean:not_kept": Case("torch.mean(torch.mean(x, dim=1, keepdim=True), dim=1)", "torch.randn(3, N)"),
 }
+UNIT = {"mean:of_a_kept_mean": 1, "logsumexp:over_a_kept_mean_with_infinities": 1, "sum:of_an_input_size_1_dim": 1,
+        "mean:not_kept": 2}
+"""Launches: a reduction over dims the one before it kept is that one (the first two: the first mean's launch only);
+over an input's dim of size 1 it stays (an output must not be the caller's tensor); one that drops the dims stays."""
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +122,9 @@ def test_few_rows_of_many_columns_are_split_across_programs_that_add_up():
     assert seen["many"] == [[2, 2], [100, 2]], seen  # the rows' blocks are each device's own, the cut is one
     assert seen["small"] == [1, 1], seen  # 3 rows of 1,000: one program reads 12 KB, less than a launch costs
     assert seen["error"] < 1e-6, seen
+
+
+@pytest.mark.parametrize("key", list(UNIT))
+def test_a_reduction_over_dims_an_earlier_one_kept_is_that_one(key, tmp_path):
+    forward = candidate(CASES[key], tmp_path).split("class ModelNew", 1)[1]
+    assert forward.count("[grid](") == UNIT[key], forward
