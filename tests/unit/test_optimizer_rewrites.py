@@ -56,6 +56,9 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
         5, 2),
     "softmax then the max over the same dim, its indices unread (L2 89)": (
         "rows", Case("torch.max(torch.softmax(x, dim=1) * 2.0, dim=1)[0]", "torch.randn(2, 5, N)"), 3, 1),
+    "the same on rows with a NaN (NaN as torch has it: the max of a NaN row is NaN)": (
+        "rows", Case("torch.max(torch.softmax(x, dim=0) * 2.0, dim=0)[0]",
+                     "torch.tensor([[1.0, float('nan'), 3.0], [2.0, -1.0, 0.5]]).repeat(N, 1).T"), 3, 1),
     "linear + relu + scale": ("epilogue", Case("torch.relu(self.fc(x)) * 2.0", "torch.randn(N, 5)",
                                                init=("self.fc = nn.Linear(5, 6)",)), 2, 1),
     "bmm + sigmoid": ("epilogue", Case("torch.sigmoid(torch.bmm(x, y) + 1.0)", "torch.randn(2, N, 3), torch.randn(2, 3, 4)",
@@ -109,6 +112,8 @@ CASES: dict[str, tuple[str, Case, int, int]] = {
     "recurrent: a tanh RNN without biases": ("recurrent", Case(
         "self.net(x)", "torch.randn(2, N, 6)", init=("self.net = Net('rnn', False, True, bias=False)",), helpers=NET),
         5, 5),
+    "recurrent: a 2-layer ReLU RNN": ("recurrent", Case(
+        "self.rnn(x)[0]", "torch.randn(N, 2, 6)", init=("self.rnn = nn.RNN(6, 8, 2, nonlinearity='relu')",)), 2, 2),
 }
 UNTOUCHED: dict[str, tuple[str, Case]] = {
     "a reduction broadcast along the wrong dims (keepdim=False on a square tensor)": (

@@ -25,7 +25,29 @@ def _tanh(x):
 @triton.jit
 def _softplus(x, beta, threshold):
     return tl.where(x * beta > threshold, x, tl.log(1.0 + tl.exp(x * beta)) / beta)
+
+
+@triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _min_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 '''
+"""`_max_nan` / `_min_nan`: the combine of a `tl.reduce` that keeps torch's NaN (see `maximum`)."""
+
+
+def maximum(a: str, b: str) -> str:
+    """torch's max of two values: a NaN wins (Triton's default, like C's fmax, returns the other one), so relu,
+    clamp, amax and max pooling give NaN where the reference does."""
+    return f"tl.maximum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"
+
+
+def minimum(a: str, b: str) -> str:
+    """torch's min of two values: a NaN wins (see `maximum`)."""
+    return f"tl.minimum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)"
 
 
 def num(v: float) -> str:
@@ -65,7 +87,7 @@ def expression(fn: str, attrs: dict[str, Any], a: list[str], args: list[Any]) ->
         case "logical_not":
             return f"tl.where({x} == 0, 1.0, 0.0)"
         case "relu":
-            return f"tl.where({x} > 0, {x}, 0.0)"
+            return maximum(x, "0.0")
         case "neg":
             return f"-({x})"
         case "reciprocal":
@@ -73,9 +95,9 @@ def expression(fn: str, attrs: dict[str, Any], a: list[str], args: list[Any]) ->
         case "silu":
             return f"{x} * tl.sigmoid({x})"
         case "hardsigmoid":
-            return f"tl.minimum(tl.maximum({x} / 6.0 + 0.5, 0.0), 1.0)"
+            return minimum(maximum(f"{x} / 6.0 + 0.5", "0.0"), "1.0")
         case "hardswish":
-            return f"{x} * tl.minimum(tl.maximum({x} / 6.0 + 0.5, 0.0), 1.0)"
+            return f"{x} * {minimum(maximum(f'{x} / 6.0 + 0.5', '0.0'), '1.0')}"
         case "mish":
             return f"{x} * _tanh(_softplus({x}, 1.0, 20.0))"
         case "gelu":
@@ -91,15 +113,15 @@ def expression(fn: str, attrs: dict[str, Any], a: list[str], args: list[Any]) ->
             alpha = attr("alpha", 1.0)
             return f"tl.where({x} > 0, {x}, {alpha} * (tl.exp({x} / {alpha}) - 1.0))"
         case "hardtanh":
-            return f"tl.minimum(tl.maximum({x}, {attr('min_val', -1.0)}), {attr('max_val', 1.0)})"
+            return minimum(maximum(x, attr("min_val", -1.0)), attr("max_val", 1.0))
         case "softplus":
             return f"_softplus({x}, {attr('beta', 1.0)}, {attr('threshold', 20.0)})"
         case "clamp":
             out = x
             if attrs.get("min") is not None:
-                out = f"tl.maximum({out}, {attr('min', 0.0)})"
+                out = maximum(out, attr("min", 0.0))
             if attrs.get("max") is not None:
-                out = f"tl.minimum({out}, {attr('max', 0.0)})"
+                out = minimum(out, attr("max", 0.0))
             return out
         case "add":
             return f"({a[0]} + {a[1]})"
@@ -112,9 +134,9 @@ def expression(fn: str, attrs: dict[str, Any], a: list[str], args: list[Any]) ->
         case "div":
             return f"({a[0]} / {a[1]})"
         case "maximum":
-            return f"tl.maximum({a[0]}, {a[1]})"
+            return maximum(a[0], a[1])
         case "minimum":
-            return f"tl.minimum({a[0]}, {a[1]})"
+            return minimum(a[0], a[1])
         case "pow":
             return power(a, args)
     raise ValueError(f"no Triton expression for pointwise function {fn}")

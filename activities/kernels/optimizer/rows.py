@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from activities.kernels.compiler.blocks.common import INTERPRETER_TILE, decompose, jit, kernel_name, offset
-from activities.kernels.compiler.expr import expression, num
+from activities.kernels.compiler.expr import expression, maximum, minimum, num
 from activities.kernels.compiler.graph import Const, Node, Scalar, Sym
 from activities.kernels.compiler.registry import emits
 from activities.kernels.optimizer import live, reaches, rewrite
@@ -381,11 +381,11 @@ class _RowKernel:
                          f"c{r} = t{r}"]
                 corr = float(self.node(partner).attrs.get("correction", 0.0))
                 done += [f"    red{r} = mu{r}", f"    red{partner} = q{r} / (C - {num(corr)})"]
-            elif fn in ("amax", "amin"):
-                op = "maximum" if fn == "amax" else "minimum"
+            elif fn in ("amax", "amin"):  # NaN wins, as in torch (`expr.maximum`)
+                op = maximum if fn == "amax" else minimum
                 init.append(f"    a{r} = tl.full([BR, BC], {INIT[fn]}, dtype=tl.float32)")
-                step.append(f"a{r} = tl.{op}(a{r}, tl.where(m2, {value}, {INIT[fn]}))")
-                done.append(f"    red{r} = tl.{'max' if fn == 'amax' else 'min'}(a{r}, axis=1)")
+                step.append(f"a{r} = {op(f'a{r}', f'tl.where(m2, {value}, {INIT[fn]})')}")
+                done.append(f"    red{r} = tl.reduce(a{r}, 1, {'_max_nan' if fn == 'amax' else '_min_nan'})")
             else:
                 init.append(f"    a{r} = tl.zeros([BR, BC], dtype=tl.float32)")
                 step.append(f"a{r} += tl.where(m2, {value}, 0.0)")

@@ -40,6 +40,7 @@ CASES = {
                                   helpers=NET),
     "rnn:tanh_without_bias": Case("self.net(x)", "torch.randn(2, N, 6)",
                                   init=("self.net = Net('rnn', False, True, bias=False)",), helpers=NET),
+    "rnn:relu": Case("self.rnn(x)[0]", "torch.randn(N, 2, 6)", init=("self.rnn = nn.RNN(6, 8, 2, nonlinearity='relu')",)),
 }
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from activities.kernels.compiler.blocks.common import decompose, jit
 from activities.kernels.compiler.blocks.pointwise import FLAT_GRID
+from activities.kernels.compiler.expr import maximum
 from activities.kernels.compiler.registry import emits
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def _pooling(d: int, kind: str, args: list[str], window: list[str], index: str, 
     lines += [f"{indent}ok = {' & '.join(['mask'] + [inside.format(j=j) for j in sp])}",
               f"{indent}v = tl.load(x_ptr + row * xs0 + {' + '.join(f'i{j} * xs{j + 1}' for j in sp)}, mask=ok, "
               f"other={fill}).to(tl.float32)"]
-    lines.append(f"{indent}acc = tl.maximum(acc, v)" if kind == "max" else f"{indent}acc += v")
+    lines.append(f"{indent}acc = {maximum('acc', 'v')}" if kind == "max" else f"{indent}acc += v")
     if kind == "avg":
         lines += ["    " + a for a in average]
     lines.append("    tl.store(out_ptr + offs, acc, mask=mask)")

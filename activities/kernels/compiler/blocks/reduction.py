@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from activities.kernels.compiler.blocks.common import INTERPRETER_TILE, decompose, jit, kernel_name, offset
 from activities.kernels.compiler.blocks.pointwise import Fused
+from activities.kernels.compiler.expr import maximum, minimum
 from activities.kernels.compiler.registry import emits
 
 if TYPE_CHECKING:
@@ -51,18 +52,20 @@ def reduce_kernel(op: str, kept: int, reduced: int, leaves: int, scalars: int, b
 
     fill = init
     lines.append(f"    acc = tl.full([BR, BC], {init}, dtype=tl.float32)")
-    if op in ("argmax", "argmin"):
+    if op in ("argmax", "argmin"):  # torch's: the first NaN, else the first extreme value
         cmp = ">" if op == "argmax" else "<"
         lines.append("    best = tl.zeros([BR, BC], dtype=tl.int32)")
-        lines += loop([f"v = tl.where(m2, v, {fill})", f"take = v {cmp} acc", "acc = tl.where(take, v, acc)",
-                       "best = tl.where(take, cols[None, :], best)"])
+        lines += loop([f"v = tl.where(m2, v, {fill})", f"take = (v {cmp} acc) | ((v != v) & (acc == acc))",
+                       "acc = tl.where(take, v, acc)", "best = tl.where(take, cols[None, :], best)"])
         top = "max" if op == "argmax" else "min"
-        lines += [f"    top = tl.{top}(acc, axis=1)",
-                  "    res = tl.min(tl.where(acc == top[:, None], best, 2147483647), axis=1)"]
+        lines += [f"    top = tl.{top}(acc, axis=1)", "    nan = acc != acc",
+                  "    res = tl.min(tl.where(acc == top[:, None], best, 2147483647), axis=1)",
+                  "    res = tl.where(tl.max(nan.to(tl.int32), axis=1) > 0, "
+                  "tl.min(tl.where(nan, best, 2147483647), axis=1), res)"]
     elif op in ("amax", "amin", "logsumexp"):
-        fn = "minimum" if op == "amin" else "maximum"
-        lines += loop([f"acc = tl.{fn}(acc, tl.where(m2, v, {fill}))"])
-        lines.append(f"    res = tl.{fn[:3]}(acc, axis=1)")
+        fn = minimum if op == "amin" else maximum
+        lines += loop([f"acc = {fn('acc', f'tl.where(m2, v, {fill})')}"])
+        lines.append(f"    res = tl.reduce(acc, 1, {'_min_nan' if op == 'amin' else '_max_nan'})")
         if op == "logsumexp":
             lines += ["    mx = tl.where(res == -float(\"inf\"), 0.0, res)",
                       "    acc = tl.zeros([BR, BC], dtype=tl.float32)"]
