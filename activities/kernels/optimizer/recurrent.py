@@ -109,7 +109,7 @@ def rnn_layer(x_ptr, sxt, sxb, sxi, I, wih_ptr, whh_ptr, bih_ptr, bhh_ptr, h0_pt
         elif MODE == 2:
             h = _tanh(x0 + h0)
         else:
-            h = _max_nan(x0 + h0, 0.0)  # relu as torch has it: NaN stays NaN
+            h = tl.maximum(x0 + h0, 0.0, propagate_nan=tl.PropagateNan.ALL)  # relu as torch has it
         tl.store(out_ptr + t * sot + rb[:, None] * sob + j[None, :], h, mask=m2)
         hrow = out_ptr + t * sot + rb[:, None] * sob
         tl.debug_barrier()  # this step's h, stored by this program's threads, is read back by all of them next

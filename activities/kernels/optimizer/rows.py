@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from activities.kernels.compiler.blocks.common import INTERPRETER_TILE, decompose, jit, kernel_name, offset
-from activities.kernels.compiler.expr import expression, maximum, minimum, num
+from activities.kernels.compiler.expr import expression, extreme, maximum, minimum, num
 from activities.kernels.compiler.graph import Const, Node, Scalar, Sym
 from activities.kernels.compiler.registry import emits
 from activities.kernels.optimizer import live, reaches, rewrite
@@ -385,7 +385,7 @@ class _RowKernel:
                 op = maximum if fn == "amax" else minimum
                 init.append(f"    a{r} = tl.full([BR, BC], {INIT[fn]}, dtype=tl.float32)")
                 step.append(f"a{r} = {op(f'a{r}', f'tl.where(m2, {value}, {INIT[fn]})')}")
-                done.append(f"    red{r} = tl.reduce(a{r}, 1, {'_max_nan' if fn == 'amax' else '_min_nan'})")
+                done.append(f"    red{r} = {extreme('max' if fn == 'amax' else 'min', f'a{r}', 1)}")
             else:
                 init.append(f"    a{r} = tl.zeros([BR, BC], dtype=tl.float32)")
                 step.append(f"a{r} += tl.where(m2, {value}, 0.0)")

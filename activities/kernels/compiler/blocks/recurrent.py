@@ -53,7 +53,7 @@ def rnn_cell_kernel(xg_ptr, hg_ptr, bih_ptr, bhh_ptr, h_ptr, c_ptr, h_out_ptr, c
     elif MODE == 2:
         h = _tanh(x0 + h0)
     else:
-        h = _max_nan(x0 + h0, 0.0)  # relu as torch has it: NaN stays NaN
+        h = tl.maximum(x0 + h0, 0.0, propagate_nan=tl.PropagateNan.ALL)  # relu as torch has it
     tl.store(h_out_ptr + offs, h, mask=mask)
     tl.store(out_ptr + b * out_sb + j * out_sh, h, mask=mask)
 '''

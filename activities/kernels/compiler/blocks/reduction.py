@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from activities.kernels.compiler.blocks.common import INTERPRETER_TILE, decompose, jit, kernel_name, offset
 from activities.kernels.compiler.blocks.pointwise import Fused
-from activities.kernels.compiler.expr import maximum, minimum
+from activities.kernels.compiler.expr import extreme, maximum, minimum
 from activities.kernels.compiler.registry import emits
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def reduce_kernel(op: str, kept: int, reduced: int, leaves: int, scalars: int, b
     elif op in ("amax", "amin", "logsumexp"):
         fn = minimum if op == "amin" else maximum
         lines += loop([f"acc = {fn('acc', f'tl.where(m2, v, {fill})')}"])
-        lines.append(f"    res = tl.reduce(acc, 1, {'_min_nan' if op == 'amin' else '_max_nan'})")
+        lines.append(f"    res = {extreme('min' if op == 'amin' else 'max', 'acc', 1)}")
         if op == "logsumexp":
             lines += ["    mx = tl.where(res == -float(\"inf\"), 0.0, res)",
                       "    acc = tl.zeros([BR, BC], dtype=tl.float32)"]
