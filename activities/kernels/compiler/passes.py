@@ -111,6 +111,71 @@ def view_chains(graph: Graph) -> Graph:
     return graph
 
 
+@graph_pass("pool_chains", order=35)
+def pool_chains(graph: Graph) -> Graph:
+    """A pool of a pool, both unpadded and undilated and of one kind, is one pool of kernel s1 * (k2 - 1) + k1 and
+    stride s1 * s2 over the first one's input (the same output sizes, floor division throughout): a max of maxes is
+    the max over the union of their windows; an average of averages is the average over it where the first pool's
+    windows do not overlap (k1 = s1), so every element counts once. L2 72 and 78 pool twice after a convolution:
+    one launch and one intermediate tensor less."""
+    users = graph.users()
+    for i, n in enumerate(graph.nodes):
+        first = graph.nodes[n.args[0]] if n.op == "pool" and isinstance(n.args[0], int) else None
+        if (first is None or first.op != "pool" or users[n.args[0]] != [i] or n.args[0] in graph.outputs
+                or first.attrs["kind"] != n.attrs["kind"] or not (_plain_pool(first) and _plain_pool(n))):
+            continue
+        (k1, s1), (k2, s2) = ((p.attrs["kernel"], p.attrs["stride"]) for p in (first, n))
+        if n.attrs["kind"] == "avg" and k1 != s1:
+            continue
+        n.args = list(first.args)
+        n.attrs = {**n.attrs, "kernel": [a * (b - 1) + c for a, b, c in zip(s1, k2, k1)],
+                   "stride": [a * b for a, b in zip(s1, s2)]}
+    return graph
+
+
+def _plain_pool(node) -> bool:  # noqa: ANN001 - a graph Node
+    a = node.attrs
+    return (not any(a["padding"]) and all(x == 1 for x in a["dilation"]) and not a["ceil_mode"]
+            and not a.get("divisor"))
+
+
+@graph_pass("scan_forms", order=40)
+def scan_forms(graph: Graph) -> Graph:
+    """A reversed or an exclusive cumulative sum written in torch's ops becomes one scan that reads its input that
+    way: `cumsum(x.flip(d), d).flip(d)` sums from the end (`reverse`), `cat([zeros, cumsum(x[..., :-1], d)], d)`
+    starts one place later (`shift`). Each form was two or three launches, every one a pass over the tensor."""
+    users = graph.users()
+
+    def only_for(v: object, user: int) -> bool:
+        return isinstance(v, int) and users[v] == [user] and v not in graph.outputs
+
+    def plain_scan(v: int, d: int) -> bool:
+        s = graph.nodes[v]
+        return (s.op == "scan" and s.attrs["dim"] % len(s.shape) == d and not s.attrs.get("reverse")
+                and not s.attrs.get("shift"))
+
+    def flips_only(node, d: int) -> bool:  # noqa: ANN001 - a graph Node
+        return node.op == "flip" and [x % len(node.shape) for x in node.attrs["dims"]] == [d]
+
+    for i, n in enumerate(graph.nodes):
+        if n.op == "flip" and len(n.attrs["dims"]) == 1:
+            d, scan = n.attrs["dims"][0] % len(n.shape), n.args[0]
+            if only_for(scan, i) and plain_scan(scan, d) and only_for(graph.nodes[scan].args[0], scan):
+                inner = graph.nodes[graph.nodes[scan].args[0]]
+                if flips_only(inner, d):
+                    n.op, n.args, n.attrs = "scan", list(inner.args), {**graph.nodes[scan].attrs, "dim": d,
+                                                                        "reverse": True}
+        elif n.op == "cat" and len(n.args) == 2 and all(isinstance(a, int) for a in n.args):
+            d, (zeros, scan) = n.attrs["dim"] % len(n.shape), n.args
+            lead = [*n.shape[:d], 1, *n.shape[d + 1:]]
+            if (graph.nodes[zeros].op == "zeros" and graph.nodes[zeros].shape == lead and only_for(scan, i)
+                    and plain_scan(scan, d) and graph.nodes[scan].attrs["fn"] == "cumsum"
+                    and graph.nodes[scan].dtype == n.dtype):
+                n.op, n.args, n.attrs = "scan", list(graph.nodes[scan].args), {**graph.nodes[scan].attrs, "dim": d,
+                                                                                 "shift": 1}
+    return graph
+
+
 @graph_pass("unit_reductions", order=45)
 def unit_reductions(graph: Graph) -> Graph:
     """A sum, mean, max, min or logsumexp that keeps its dims, over dims that are always 1, is its input: each
@@ -122,8 +187,9 @@ def unit_reductions(graph: Graph) -> Graph:
     for i, n in enumerate(graph.nodes):
         n.args = [same.get(a, a) if isinstance(a, int) else a for a in n.args]
         x = n.args[0] if n.op == "reduce" and n.args and isinstance(n.args[0], int) else None
-        if (x is not None and graph.nodes[x].op not in ("input", "param") and n.attrs["fn"] in ("sum", "mean", "amax", "amin", "logsumexp") and n.attrs["keepdim"]
-                and n.dtype == graph.nodes[x].dtype and all(_always_one(graph.nodes[x], d) for d in n.attrs["dims"])):
+        if (x is not None and graph.nodes[x].op not in ("input", "param") and n.attrs["keepdim"]
+                and n.attrs["fn"] in ("sum", "mean", "amax", "amin", "logsumexp") and n.dtype == graph.nodes[x].dtype
+                and all(_always_one(graph.nodes[x], d) for d in n.attrs["dims"])):
             same[i] = x
     graph.outputs = [same.get(o, o) for o in graph.outputs]
     return graph
@@ -235,68 +301,3 @@ def compose_views(src: list[int], src_sizes: list[str],
         return None
     return ([size[f] for f in order], [exprs.get(f, str(size[f])) for f in order] if known else [],
             [order.index(f) for d in dims for f in d])
-
-
-@graph_pass("pool_chains", order=35)
-def pool_chains(graph: Graph) -> Graph:
-    """A pool of a pool, both unpadded and undilated and of one kind, is one pool of kernel s1 * (k2 - 1) + k1 and
-    stride s1 * s2 over the first one's input (the same output sizes, floor division throughout): a max of maxes is
-    the max over the union of their windows; an average of averages is the average over it where the first pool's
-    windows do not overlap (k1 = s1), so every element counts once. L2 72 and 78 pool twice after a convolution:
-    one launch and one intermediate tensor less."""
-    users = graph.users()
-    for i, n in enumerate(graph.nodes):
-        first = graph.nodes[n.args[0]] if n.op == "pool" and isinstance(n.args[0], int) else None
-        if (first is None or first.op != "pool" or users[n.args[0]] != [i] or n.args[0] in graph.outputs
-                or first.attrs["kind"] != n.attrs["kind"] or not (_plain_pool(first) and _plain_pool(n))):
-            continue
-        (k1, s1), (k2, s2) = ((p.attrs["kernel"], p.attrs["stride"]) for p in (first, n))
-        if n.attrs["kind"] == "avg" and k1 != s1:
-            continue
-        n.args = list(first.args)
-        n.attrs = {**n.attrs, "kernel": [a * (b - 1) + c for a, b, c in zip(s1, k2, k1)],
-                   "stride": [a * b for a, b in zip(s1, s2)]}
-    return graph
-
-
-def _plain_pool(node) -> bool:  # noqa: ANN001 - a graph Node
-    a = node.attrs
-    return (not any(a["padding"]) and all(x == 1 for x in a["dilation"]) and not a["ceil_mode"]
-            and not a.get("divisor"))
-
-
-@graph_pass("scan_forms", order=40)
-def scan_forms(graph: Graph) -> Graph:
-    """A reversed or an exclusive cumulative sum written in torch's ops becomes one scan that reads its input that
-    way: `cumsum(x.flip(d), d).flip(d)` sums from the end (`reverse`), `cat([zeros, cumsum(x[..., :-1], d)], d)`
-    starts one place later (`shift`). Each form was two or three launches, every one a pass over the tensor."""
-    users = graph.users()
-
-    def only_for(v: object, user: int) -> bool:
-        return isinstance(v, int) and users[v] == [user] and v not in graph.outputs
-
-    def plain_scan(v: int, d: int) -> bool:
-        s = graph.nodes[v]
-        return (s.op == "scan" and s.attrs["dim"] % len(s.shape) == d and not s.attrs.get("reverse")
-                and not s.attrs.get("shift"))
-
-    def flips_only(node, d: int) -> bool:  # noqa: ANN001 - a graph Node
-        return node.op == "flip" and [x % len(node.shape) for x in node.attrs["dims"]] == [d]
-
-    for i, n in enumerate(graph.nodes):
-        if n.op == "flip" and len(n.attrs["dims"]) == 1:
-            d, scan = n.attrs["dims"][0] % len(n.shape), n.args[0]
-            if only_for(scan, i) and plain_scan(scan, d) and only_for(graph.nodes[scan].args[0], scan):
-                inner = graph.nodes[graph.nodes[scan].args[0]]
-                if flips_only(inner, d):
-                    n.op, n.args, n.attrs = "scan", list(inner.args), {**graph.nodes[scan].attrs, "dim": d,
-                                                                        "reverse": True}
-        elif n.op == "cat" and len(n.args) == 2 and all(isinstance(a, int) for a in n.args):
-            d, (zeros, scan) = n.attrs["dim"] % len(n.shape), n.args
-            lead = [*n.shape[:d], 1, *n.shape[d + 1:]]
-            if (graph.nodes[zeros].op == "zeros" and graph.nodes[zeros].shape == lead and only_for(scan, i)
-                    and plain_scan(scan, d) and graph.nodes[scan].attrs["fn"] == "cumsum"
-                    and graph.nodes[scan].dtype == n.dtype):
-                n.op, n.args, n.attrs = "scan", list(graph.nodes[scan].args), {**graph.nodes[scan].attrs, "dim": d,
-                                                                                 "shift": 1}
-    return graph
