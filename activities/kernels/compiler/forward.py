@@ -47,15 +47,7 @@ class Forward:
 
     def needed(self) -> list[int]:
         """The nodes the outputs depend on, in graph order."""
-        seen: set[int] = set()
-        todo = list(self.graph.outputs)
-        while todo:
-            v = todo.pop()
-            if v in seen:
-                continue
-            seen.add(v)
-            todo += [a for a in self.nodes[v].args if isinstance(a, int)]
-        return sorted(seen)
+        return sorted(self.graph.needed())
 
     def readers(self, v: int) -> list[int]:
         """The needed nodes that read `v` (an earlier rewrite may leave dead ones that still name it)."""

@@ -66,6 +66,16 @@ class Graph:
     device_input: int | None = None
     """The forward input whose device new tensors go on (the first tensor input)."""
 
+    def needed(self) -> set[int]:
+        """The ids of the nodes the outputs depend on (through any chain of arguments)."""
+        todo, seen = list(self.outputs), set()
+        while todo:
+            v = todo.pop()
+            if v not in seen:
+                seen.add(v)
+                todo += [a for a in self.nodes[v].args if isinstance(a, int)]
+        return seen
+
     def users(self) -> dict[int, list[int]]:
         """Node id -> the ids of the nodes that take it as an argument."""
         found: dict[int, list[int]] = {i: [] for i in range(len(self.nodes))}

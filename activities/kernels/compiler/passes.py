@@ -206,12 +206,7 @@ def dead_nodes(graph: Graph) -> Graph:
     """Only the nodes an output needs are kept (renumbered in order): `torch.max(x, dim)` reads as values and indices
     though the forward keeps one, and a pass leaves what it replaced. The emitter writes only those already, but the
     optimizer's rewrites ask who reads a value, and a dead reader would make a value look used outside its region."""
-    todo, needed = list(graph.outputs), set()
-    while todo:
-        v = todo.pop()
-        if v not in needed:
-            needed.add(v)
-            todo += [a for a in graph.nodes[v].args if isinstance(a, int)]
+    needed = graph.needed()
     if len(needed) == len(graph.nodes):
         return graph
     kept = sorted(needed)

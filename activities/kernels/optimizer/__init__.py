@@ -61,13 +61,7 @@ def rewrite(name: str, *, order: int, summary: str) -> Callable:
 
 def live(graph: Any) -> set[int]:
     """The nodes the outputs need (a rewritten region's inner nodes are no one's argument any more)."""
-    todo, seen = list(graph.outputs), set()
-    while todo:
-        n = todo.pop()
-        if n not in seen:
-            seen.add(n)
-            todo += [a for a in graph.nodes[n].args if isinstance(a, int)]
-    return seen
+    return graph.needed()
 
 
 def reaches(graph: Any, v: int, nodes: set[int]) -> bool:
