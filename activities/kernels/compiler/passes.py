@@ -160,19 +160,17 @@ def scan_forms(graph: Graph) -> Graph:
     for i, n in enumerate(graph.nodes):
         if n.op == "flip" and len(n.attrs["dims"]) == 1:
             d, scan = n.attrs["dims"][0] % len(n.shape), n.args[0]
-            if only_for(scan, i) and plain_scan(scan, d) and only_for(graph.nodes[scan].args[0], scan):
-                inner = graph.nodes[graph.nodes[scan].args[0]]
-                if flips_only(inner, d):
-                    n.op, n.args, n.attrs = "scan", list(inner.args), {**graph.nodes[scan].attrs, "dim": d,
-                                                                        "reverse": True}
+            if not (only_for(scan, i) and plain_scan(scan, d) and only_for(graph.nodes[scan].args[0], scan)):
+                continue
+            s, inner = graph.nodes[scan], graph.nodes[graph.nodes[scan].args[0]]
+            if flips_only(inner, d):
+                n.op, n.args, n.attrs = "scan", list(inner.args), {**s.attrs, "dim": d, "reverse": True}
         elif n.op == "cat" and len(n.args) == 2 and all(isinstance(a, int) for a in n.args):
             d, (zeros, scan) = n.attrs["dim"] % len(n.shape), n.args
-            lead = [*n.shape[:d], 1, *n.shape[d + 1:]]
-            if (graph.nodes[zeros].op == "zeros" and graph.nodes[zeros].shape == lead and only_for(scan, i)
-                    and plain_scan(scan, d) and graph.nodes[scan].attrs["fn"] == "cumsum"
-                    and graph.nodes[scan].dtype == n.dtype):
-                n.op, n.args, n.attrs = "scan", list(graph.nodes[scan].args), {**graph.nodes[scan].attrs, "dim": d,
-                                                                                 "shift": 1}
+            z, s = graph.nodes[zeros], graph.nodes[scan]
+            if (z.op == "zeros" and z.shape == [*n.shape[:d], 1, *n.shape[d + 1:]] and only_for(scan, i)
+                    and plain_scan(scan, d) and s.attrs["fn"] == "cumsum" and s.dtype == n.dtype):
+                n.op, n.args, n.attrs = "scan", list(s.args), {**s.attrs, "dim": d, "shift": 1}
     return graph
 
 

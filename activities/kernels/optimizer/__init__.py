@@ -59,11 +59,6 @@ def rewrite(name: str, *, order: int, summary: str) -> Callable:
     return register
 
 
-def live(graph: Any) -> set[int]:
-    """The nodes the outputs need (a rewritten region's inner nodes are no one's argument any more)."""
-    return graph.needed()
-
-
 def reaches(graph: Any, v: int, nodes: set[int]) -> bool:
     """Does graph value v depend on one of `nodes` (through any chain of arguments)?"""
     todo, seen = [v], set()

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from activities.kernels.compiler.blocks.common import IEEE_DOT, jit, kernel_name
 from activities.kernels.compiler.graph import Const, Node
 from activities.kernels.compiler.registry import emits
-from activities.kernels.optimizer import live, reaches, rewrite
+from activities.kernels.optimizer import reaches, rewrite
 from activities.kernels.optimizer.epilogue import ChainExpr, chain_operands, product_chain
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ reshape to [B, M, N])."""
 @rewrite("attention", order=5, summary="attention in one launch: the scores never leave the kernel")
 def attention(graph: Graph) -> Graph | None:
     """Every matched `softmax(chain(Q @ K)) @ V` becomes one `attention` node (None: the graph has none)."""
-    alive = live(graph)
+    alive = graph.needed()
     users = {v: {u for u in us if u in alive} for v, us in graph.users().items()}
     """Each value's users among the nodes an output needs (an earlier pass can leave a dead twin of a guard)."""
     done = False

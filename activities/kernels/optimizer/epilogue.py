@@ -31,7 +31,7 @@ from activities.kernels.compiler.blocks.views import reshape_sizes
 from activities.kernels.compiler.expr import expression
 from activities.kernels.compiler.graph import Node, broadcast
 from activities.kernels.compiler.registry import emits
-from activities.kernels.optimizer import live, reaches, rewrite
+from activities.kernels.optimizer import reaches, rewrite
 
 if TYPE_CHECKING:
     from activities.kernels.compiler.forward import Forward
@@ -47,7 +47,7 @@ def epilogue(graph: Graph) -> Graph | None:
     """Every qualifying product + chain becomes one `epilogue` node (None: the graph has none)."""
     users = graph.users()
     outputs = set(graph.outputs)
-    alive = live(graph)  # an earlier rewrite may have left nodes no output needs
+    alive = graph.needed()  # an earlier rewrite may have left nodes no output needs
     done = False
     for main, node in enumerate(graph.nodes):
         if node.op not in PRODUCTS or main in outputs or main not in alive or not users[main]:

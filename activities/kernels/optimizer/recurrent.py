@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from activities.kernels.compiler.blocks.common import IEEE_DOT, jit, kernel_name
 from activities.kernels.compiler.registry import emits
-from activities.kernels.optimizer import live, rewrite
+from activities.kernels.optimizer import rewrite
 
 if TYPE_CHECKING:
     from activities.kernels.compiler.forward import Forward
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 @rewrite("recurrent", order=40, summary="a stacked recurrent layer's every step, layer and direction in one launch")
 def recurrent(graph: Graph) -> Graph | None:
     """Every recurrent node runs persistent (None: the graph has none)."""
-    found = [i for i in sorted(live(graph)) if graph.nodes[i].op == "recurrent"]
+    found = [i for i in sorted(graph.needed()) if graph.nodes[i].op == "recurrent"]
     for i in found:
         graph.nodes[i].op = "persistent_recurrent"
     return graph if found else None

@@ -25,7 +25,7 @@ from activities.kernels.compiler.blocks.common import INTERPRETER_TILE, decompos
 from activities.kernels.compiler.expr import expression, extreme, maximum, minimum, num
 from activities.kernels.compiler.graph import Const, Node, Scalar, Sym
 from activities.kernels.compiler.registry import emits
-from activities.kernels.optimizer import live, reaches, rewrite
+from activities.kernels.optimizer import reaches, rewrite
 
 if TYPE_CHECKING:
     from activities.kernels.compiler.forward import Forward
@@ -77,7 +77,7 @@ def _substitute(graph: Graph, regions: list[Region]) -> Graph:
 def find_regions(graph: Graph) -> list[Region]:
     users = graph.users()
     outputs = set(graph.outputs)
-    alive = live(graph)  # an earlier rewrite may have left nodes no output needs
+    alive = graph.needed()  # an earlier rewrite may have left nodes no output needs
     taken: set[int] = set()
     found = []
     for seed, node in enumerate(graph.nodes):
