@@ -31,6 +31,7 @@ from activities.kernels.activities import KernelActivities
 from activities.llm.activity import LLMActivities
 from activities.logs import configure_logging, get_logger
 from activities.modelhub import ModelHub, ModelHubActivities
+from activities.scratch import sweep
 from activities.storage import ArtifactStore, open_store
 from activities.toolchains.activities import ToolchainActivities
 from contracts.common import TaskQueues
@@ -198,6 +199,9 @@ async def serve(settings: Settings, kinds: Sequence[str], stop: asyncio.Event, c
     log = get_logger("fleetforge.worker")
     confine_children(settings, store, log)
     cache_bytecode()
+    swept, freed = await asyncio.to_thread(sweep)
+    if swept:
+        log.info("removed scratch folders left by killed workers", folders=swept, mib=round(freed / 2**20, 1))
     with activity_executor(settings.cpu_slots) as executor:
         workers = build_workers(client, build_registry(settings, store), settings.queues, kinds, executor,
                                 cpus=settings.cpu_slots)

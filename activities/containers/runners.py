@@ -40,7 +40,6 @@ import shlex
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -54,6 +53,7 @@ from activities.containers.policy import check_command, container_name, declared
 from activities.containers.probe import HEARTBEAT_S, MISMATCH, PROBE_BUDGET_S, Heartbeat, probe_get, probe_server
 from activities.containers.taxonomy import DAEMON_LOST, daemon_unreachable
 from activities.sandbox import Child, Limits, SandboxPolicy, hidden_by, scrub, shareable, spawn_child
+from activities.scratch import Scratch
 from activities.storage import ArtifactStore
 from contracts.errors import Err, FleetforgeError
 from contracts.fleet import CommandPolicy, DockerRunSpec, Evidence, HardwareProfile, Slot, TestPhase
@@ -183,38 +183,38 @@ async def _run_confined(argv: Sequence[str], timeout_s: float, heartbeat: Heartb
     as cwd (`cwd` is not used), `shares` readable, the host's network shared (the server answers on
     127.0.0.1). With `serve`, it runs beside the command and the run ends when it returns (the command is
     killed then; the exit code is None unless the command had exited)."""
-    def start() -> Child:
+    def start() -> tuple[Child, Scratch]:
         """Scratch folder, spawn and `on_start` in one worker thread (fsync'ing a marker never blocks the
         event loop); nothing is left behind when any of them fails."""
-        scratch = Path(tempfile.mkdtemp(prefix="ff-row-"))
+        scratch = Scratch("row")
         try:
-            child = spawn_child(argv, scratch=scratch, policy=SandboxPolicy(network=True, readable=tuple(shares)),
+            child = spawn_child(argv, scratch=scratch.path, policy=SandboxPolicy(network=True, readable=tuple(shares)),
                                 limits=Limits(timeout_s=timeout_s, memory_bytes=0), env=dict(env or {}))
         except BaseException:
-            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.remove()
             raise
         try:
             if on_start is not None:
                 on_start(child.pid)
         except BaseException:
-            end(child)
+            end(child, scratch)
             raise
-        return child
+        return child, scratch
 
-    def end(child: Child) -> str:
+    def end(child: Child, scratch: Scratch) -> str:
         """Kill what is left of the child (nothing of a test outlives it), read its log, drop its scratch folder."""
         try:
             child.kill()
             return scrub(child.log.read_text(encoding="utf-8", errors="replace"))
         finally:
-            shutil.rmtree(child.writable[0], ignore_errors=True)
+            scratch.remove()
 
     starting = asyncio.ensure_future(asyncio.to_thread(start))
     try:
-        child = await asyncio.shield(starting)
+        child, scratch = await asyncio.shield(starting)
     except asyncio.CancelledError:  # cancelled while it started: it still starts, and is ended at once
         with contextlib.suppress(Exception):
-            await asyncio.to_thread(end, await starting)
+            await asyncio.to_thread(end, *await starting)
         raise
     deadline = time.monotonic() + timeout_s
     beat = time.monotonic() + HEARTBEAT_S
@@ -243,7 +243,7 @@ async def _run_confined(argv: Sequence[str], timeout_s: float, heartbeat: Heartb
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
-        text = await asyncio.shield(asyncio.to_thread(end, child))
+        text = await asyncio.shield(asyncio.to_thread(end, child, scratch))
     if watcher is not None and watcher.done() and not watcher.cancelled() and watcher.exception() is not None:
         raise watcher.exception()  # type: ignore[misc]
     return (None if timed_out else code), text

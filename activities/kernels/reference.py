@@ -10,12 +10,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import math
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 
 from activities.kernels._proc import MEMORY_LIMIT_BYTES, spawn, wait_all
 from activities.kernels.lru import LRU
+from activities.scratch import Scratch
 from contracts.errors import Err, FleetforgeError
 from contracts.kernel_job import ReferenceAnalysis, TensorSpec
 
@@ -42,8 +41,7 @@ def trace_reference(task_source: str, *, timeout_s: float, seed: int = 0,
     key = hashlib.sha256(f"{seed}:{held_out}:{task_source}".encode()).hexdigest()
     if (known := _ANALYSES.get(key)) is not None:
         return known.model_copy(deep=True)
-    with tempfile.TemporaryDirectory(prefix="ff-probe-") as tmp:
-        root = Path(tmp)
+    with Scratch("probe") as root:
         (root / "task.py").write_text(task_source, encoding="utf-8")
         args = ["task.py", "analysis.json", str(seed)] + ([] if held_out else ["--no-held-out"])
         child = spawn("activities.kernels._probe", root, args, gpu=False, timeout_s=timeout_s)

@@ -27,7 +27,6 @@ import hashlib
 import json
 import math
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +53,7 @@ from activities.kernels.static_checks import static_check
 from activities.kernels.task_source import apply_overrides
 from activities.kernels.torch_work import torch_work
 from activities.kernels.traffic import require_hooked_triton
+from activities.scratch import Scratch
 from contracts.errors import Err, FleetforgeError
 from contracts.kernel import Number, PrecisionPolicy, TimeLimit
 from contracts.kernel_job import GpuCompileCheck, KernelTiming, LaunchCost, Mismatch, TorchOpUse, VerifierReport
@@ -104,8 +104,7 @@ def verify(
     key = _reference_key(task_source + held_source, seed, trials, precision)
     _load_torch_in_background()
     cached = _REFERENCE_CACHE.get(key)
-    with tempfile.TemporaryDirectory(prefix="ff-verify-") as tmp, contextlib.ExitStack() as running:
-        root = Path(tmp)
+    with Scratch("verify") as root, contextlib.ExitStack() as running:
         compiled = None if gpu or compile_for is None else _CompileCheck.start(root, compile_for, task_source,
                                                                                 candidate_source)
         if compiled is not None:
@@ -284,8 +283,7 @@ def profile(task_source: str, candidate_source: str, *, timeout_s: float, seed: 
     taken in a sandboxed child with `triton.testing.do_bench`, the baselines under the same precision policy
     as the candidate. A profiler failure is a note and no timing; callers never call this on CPU (speed is not
     measurable there: the cost model's modeled figures stand instead)."""
-    with tempfile.TemporaryDirectory(prefix="ff-profile-") as tmp:
-        root = Path(tmp)
+    with Scratch("profile") as root:
         (root / "task.py").write_text(task_source, encoding="utf-8")
         (root / "candidate.py").write_text(candidate_source, encoding="utf-8")
         child = spawn("activities.kernels._child", root, ["--profile", "task.py", "times.json", str(seed), "candidate.py",

@@ -26,7 +26,6 @@ import os
 import re
 import signal
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any, NoReturn
 
 from activities.lifeline import die_with_parent, exit_now
 from activities.sandbox import Limits, SandboxPolicy, exit_description, scrub, spawn_child, wait_children
+from activities.scratch import Scratch
 from contracts.errors import Err, FleetforgeError
 
 LOG_LINES = 3
@@ -57,8 +57,7 @@ def run_isolated(target: str, args: dict[str, Any], *, what: str, crash_code: Er
                  writable: Sequence[Path] = ()) -> Any:
     """Run `module:function(**args)` in a sandboxed child (activities/sandbox: it parses a user's model)
     and return its (JSON) result; see the module doc. `writable`: the run workspace the target writes."""
-    with tempfile.TemporaryDirectory(prefix="fleetforge-child-") as tmp:
-        work = Path(tmp)
+    with Scratch("tool") as work:
         (work / "request.json").write_text(json.dumps({"target": target, "args": args, "fallback": fallback_code.value}))
         log = work / "child.log"
         box = Limits(timeout_s=limits.timeout_s, memory_bytes=limits.memory_bytes, cpu_s=int(limits.timeout_s) + 10)

@@ -333,7 +333,7 @@ async def test_process_runner_leaves_no_process_of_the_test_behind(tmp_path: Pat
     out = await ProcessRunner(file_store, marker_dir=tmp_path / "m").run(request(command), print)
     assert out.passed, out.log_tail
     folder = out.log_tail.strip()
-    assert folder.startswith("/") and "ff-row-" in folder
+    assert folder.startswith("/") and "fleetforge-row-" in folder
     assert host_processes_in(folder) == [], "the test's background child is gone when the row ends"
     assert not Path(folder).exists(), "and so is its scratch folder"
 

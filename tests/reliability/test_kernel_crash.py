@@ -1,5 +1,6 @@
 """Acceptance: the worker is SIGKILLed while it verifies a candidate; a fresh worker retries the
-verification and the kernel job completes with exactly one trace entry per step.
+verification and the kernel job completes with exactly one trace entry per step, and the scratch folder the
+killed verification left in the temp dir is gone once the fresh worker has started (activities/scratch.py).
 
 The whole job (workflow, agents, verifier) runs in a real `python worker.py` (WorkerProcess), so
 the kill takes the workflow worker, the activity and the verifier's children down together.
@@ -7,6 +8,7 @@ the kill takes the workflow worker, the activity and the verifier's children dow
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -41,8 +43,12 @@ async def test_worker_killed_mid_verification_completes_after_restart_with_one_e
                                              search_attributes=start_attributes(JobKind.KERNEL, task.op_name))
         await assert_eventually(lambda: running_activity(client, wf_id, "verify"), timeout=60, interval=0.2,
                                 message="the verifier started on the worker process")
+        left = await assert_eventually(lambda: scratch_folders(wp.proc.pid), timeout=60, interval=0.1,
+                                       message="the verification made its scratch folder")
         wp.kill()
+        assert all(folder.is_dir() for folder in left), "a SIGKILLed worker removes nothing"
         await wp.start()
+        assert [folder for folder in left if folder.exists()] == [], "the fresh worker swept the killed one's folder"
         result: KernelResult = await handle.result()
 
     assert result.outcome is KernelOutcome.VERIFIED, result.report
@@ -57,3 +63,15 @@ async def test_worker_killed_mid_verification_completes_after_restart_with_one_e
                      and scheduled[e.activity_task_started_event_attributes.scheduled_event_id] == "verify"]
     assert verify_starts == [2], "one verification, completed by its second attempt (the first died with the worker)"
     assert list(scheduled.values()).count("verify") == 1
+
+
+def scratch_folders(pid: int) -> list[Path]:
+    """The scratch folders process `pid` holds open (and locked): a verification's, while it runs."""
+    fds = Path(f"/proc/{pid}/fd")
+    paths = []
+    for fd in fds.iterdir():
+        try:
+            paths.append(Path(os.readlink(fd)))
+        except OSError:  # closed meanwhile
+            continue
+    return [p for p in paths if p.name.startswith("fleetforge-verify-")]

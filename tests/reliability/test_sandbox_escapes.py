@@ -233,7 +233,7 @@ def test_a_reaped_child_is_killed_without_signalling_its_old_pid_and_nothing_it_
 
 def test_filling_the_disk_is_stopped(canary: Canary) -> None:
     def written() -> list[str]:  # by name: the free space also moves with what the other tests write meanwhile
-        return glob.glob(os.path.join(tempfile.gettempdir(), "ff-verify-*", "**", "fill-*"), recursive=True)
+        return glob.glob(os.path.join(tempfile.gettempdir(), "fleetforge-verify-*", "**", "fill-*"), recursive=True)
 
     source = escaping('_blob = b"x" * (64 * 1024 * 1024)\n'
                       'for _i in range(10000):\n'

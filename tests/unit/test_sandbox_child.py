@@ -8,7 +8,7 @@ from activities.sandbox import Limits, SandboxPolicy, scrub
 from activities.sandbox.child import bwrap_argv
 from activities.sandbox.scrub import MASK, secret_values
 
-SCRATCH = Path("/tmp/ff-verify-abc/candidate")
+SCRATCH = Path("/tmp/fleetforge-verify-abc/candidate")
 HIDDEN = [Path("/srv/state"), Path("/run"), Path("/root")]
 RUNTIME = [Path("/root/.pyenv/versions/3.11.7"), Path("/work/repo"), Path("/usr/lib/python3.11")]
 
@@ -42,7 +42,7 @@ def test_hidden_paths_are_empty_tmpfs_and_the_runtime_under_them_comes_back_read
     assert pairs(args, "--ro-bind") == ["/", "/root/.pyenv/versions/3.11.7"], "only what lies under a hidden path"
     assert args.index("--tmpfs", args.index("/root") - 1) < args.index("/root/.pyenv/versions/3.11.7"), "tmpfs first"
     made = pairs(args, "--dir")
-    assert made[:3] == ["/root/.pyenv", "/root/.pyenv/versions", "/tmp/ff-verify-abc"], "parents the child can pass"
+    assert made[:3] == ["/root/.pyenv", "/root/.pyenv/versions", "/tmp/fleetforge-verify-abc"], "parents the child can pass"
 
 
 def test_an_interpreter_and_checkout_under_tmp_stay_readable_over_the_private_tmp():
