@@ -32,10 +32,11 @@ from client.ids import kind_of
 from contracts.common import ArtifactRef, JobKind, JobStatus
 from contracts.convert_job import ConversionProgress, ProvideInput
 from contracts.errors import Err, FleetforgeError
-from contracts.events import EVENTS_TOPIC, JobEvent
+from contracts.events import EVENTS_TOPIC, EventKind, JobEvent
 from contracts.fleet_job import AttemptRecord, FleetProgress
 from contracts.kernel_job import KernelResult, TraceEntry
 from workflows import _visibility as vis
+from workflows._events import HANDOVER_EVENTS
 from workflows.failures import result_from_failure
 
 ResultT = TypeVar("ResultT", bound=BaseModel)
@@ -47,6 +48,8 @@ _QUERY_ERRORS = (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError,
 _QUERY_TIMEOUT = timedelta(seconds=2)
 _TRANSIENT = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.RESOURCE_EXHAUSTED)
 _EVENT_READ_RETRIES = 5
+SKIPPED_WHY = (f"a job that continues as new keeps only its latest {HANDOVER_EVENTS} events; its result and history "
+               "have what they said (a fleet's rows: its CSV)")
 
 
 class JobNotFound(FleetforgeError):
@@ -361,7 +364,8 @@ class JobHandle(Generic[ResultT]):
         """The job's live events (contracts/events.py) as they happen: steps, agents' tool calls and
         answers, LLM token deltas, status changes. Starts at the job's first event (`from_offset`: a
         later one); follows continue-as-new; ends once the job has closed and its last events are
-        read. A job whose workflow publishes no events (one started before they existed, a fleet row)
+        read. Events a continue-as-new run no longer keeps (a follower far behind) come as one SKIPPED
+        event with their count, before the first event that is still there. A job whose workflow publishes no events (one started before they existed, a fleet row)
         ends at once. A read that times out or finds the server unavailable resumes after the last
         event seen (a few times); other transport errors raise."""
         from temporalio.contrib.workflow_streams import WorkflowStreamClient
@@ -371,6 +375,8 @@ class JobHandle(Generic[ResultT]):
         while True:
             try:
                 async for item in stream.subscribe([EVENTS_TOPIC], offset, result_type=JobEvent):
+                    if item.offset > offset:  # the stream restarted us at its first kept event (one topic: no other gaps)
+                        yield JobEvent(kind=EventKind.SKIPPED, done=item.offset - offset, text=SKIPPED_WHY)
                     offset = item.offset + 1
                     yield item.data
                 return

@@ -26,6 +26,10 @@ class EventKind(StrEnum):
     """The job's status changed: NEEDS_INPUT (with the questions), COMPLETED, FAILED, CANCELLED."""
     PROGRESS = "progress"
     """Counts of a job made of many parts (a fleet's rows)."""
+    SKIPPED = "skipped"
+    """Not published by a job: `JobHandle.events()` says that `done` events before the next one are no longer kept
+    (a job that continued as new starts with only its latest events, workflows/_events.py), so the follower
+    never takes a gap for a quiet job. The record (a fleet's CSV, the job's result) still has what they said."""
 
 
 class JobEvent(BaseModel, frozen=True):
@@ -57,4 +61,6 @@ def event_line(event: JobEvent) -> str:
             return f"status: {event.text}"
         case EventKind.PROGRESS:
             return f"{event.done}/{event.total} {event.text}".strip()
+        case EventKind.SKIPPED:
+            return f"({event.done} earlier events are no longer kept: {event.text})"
     return event.text

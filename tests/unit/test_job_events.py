@@ -13,7 +13,7 @@ from temporalio.contrib import workflow_streams
 from temporalio.service import RPCError, RPCStatusCode
 
 from client.jobs import JobHandle
-from contracts.events import EventKind, JobEvent
+from contracts.events import EventKind, JobEvent, event_line
 
 EVENTS = [JobEvent(kind=EventKind.STEP, text=f"step {i}") for i in range(5)] + [
     JobEvent(kind=EventKind.STATUS, text="COMPLETED")]
@@ -70,3 +70,25 @@ async def test_a_refused_read_is_not_retried(monkeypatch: pytest.MonkeyPatch) ->
         async for e in handle_on(stream, monkeypatch).events():
             seen.append(e)
     assert seen == EVENTS[:3] and stream.starts == [0]
+
+
+class HandedOverStream:
+    """A stream whose run keeps only the events from `base` on (a continue-as-new run's handover): a read below
+    it starts at `base`, as `workflow_streams` does after its truncated-offset error."""
+
+    def __init__(self, base: int):
+        self.base = base
+
+    async def subscribe(self, topics: list[str], from_offset: int, *, result_type: type) -> Any:
+        for offset in range(max(from_offset, self.base), len(EVENTS)):
+            yield Item(EVENTS[offset], offset)
+
+
+async def test_a_follower_behind_the_kept_events_is_told_how_many_it_missed(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = [e async for e in handle_on(HandedOverStream(base=3), monkeypatch).events()]
+    assert seen[0].kind is EventKind.SKIPPED and seen[0].done == 3, seen[0]
+    assert "latest 500 events" in event_line(seen[0]) and event_line(seen[0]).startswith("(3 earlier events")
+    assert seen[1:] == EVENTS[3:]
+
+    caught_up = [e async for e in handle_on(HandedOverStream(base=3), monkeypatch).events(from_offset=4)]
+    assert caught_up == EVENTS[4:], "nothing was skipped for a follower that is not behind"
