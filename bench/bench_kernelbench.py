@@ -137,6 +137,8 @@ class Row:
     """The first verified candidate's modeled figures (MODELED_FIELDS), before any optimizer round."""
     modeled_after: dict | None = None
     """The delivered candidate's modeled figures (after the optimizer, when it ran)."""
+    special_values: str = ""
+    """The delivered candidate's report: its outputs on NaN/Inf inputs against torch's (advisory)."""
 
 
 async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = "cpu-interpreter",
@@ -207,6 +209,7 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = 
                 row.reason = (result.failure.message if result.failure is not None
                               else result.report.reason if result.report is not None else "")[:600]
             if result.outcome.value == "VERIFIED" and result.best_candidate is not None:
+                row.special_values = result.report.special_values if result.report is not None else ""
                 candidate = store.get_bytes(result.best_candidate).decode()
                 row.recheck, row.wrong = await asyncio.to_thread(recheck, source, candidate,
                                                                  workdir / "recheck" / name.replace("/", "_"))
@@ -216,6 +219,20 @@ async def run_all(workdir: Path, jobs: list[Job], concurrency: int, arch: str = 
                               task_queue=queues.workflows):
             rows = list(await asyncio.gather(*(one(j) for j in jobs)))
     return rows
+
+
+def special_report(rows: list[Row]) -> None:
+    """How many verified kernels give torch's outputs on NaN/Inf inputs (advisory: no target), and the others."""
+    from contracts.kernel_job import AS_TORCH
+
+    verified = [r for r in rows if r.outcome == "VERIFIED" and not r.wrong]
+    if not verified:
+        return
+    same = [r for r in verified if r.special_values.startswith(AS_TORCH)]
+    print(f"  info  NaN/Inf inputs (advisory): {len(same)}/{len(verified)} verified kernels give torch's outputs")
+    for r in verified:
+        if r not in same:
+            print(f"  note: {r.name}: {r.special_values[:240] or 'not reported'}")
 
 
 def modeled_figures(modeled: object) -> dict | None:
@@ -476,6 +493,7 @@ def public_report(rows: list[Row], wall: float, csv_path: Path | None) -> bool:
     print()
     for line, ok in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {line}")
+    special_report(rows)
     for r in rows:
         if r.outcome != "VERIFIED" or r.wrong:
             why = r.reason.split("last verdict: ")[-1] or r.error or r.family

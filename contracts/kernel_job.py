@@ -113,6 +113,10 @@ class GpuCompileCheck(BaseModel, frozen=True):
         return f"compiles for {self.target} ({len(self.kernels)} kernel(s), {shared})"
 
 
+AS_TORCH = "as torch on NaN/Inf inputs"
+"""How `VerifierReport.special_values` begins when the candidate's outputs there are torch's."""
+
+
 class VerifierReport(BaseModel, frozen=True):
     passed: bool
     reason: str
@@ -144,6 +148,9 @@ class VerifierReport(BaseModel, frozen=True):
     """The reference child's time on the same runs (measured now, or when its outputs were cached)."""
     accuracy_note: str = ""
     """Set when the fp32 outputs disagreed and the reference ran again in float64 to tell which side is off."""
+    special_values: str = ""
+    """For a passing candidate: whether its outputs on inputs holding NaN, +Inf and -Inf are torch's (AS_TORCH ...),
+    how they differ, or why that was not checked. Advisory: the verdict is about finite inputs."""
     timed_out: bool = False
     """The candidate was killed at its time limit (`reason` says when, and what had finished by then)."""
     gpu_compile: GpuCompileCheck | None = None

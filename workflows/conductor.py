@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         LLMDecision,
     )
     from contracts.kernel_job import (
+        AS_TORCH,
         AgentCall,
         AnalyzeRequest,
         AnalyzeResult,
@@ -454,7 +455,8 @@ class ConductorWorkflow:
         elif self._best is None:
             self._speed = res.speed or self._speed
         compiled = res.report.gpu_compile.summary if res.report.gpu_compile else ""
-        notes = [n for n in (shapes_checked(res.report), compiled, res.report.accuracy_note, res.speed) if n]
+        special = "" if res.report.special_values.startswith(AS_TORCH) else res.report.special_values
+        notes = [n for n in (shapes_checked(res.report), compiled, res.report.accuracy_note, special, res.speed) if n]
         summary = ("PASSED" + (f" ({'; '.join(notes)})" if notes else "")) if passed else f"FAILED: {res.report.reason}"
         if len(cands) > 1:
             summary += f" [{sum(r.report.passed for r in done.values())}/{len(cands)} candidates passed]"

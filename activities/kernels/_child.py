@@ -15,6 +15,10 @@ pass by relying on the task's input range (KernelBench draws with `torch.rand`: 
 With `--held-out HELD_TASK.py` (the task file at other sizes) it then runs HELD_OUT_TRIALS trial sets of
 HELD_OUT_FAMILIES on that task and writes HELD_OUT_FILE, so a kernel that assumes the sample's sizes fails.
 
+Last, one forward call on SPECIAL inputs (N(0, 1) with NaN, +Inf and -Inf in places) writes SPECIAL_FILE, or
+SPECIAL_ERROR_FILE with why it failed; that call never decides the child's exit code (the verifier's report
+says whether the candidate treats NaN and Inf as torch does; the verdict is about finite inputs).
+
 For a candidate it also writes LAUNCHES_FILE next to OUT.pt: which outputs do not depend on any
 storage a Triton launch received in that forward call, and which compute ops torch ran in forward
 outside the launches, with the candidate's line (see `LaunchRecorder`, `torch_work`). Under the
@@ -58,6 +62,11 @@ child that ran out of time had finished, and when (seconds since it started)."""
 HELD_OUT_TRIALS = 1
 HELD_OUT_FAMILIES = ("task", "signed_normal")
 """The held-out sizes test shape generality; the value distributions were covered at the task's sizes."""
+SPECIAL = "nan_inf"
+"""The special-values input family: N(0, 1) with one element in SPECIAL_EVERY set to NaN, +Inf or -Inf in turn."""
+SPECIAL_EVERY = 61
+SPECIAL_FILE = "special.pt"
+SPECIAL_ERROR_FILE = "special_error.txt"
 
 
 def _load(path: str, name: str) -> ModuleType:
@@ -312,10 +321,25 @@ def family_inputs(task_inputs: list, family: str, seed: int) -> list:
 
     if family == "task":
         return task_inputs
-    scale = {"signed_normal": 1.0, "large": LARGE_SCALE, "near_zero": NEAR_ZERO_SCALE}[family]
     torch.manual_seed(seed)
+    if family == SPECIAL:
+        return [_with_special_values(x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                for x in task_inputs]
+    scale = {"signed_normal": 1.0, "large": LARGE_SCALE, "near_zero": NEAR_ZERO_SCALE}[family]
     return [torch.randn_like(x) * scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x
             for x in task_inputs]
+
+
+def _with_special_values(like: Any) -> Any:
+    """N(0, 1) in the shape, dtype and layout of `like`, about one element in SPECIAL_EVERY (at seeded places)
+    NaN, +Inf and -Inf in turn."""
+    import torch
+
+    flat = torch.randn(like.numel(), dtype=like.dtype, device=like.device)
+    places = torch.randint(flat.numel(), (max(1, flat.numel() // SPECIAL_EVERY),), device=like.device)
+    for k, value in enumerate((float("nan"), float("inf"), float("-inf"))):
+        flat[places[k::3]] = value
+    return torch.empty_like(like).copy_(flat.view(like.shape))
 
 
 def main(argv: list[str]) -> int:
@@ -347,10 +371,19 @@ def main(argv: list[str]) -> int:
             json.dump(counter.launches, f)
     record: dict[str, Any] = {"not_kernel_derived": not_derived}
     _write_record(folder, record, recorder)
-    if held_out_path is None:
-        return 0
+    if held_out_path is not None:
+        _held_out(held_out_path, candidate_cls, seed, folder, record, recorder, progress, float64)
+    if not float64:  # the float64 arbiter judges the finite runs only
+        _special(task, candidate_cls or task.Model, seed, folder, progress)
+    return 0
+
+
+def _held_out(path: str, candidate_cls: type | None, seed: int, folder: str, record: dict,
+              recorder: LaunchRecorder | None, progress: _Progress, float64: bool) -> None:
+    import torch
+
     try:
-        held = _load(held_out_path, "fleetforge_task_held_out")
+        held = _load(path, "fleetforge_task_held_out")
         if recorder:
             recorder.held_out = True
         held_outputs, held_not_derived = _runs(held, candidate_cls or held.Model, seed, HELD_OUT_TRIALS,
@@ -358,15 +391,32 @@ def main(argv: list[str]) -> int:
                                                progress=progress.phase("held_out", HELD_OUT_TRIALS * len(HELD_OUT_FAMILIES)),
                                                float64=float64)
     except Exception as e:  # noqa: BLE001 - the reference's failure here only means no held-out check
-        if candidate_path:
+        if candidate_cls is not None:
             raise  # the candidate's crash at the held-out sizes is its verdict
-        with open(os.path.join(folder, HELD_OUT_ERROR_FILE), "w", encoding="utf-8") as f:
-            f.write(f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
-        return 0
+        _write_error(os.path.join(folder, HELD_OUT_ERROR_FILE), e)
+        return
     torch.save(held_outputs, os.path.join(folder, HELD_OUT_FILE))
     record["held_out_not_kernel_derived"] = held_not_derived
     _write_record(folder, record, recorder)
-    return 0
+
+
+def _special(task: ModuleType, cls: type, seed: int, folder: str, progress: _Progress) -> None:
+    """The SPECIAL run at the task's sizes, unrecorded (what torch ops a candidate runs there is not judged)."""
+    import torch
+
+    done = progress.phase(SPECIAL, 1)
+    done(0)  # the phase begins: a kill from here on is the verifier's cue that every finite run is written
+    try:
+        outputs, _ = _runs(task, cls, seed, 1, (SPECIAL,), None, progress=done)
+    except Exception as e:  # noqa: BLE001 - a crash on NaN/Inf inputs is reported, not a verdict
+        _write_error(os.path.join(folder, SPECIAL_ERROR_FILE), e)
+        return
+    torch.save(outputs, os.path.join(folder, SPECIAL_FILE))
+
+
+def _write_error(path: str, e: Exception) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
 
 
 class _Progress:
@@ -402,7 +452,7 @@ def _runs(task: ModuleType, cls: type, seed: int, trials: int, families: tuple[s
             torch.manual_seed(seed + 1 + trial)
             task_inputs = _inputs(task)
             for family in families:
-                k = FAMILIES.index(family)
+                k = (*FAMILIES, SPECIAL).index(family)
                 inputs = family_inputs(task_inputs, family, seed + 1000 * (k + 1) + trial)
                 if float64:
                     inputs = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]

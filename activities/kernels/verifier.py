@@ -41,6 +41,10 @@ from activities.kernels._child import (
     HELD_OUT_FILE,
     LAUNCHES_FILE,
     PROGRESS_FILE,
+    SPECIAL,
+    SPECIAL_ERROR_FILE,
+    SPECIAL_EVERY,
+    SPECIAL_FILE,
     TRAFFIC_FILE,
 )
 from activities.kernels import gpu_compile
@@ -56,7 +60,7 @@ from activities.kernels.traffic import require_hooked_triton
 from activities.scratch import Scratch
 from contracts.errors import Err, FleetforgeError
 from contracts.kernel import Number, PrecisionPolicy, TimeLimit
-from contracts.kernel_job import GpuCompileCheck, KernelTiming, LaunchCost, Mismatch, TorchOpUse, VerifierReport
+from contracts.kernel_job import AS_TORCH, GpuCompileCheck, KernelTiming, LaunchCost, Mismatch, TorchOpUse, VerifierReport
 
 __all__ = ["MEMORY_LIMIT_BYTES", "compare", "profile", "timing_from", "verify"]
 MAX_MISMATCHES = 10
@@ -170,7 +174,8 @@ def verify(
         try:
             if cached is None:
                 measured = round(children["reference"].elapsed, 3)
-                cached = _Reference(*_reference_outputs(root / "reference", bool(held_source)), seconds=measured)
+                cached = _Reference(*_reference_outputs(root / "reference", bool(held_source)),
+                                    special=_special(root / "reference"), seconds=measured)
                 _REFERENCE_CACHE.put(key, cached)
         except ChildFailed as e:
             return VerifierReport(passed=False, reason=f"reference failed: {e}", static=static, durations=durations)
@@ -188,11 +193,16 @@ def verify(
         base = dict(static=static, durations=durations, families=list(FAMILIES), held_out=checked, shapes_note=note,
                     **timing)
         in_held_phase = bool(held_source) and (cand_dir / "out.pt").is_file()
-        if cand.error and not (in_held_phase and not checked):  # not checked: the reference failed there too
+        failed, got_special = cand.error, _special(cand_dir)
+        if failed and _phase(cand_dir / PROGRESS_FILE) == SPECIAL:  # every finite run is written: judge those
+            failed, got_special = None, _Special(None, f"the candidate {failed}")
+        elif failed:
+            got_special = _Special(None, "")  # it stopped before the special run
+        if failed and not (in_held_phase and not checked):  # not checked: the reference failed there too
             at = f" at the held-out sizes {sizes}" if in_held_phase else ""
             slow = (f"{_progress(cand_dir / PROGRESS_FILE, in_held_phase)}: its time limit is {limit.text}, and the reference took "
                     f"{cached.seconds:.1f} s on the same runs" if cand.timed_out else "")
-            return VerifierReport(passed=False, reason=f"candidate {cand.error}{at}{slow}", log=cand.log_excerpt,
+            return VerifierReport(passed=False, reason=f"candidate {failed}{at}{slow}", log=cand.log_excerpt,
                                   timed_out=cand.timed_out, **base)
         try:
             got = _load_outputs(cand_dir / "out.pt")
@@ -228,6 +238,8 @@ def verify(
             if check.compiles is False:
                 reason = (f"{check.summary}. The CPU interpreter ran it, but {compile_for.name} would not: "
                           "the interpreter accepts what the GPU compiler refuses")
+        if not reason:
+            base["special_values"] = special_values(cached.special, got_special, precision)
     return VerifierReport(passed=not reason, reason=reason, mismatches=mismatches, input_family=family if reason else "",
                           torch_ops=torch_ops, **base)
 
@@ -349,6 +361,7 @@ class _Reference(NamedTuple):
     """At the held-out sizes (None when none ran or the reference failed there)."""
     held_error: str
     """Why the reference failed at the held-out sizes."""
+    special: _Special
     seconds: float
     """The reference child's time on these runs (the candidate's time limit is a multiple of it)."""
 
@@ -390,6 +403,34 @@ def _write_task(folder: Path, task_source: str, held_source: str) -> None:
         (folder / "held_out_task.py").write_text(held_source, encoding="utf-8")
 
 
+class _Special(NamedTuple):
+    """A child's SPECIAL run: its outputs, or why it has none ("" when it never got there)."""
+    outputs: list[list[Any]] | None
+    error: str
+
+
+def _special(folder: Path) -> _Special:
+    if (error := folder / SPECIAL_ERROR_FILE).is_file():
+        return _Special(None, error.read_text(encoding="utf-8", errors="replace")[:300])
+    try:
+        return _Special(_load_outputs(folder / SPECIAL_FILE), "")
+    except ChildFailed as e:
+        return _Special(None, str(e))
+
+
+def special_values(expected: _Special, got: _Special, precision: PrecisionPolicy) -> str:
+    """The report's `special_values`: a passing candidate's SPECIAL run against the reference's."""
+    if expected.outputs is None:
+        return f"not checked on NaN/Inf inputs: the reference fails on them ({expected.error})"
+    if got.outputs is None:
+        return (f"fails on NaN/Inf inputs, where the reference does not: {got.error}" if got.error else
+                "not checked on NaN/Inf inputs: the candidate stopped before them")
+    reason, _ = compare(expected.outputs, got.outputs, families=(SPECIAL,), precision=precision)
+    if reason:
+        return f"differs from torch on NaN/Inf inputs: {reason}"
+    return f"{AS_TORCH} (1 input element in {SPECIAL_EVERY} NaN, +Inf or -Inf)"
+
+
 def _reference_outputs(folder: Path, held: bool) -> tuple[list[list[Any]], list[list[Any]] | None, str]:
     """The reference child's outputs; at the held-out sizes too, or why the task failed there."""
     expected = _load_outputs(folder / "out.pt")
@@ -413,6 +454,14 @@ def _progress(path: Path, held: bool) -> str:
                f"{float(done['seconds']):.0f} s)"
     except FileNotFoundError:
         return first
+    except (OSError, ValueError, LookupError, TypeError):
+        return ""
+
+
+def _phase(path: Path) -> str:
+    """The phase a child was in when it last wrote PROGRESS_FILE ("" when unknown)."""
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8"))["phase"])
     except (OSError, ValueError, LookupError, TypeError):
         return ""
 

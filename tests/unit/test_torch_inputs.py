@@ -108,7 +108,7 @@ def test_a_dynamic_exported_program_exports_the_model_as_it_was_captured_in_eval
     assert not [w for w in seen if "training mode" in str(w.message)], [str(w.message) for w in seen]
     (y,) = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"input": X.numpy()})
     with torch.no_grad():
-        assert np.abs(y - model(X).numpy()).max() < 1e-5, "eval-mode outputs (training mode differs by ~1)"
+        assert np.abs(y - model(X).numpy()).max() < 1e-5, "eval-mode outputs (training mode differs by about 4.6 here)"
 
 
 @pytest.mark.parametrize("suffix", [".pt", ".pt2"])

@@ -58,6 +58,24 @@ def test_accepts_the_offline_relu_kernel(tmp_path):
     assert report.reason == "" and report.mismatches == [] and report.static.ok
     assert report.families == ["task", "signed_normal", "large", "near_zero"] and report.input_family == ""
     assert report.durations["candidate"] > 0
+    assert report.special_values.startswith("as torch on NaN/Inf inputs"), report.special_values
+
+
+def test_a_relu_that_turns_nan_into_zero_passes_and_the_report_says_how_it_differs_from_torch():
+    """`tl.where(x > 0, x, 0)` gives 0 where torch.relu gives NaN: right on finite inputs (the verdict), and
+    the special-values run says so (advisory)."""
+    report = verify(RELU, candidate("return launch(x)"), timeout_s=TIMEOUT_S)
+    assert report.passed, report.reason
+    assert report.special_values.startswith("differs from torch on NaN/Inf inputs: trial 0 (nan_inf inputs) "
+                                            "output 0: NaN/Inf positions differ"), report.special_values
+
+
+def test_a_candidate_that_crashes_only_on_nan_inputs_passes_and_says_so():
+    crash_on_nan = "assert not torch.isnan(x).any(), 'no NaN please'\nreturn launch(x)"
+    report = verify(RELU, candidate(crash_on_nan), timeout_s=TIMEOUT_S, allow_mixed=True)  # isnan is torch's
+    assert report.passed, report.reason
+    assert report.special_values == ("fails on NaN/Inf inputs, where the reference does not: "
+                                     "AssertionError: no NaN please"), report.special_values
 
 
 def test_on_another_triton_the_interpreter_verdict_is_the_machines_error_not_the_candidates(monkeypatch):
@@ -264,6 +282,19 @@ def test_a_segfaulting_kernel_is_a_crash_not_a_worker_death():
     assert report.static.ok
     assert not report.passed
     assert report.reason.startswith("candidate crashed: killed by signal SIGSEGV"), report.reason
+
+
+
+def test_a_kernel_that_segfaults_only_on_nan_inputs_passes_and_says_so():
+    """Killed in the special-values run, after every finite run was written: those are judged."""
+    bad = KERNEL.replace("x = tl.load(x_ptr + offs, mask=mask, other=0.0)",
+                         "x = tl.load(x_ptr + offs, mask=mask, other=0.0)\n"
+                         "    x = tl.load(x_ptr + offs + tl.where(x != x, 1099511627776, 0), mask=mask, other=0.0)")
+    src = HEADER + bad + "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return launch(x)\n"
+    report = verify(RELU, src, timeout_s=TIMEOUT_S)
+    assert report.passed, report.reason
+    assert report.special_values.startswith("fails on NaN/Inf inputs, where the reference does not: the candidate "
+                                            "crashed: killed by signal SIGSEGV"), report.special_values
 
 
 def test_an_out_of_bounds_write_crashes_the_child_not_the_worker():
