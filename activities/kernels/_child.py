@@ -374,7 +374,7 @@ def main(argv: list[str]) -> int:
     if held_out_path is not None:
         _held_out(held_out_path, candidate_cls, seed, folder, record, recorder, progress, float64)
     if not float64:  # the float64 arbiter judges the finite runs only
-        _special(task, candidate_cls or task.Model, seed, folder, progress)
+        _special_run(task, candidate_cls or task.Model, seed, folder, progress)
     return 0
 
 
@@ -400,7 +400,7 @@ def _held_out(path: str, candidate_cls: type | None, seed: int, folder: str, rec
     _write_record(folder, record, recorder)
 
 
-def _special(task: ModuleType, cls: type, seed: int, folder: str, progress: _Progress) -> None:
+def _special_run(task: ModuleType, cls: type, seed: int, folder: str, progress: _Progress) -> None:
     """The SPECIAL run at the task's sizes, unrecorded (what torch ops a candidate runs there is not judged)."""
     import torch
 

@@ -239,7 +239,7 @@ def verify(
                 reason = (f"{check.summary}. The CPU interpreter ran it, but {compile_for.name} would not: "
                           "the interpreter accepts what the GPU compiler refuses")
         if not reason:
-            base["special_values"] = special_values(cached.special, got_special, precision)
+            base["special_values"] = _special_note(cached.special, got_special, precision)
     return VerifierReport(passed=not reason, reason=reason, mismatches=mismatches, input_family=family if reason else "",
                           torch_ops=torch_ops, **base)
 
@@ -418,7 +418,7 @@ def _special(folder: Path) -> _Special:
         return _Special(None, str(e))
 
 
-def special_values(expected: _Special, got: _Special, precision: PrecisionPolicy) -> str:
+def _special_note(expected: _Special, got: _Special, precision: PrecisionPolicy) -> str:
     """The report's `special_values`: a passing candidate's SPECIAL run against the reference's."""
     if expected.outputs is None:
         return f"not checked on NaN/Inf inputs: the reference fails on them ({expected.error})"
