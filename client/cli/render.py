@@ -181,6 +181,8 @@ def show_kernel(result: KernelResult, trace: Sequence[TraceEntry], ui_url: str) 
                  + (f": {result.report.reason}" if result.report.reason else ""))
         if result.report.passed and result.report.gpu_compile is not None:
             out.line(f"gpu: {result.report.gpu_compile.summary}")
+        if result.report.passed and result.report.special_values:
+            out.line(f"nan/inf: {result.report.special_values}")
     out.line(f"speed: {result.timing.summary if result.timing is not None else result.speed or '-'}")
     if result.modeled is not None and result.timing is not None:  # the measurement first, the model beside it
         out.line(f"       {result.modeled.summary}")

@@ -82,12 +82,14 @@ def test_a_verified_job_says_which_gpu_its_kernels_compile_for_and_its_optimizer
     from contracts.kernel_job import GpuCompileCheck, VerifierReport
 
     report = VerifierReport(passed=True, reason="", static=StaticReport(ok=True), gpu_compile=GpuCompileCheck(
-        target="sm_90 (H100 SXM5 80GB)", compiles=True, kernels=["rows_1"], max_shared_bytes=1500))
+        target="sm_90 (H100 SXM5 80GB)", compiles=True, kernels=["rows_1"], max_shared_bytes=1500),
+        special_values="differs from torch on NaN/Inf inputs: trial 0 (nan_inf inputs) output 0: 3 unexpected NaN")
     show_kernel(KernelResult(outcome=KernelOutcome.VERIFIED, status=JobStatus.COMPLETED, steps=4, report=report),
                 trace, "u")
     shown = capsys.readouterr().out
     assert "    4 optimizer  end no candidate: every applicable rewrite was tried" in shown
     assert "gpu: compiles for sm_90 (H100 SXM5 80GB) (1 kernel(s), at most 2 KB shared memory a program)" in shown
+    assert "nan/inf: differs from torch on NaN/Inf inputs: trial 0 (nan_inf inputs) output 0: 3 unexpected NaN" in shown
     show_kernel(KernelResult(outcome=KernelOutcome.FAILED, status=JobStatus.FAILED, steps=4), trace, "u")
     assert "    4 optimizer  err no candidate" in capsys.readouterr().out  # a job without a kernel: it did fail
 
