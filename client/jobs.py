@@ -365,9 +365,10 @@ class JobHandle(Generic[ResultT]):
         answers, LLM token deltas, status changes. Starts at the job's first event (`from_offset`: a
         later one); follows continue-as-new; ends once the job has closed and its last events are
         read. Events a continue-as-new run no longer keeps (a follower far behind) come as one SKIPPED
-        event with their count, before the first event that is still there. A job whose workflow publishes no events (one started before they existed, a fleet row)
-        ends at once. A read that times out or finds the server unavailable resumes after the last
-        event seen (a few times); other transport errors raise."""
+        event with their count, before the first event that is still there. A job whose workflow
+        publishes no events (one started before they existed, a fleet row) ends at once. A read that
+        times out or finds the server unavailable resumes after the last event seen (a few times);
+        other transport errors raise."""
         from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
         stream = WorkflowStreamClient.create(self._fc.temporal, self.id)
