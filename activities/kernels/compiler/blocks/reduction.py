@@ -67,7 +67,8 @@ def reduce_kernel(op: str, kept: int, reduced: int, leaves: int, scalars: int, b
         lines += loop([f"acc = {fn('acc', f'tl.where(m2, v, {fill})')}"])
         lines.append(f"    res = {extreme('min' if op == 'amin' else 'max', 'acc', 1)}")
         if op == "logsumexp":
-            lines += ["    mx = tl.where(res == -float(\"inf\"), 0.0, res)",
+            # torch's: an infinite max shifts by 0, so a row with +inf sums to +inf, not inf - inf = NaN
+            lines += ["    mx = tl.where(tl.abs(res) == float(\"inf\"), 0.0, res)",
                       "    acc = tl.zeros([BR, BC], dtype=tl.float32)"]
             lines += loop(["acc += tl.where(m2, tl.exp(v - mx[:, None]), 0.0)"])
             lines.append("    res = mx + tl.log(tl.sum(acc, axis=1))")
