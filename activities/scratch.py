@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
+from activities.sandbox.child import disk_used
+
 PREFIX = "fleetforge-"
 """Every scratch folder's name starts with it (`fleetforge-verify-…`, `fleetforge-row-…`); `sweep` looks at no
 other, so another program's temp folders are never touched."""
@@ -81,7 +83,7 @@ def sweep(root: Path | None = None) -> tuple[int, int]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:  # a live process holds it
                 continue
-            size = _size(entry)
+            size = disk_used([entry])
             shutil.rmtree(entry, ignore_errors=True)
             if not entry.exists():
                 removed, freed = removed + 1, freed + size
@@ -89,13 +91,3 @@ def sweep(root: Path | None = None) -> tuple[int, int]:
             os.close(fd)
     return removed, freed
 
-
-def _size(folder: Path) -> int:
-    total = 0
-    for base, _dirs, files in os.walk(folder):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(base, name)).st_size
-            except OSError:
-                continue
-    return total
