@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-from activities.sandbox.child import disk_used
+from activities.sandbox.child import UID_RANGE, disk_used
 
 PREFIX = "fleetforge-"
 """Every scratch folder's name starts with it (`fleetforge-verify-…`, `fleetforge-row-…`); `sweep` looks at no
@@ -65,7 +65,8 @@ class Scratch:
 
 def sweep(root: Path | None = None) -> tuple[int, int]:
     """Remove the scratch folders in `root` (the temp dir) that no live process holds; (folders, bytes) removed.
-    Folders of another user, symlinks and anything not named `fleetforge-*` are left alone."""
+    Folders of another user (but for a root worker's, handed to a child's uid), symlinks and anything not named
+    `fleetforge-*` are left alone."""
     root = Path(root or tempfile.gettempdir())
     removed = freed = 0
     for entry in root.iterdir():
@@ -77,7 +78,7 @@ def sweep(root: Path | None = None) -> tuple[int, int]:
             continue
         try:
             info = os.fstat(fd)
-            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            if not stat.S_ISDIR(info.st_mode) or not _ours(info.st_uid):
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -91,3 +92,8 @@ def sweep(root: Path | None = None) -> tuple[int, int]:
             os.close(fd)
     return removed, freed
 
+
+def _ours(uid: int) -> bool:
+    """This user's folder, or (a root worker) one handed to a sandboxed child's uid: a fleet row's or a tool's
+    scratch belongs to the child it was given to (activities/sandbox/child.py `_hand_over`)."""
+    return uid == os.getuid() or (os.getuid() == 0 and UID_RANGE[0] <= uid <= UID_RANGE[1])

@@ -51,6 +51,22 @@ def test_the_sweep_removes_a_killed_processs_folder_and_keeps_a_live_ones(tmp_pa
             proc.wait(timeout=30)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root worker hands scratch folders to a child's uid")
+def test_the_sweep_removes_a_dead_root_workers_folder_it_had_handed_to_a_child(tmp_path):
+    """A fleet row's scratch belongs to its sandboxed child's uid; once its worker is gone it is swept all the same."""
+    from activities.sandbox.child import UID_RANGE
+
+    dead, left = hold(tmp_path)
+    os.chown(left, UID_RANGE[0] + 7, UID_RANGE[0] + 7)
+    dead.send_signal(signal.SIGKILL)
+    dead.wait(timeout=30)
+    other = tmp_path / "fleetforge-verify-someone"  # another user's (not a sandbox uid): left
+    other.mkdir()
+    os.chown(other, 1000, 1000)
+    assert sweep(tmp_path) == (1, 4096)
+    assert not left.exists() and other.is_dir()
+
+
 def test_the_sweep_leaves_what_is_not_a_scratch_folder(tmp_path):
     other = tmp_path / "ff-verify-1234"  # another program's (or an older fleetforge's) folder
     other.mkdir()
