@@ -193,11 +193,11 @@ def verify(
         base = dict(static=static, durations=durations, families=list(FAMILIES), held_out=checked, shapes_note=note,
                     **timing)
         in_held_phase = bool(held_source) and (cand_dir / "out.pt").is_file()
-        failed, got_special = cand.error, _special(cand_dir)
+        failed, special_failure = cand.error, None  # why the candidate has no special outputs ("": never ran)
         if failed and _phase(cand_dir / PROGRESS_FILE) == SPECIAL:  # every finite run is written: judge those
-            failed, got_special = None, _Special(None, f"the candidate {failed}")
+            failed, special_failure = None, f"the candidate {failed}"
         elif failed:
-            got_special = _Special(None, "")  # it stopped before the special run
+            special_failure = ""
         if failed and not (in_held_phase and not checked):  # not checked: the reference failed there too
             at = f" at the held-out sizes {sizes}" if in_held_phase else ""
             slow = (f"{_progress(cand_dir / PROGRESS_FILE, in_held_phase)}: its time limit is {limit.text}, and the reference took "
@@ -239,6 +239,7 @@ def verify(
                 reason = (f"{check.summary}. The CPU interpreter ran it, but {compile_for.name} would not: "
                           "the interpreter accepts what the GPU compiler refuses")
         if not reason:
+            got_special = _special(cand_dir) if special_failure is None else _Special(None, special_failure)
             base["special_values"] = _special_note(cached.special, got_special, precision)
     return VerifierReport(passed=not reason, reason=reason, mismatches=mismatches, input_family=family if reason else "",
                           torch_ops=torch_ops, **base)
